@@ -1,0 +1,21 @@
+package idem
+
+import "errors"
+
+// Errors callers branch on. Everything else an Engine or Store returns wraps
+// one of these with %w, or is a system error passed up from the store.
+var (
+	// ErrKeyMissing: a guarded request carried no idempotency key and keys are required.
+	ErrKeyMissing = errors.New("idempotency key missing")
+	// ErrKeyInvalid: the key header is not a valid key (see ParseKey).
+	ErrKeyInvalid = errors.New("idempotency key invalid")
+	// ErrBodyTooLarge: the request body exceeds Config.MaxRequestBody.
+	ErrBodyTooLarge = errors.New("request body too large")
+	// ErrNotFound: Store.Get found no record for the ID.
+	ErrNotFound = errors.New("idempotency record not found")
+	// ErrLockLost: the token no longer holds the in-flight record (it was taken
+	// over after its lease ran out, completed, released or purged).
+	ErrLockLost = errors.New("idempotency lock lost")
+	// ErrStoreFull: a bounded store has no room for another record.
+	ErrStoreFull = errors.New("idempotency store full")
+)
