@@ -1,0 +1,153 @@
+package idem
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Defaults applied by New to zero Config fields. They are the published policy.
+const (
+	DefaultHeaderName      = "Idempotency-Key"
+	DefaultTTL             = 24 * time.Hour
+	DefaultLease           = 30 * time.Second
+	DefaultRetryAfter      = time.Second
+	DefaultMaxRequestBody  = 1 << 20
+	DefaultMaxResponseBody = 1 << 20
+	DefaultProblemBase     = "https://github.com/idemkit/idemkit/blob/main/docs/problems.md#"
+)
+
+// ReplayedHeader is set to "true" on every replayed response.
+const ReplayedHeader = "Idempotent-Replayed"
+
+// Config configures an Engine. Every zero field takes the default named in
+// its comment, so Config{Store: s} is a complete, safe configuration.
+type Config struct {
+	// Store keeps the records. Required: New panics without one.
+	Store Store
+
+	// HeaderName is the request header carrying the key. Default "Idempotency-Key".
+	HeaderName string
+	// Methods are the guarded methods; requests with other methods pass through
+	// untouched. Default POST and PATCH.
+	Methods []string
+	// KeyOptional lets guarded requests without a key through, processed
+	// normally and not recorded (for gradual adoption). Default: key required.
+	KeyOptional bool
+	// StrictKeys accepts only RFC 9651 sf-strings. Default: lenient, which also
+	// accepts bare keys such as an unquoted UUID (see ParseKey).
+	StrictKeys bool
+
+	// TTL is how long a completed record is replayed. Default 24 h.
+	TTL time.Duration
+	// Lease is how long an in-flight holder keeps the key without renewing;
+	// a crashed holder's key is free again after at most one lease. Default 30 s.
+	Lease time.Duration
+	// RenewEvery is how often a running handler's lease is renewed. Default Lease/3.
+	RenewEvery time.Duration
+	// RetryAfter is sent with 409 responses, rounded up to whole seconds. Default 1 s.
+	RetryAfter time.Duration
+
+	// MaxRequestBody is the largest request body accepted on guarded requests;
+	// larger ones get 413 before being read whole. Default 1 MiB.
+	MaxRequestBody int64
+	// MaxResponseBody is the largest response body stored; larger responses
+	// are sent but not stored, and the key is released. Default 1 MiB.
+	MaxResponseBody int
+
+	// ReplayHeaders are response headers replayed besides Content-Type and
+	// Location. Set-Cookie, Authorization and hop-by-hop headers are never
+	// stored, even if listed.
+	ReplayHeaders []string
+
+	// Fingerprint replaces the request fingerprint (default: SHA-256 over
+	// method, path and payload, with JSON payloads canonicalised).
+	// It gets the request by value, with Body already read.
+	Fingerprint func(Request) Fingerprint
+
+	// ProblemBase prefixes the problem type names (key-missing, key-invalid,
+	// key-reused, request-in-progress, payload-too-large, store-unavailable)
+	// to form their type URIs. Default DefaultProblemBase.
+	ProblemBase string
+
+	// FailOpen runs handlers unprotected when the store cannot be reached.
+	// UNSAFE: retries during an outage may execute twice. Default: fail closed
+	// with 503.
+	FailOpen bool
+
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+	// Logger receives one debug line per decision and warnings for store
+	// errors. Default slog.Default().
+	Logger *slog.Logger
+	// OnEvent, if set, is called synchronously for every decision (see Event).
+	// It must be fast and must not retain the Event.
+	OnEvent func(context.Context, Event)
+}
+
+// neverReplayed are response headers that must not be stored: credentials
+// and connection-specific fields belong to one exchange only.
+var neverReplayed = map[string]bool{
+	"Set-Cookie": true, "Authorization": true, "Proxy-Authenticate": true,
+	"Connection": true, "Keep-Alive": true, "Transfer-Encoding": true, "Te": true,
+	"Trailer": true, "Upgrade": true, "Proxy-Connection": true, "Content-Length": true,
+	ReplayedHeader: true,
+}
+
+func (c *Config) setDefaults() {
+	if c.Store == nil {
+		panic("idem: Config.Store is nil")
+	}
+	if c.HeaderName == "" {
+		c.HeaderName = DefaultHeaderName
+	}
+	c.HeaderName = http.CanonicalHeaderKey(c.HeaderName)
+	if c.Methods == nil {
+		c.Methods = []string{http.MethodPost, http.MethodPatch}
+	}
+	if c.TTL <= 0 {
+		c.TTL = DefaultTTL
+	}
+	if c.Lease <= 0 {
+		c.Lease = DefaultLease
+	}
+	if c.RenewEvery <= 0 || c.RenewEvery >= c.Lease {
+		c.RenewEvery = c.Lease / 3
+	}
+	if c.RetryAfter <= 0 {
+		c.RetryAfter = DefaultRetryAfter
+	}
+	if c.MaxRequestBody <= 0 {
+		c.MaxRequestBody = DefaultMaxRequestBody
+	}
+	if c.MaxResponseBody <= 0 {
+		c.MaxResponseBody = DefaultMaxResponseBody
+	}
+	if c.Fingerprint == nil {
+		c.Fingerprint = DefaultFingerprint
+	}
+	if c.ProblemBase == "" {
+		c.ProblemBase = DefaultProblemBase
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// replayHeaderSet returns the canonical names of the headers to store.
+func (c *Config) replayHeaderSet() []string {
+	names := []string{"Content-Type", "Location"}
+	for _, h := range c.ReplayHeaders {
+		h = http.CanonicalHeaderKey(strings.TrimSpace(h))
+		if h != "" && !neverReplayed[h] && !slices.Contains(names, h) {
+			names = append(names, h)
+		}
+	}
+	return names
+}

@@ -1,0 +1,280 @@
+package idem
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync/atomic"
+	"time"
+)
+
+// Engine is the idempotency state machine. Adapters hand it each request with
+// Begin and carry out the Decision; it knows nothing about HTTP frameworks.
+// An Engine is safe for concurrent use.
+type Engine struct {
+	cfg           Config
+	realClock     bool // cfg.Now is time.Now, so one reading serves both uses
+	replayHeaders []string
+	problems      [len(problemSpecs)]preparedProblem
+	retryAfter    []string
+
+	tokenPrefix string
+	tokenSeq    atomic.Uint64
+}
+
+type preparedProblem struct {
+	problemSpec
+	typeURI string
+}
+
+// New returns an Engine for cfg, with defaults for its zero fields. It panics
+// if cfg.Store is nil: that is a programming error, found at start-up.
+func New(cfg Config) *Engine {
+	realClock := cfg.Now == nil
+	cfg.setDefaults()
+	e := &Engine{cfg: cfg, realClock: realClock, replayHeaders: cfg.replayHeaderSet()}
+	for i, spec := range problemSpecs {
+		e.problems[i] = preparedProblem{spec, cfg.ProblemBase + spec.name}
+	}
+	secs := (cfg.RetryAfter + time.Second - 1) / time.Second
+	e.retryAfter = []string{strconv.FormatInt(int64(secs), 10)}
+	var prefix [8]byte
+	_, _ = rand.Read(prefix[:]) // never fails on supported platforms
+	e.tokenPrefix = hex.EncodeToString(prefix[:])
+	return e
+}
+
+// HeaderName returns the canonical name of the key header.
+func (e *Engine) HeaderName() string { return e.cfg.HeaderName }
+
+// Guards reports whether requests with this method are subject to
+// idempotency; adapters let other requests through without building a Request.
+func (e *Engine) Guards(method string) bool {
+	for _, m := range e.cfg.Methods {
+		if m == method {
+			return true
+		}
+	}
+	return false
+}
+
+// Request is what an adapter tells the Engine about an incoming request.
+type Request struct {
+	Method string
+	// Path is the request target as sent: path and query.
+	Path string
+	// Scope is the tenant the key belongs to ("" for a single global tenant).
+	Scope string
+	// KeyLines holds the value of each key header field line, as received.
+	KeyLines    []string
+	ContentType string
+	// Body is the request body if the framework already holds it in memory.
+	Body []byte
+	// BodyReader, used when Body is nil, is read by Begin up to the limit.
+	BodyReader io.Reader
+	// ContentLength is the declared body length, or -1 if unknown.
+	ContentLength int64
+}
+
+// Action says what an adapter must do with a request.
+type Action uint8
+
+const (
+	// Pass: run the handler as if idemkit were not there; nothing is recorded.
+	Pass Action = iota
+	// Respond: send Decision.Response as it is; do not run the handler. It is
+	// a replay when Decision.Replayed is set (add ReplayedHeader: true), and a
+	// problem otherwise.
+	Respond
+	// Run: run the handler, copy its response body into Decision.Lock as it
+	// is written, then call Lock.Finish, or Lock.Abandon if the handler
+	// panicked or streamed its response.
+	Run
+)
+
+// Decision is the Engine's answer to Begin.
+//
+// If Body is not nil, Begin consumed Request.BodyReader and the handler must
+// be given Body as its request body instead.
+type Decision struct {
+	Action   Action
+	Response Response
+	Replayed bool
+	Lock     *Lock
+	Body     []byte
+}
+
+// Begin decides what to do with a request. It never returns an error: every
+// failure becomes a problem response (or, with FailOpen, a pass-through).
+func (e *Engine) Begin(ctx context.Context, r *Request) Decision {
+	if !e.Guards(r.Method) {
+		return Decision{}
+	}
+	began := time.Now()
+	key, err := ParseKey(r.KeyLines, e.cfg.StrictKeys)
+	if err != nil {
+		if errors.Is(err, ErrKeyMissing) {
+			if e.cfg.KeyOptional {
+				return Decision{}
+			}
+			return e.reject(ctx, r, "", EventKeyMissing, ProblemKeyMissing, began,
+				"This request requires an "+e.cfg.HeaderName+" header.")
+		}
+		return e.reject(ctx, r, "", EventKeyInvalid, ProblemKeyInvalid, began, err.Error())
+	}
+
+	var read []byte
+	if r.Body == nil && r.BodyReader != nil {
+		read, err = readBody(r.BodyReader, r.ContentLength, e.cfg.MaxRequestBody)
+		r.Body = read
+	} else if int64(len(r.Body)) > e.cfg.MaxRequestBody {
+		err = ErrBodyTooLarge
+	}
+	if err != nil {
+		if errors.Is(err, ErrBodyTooLarge) {
+			return e.reject(ctx, r, key, EventTooLarge, ProblemPayloadTooLarge, began,
+				fmt.Sprintf("The request body exceeds the limit of %d bytes.", e.cfg.MaxRequestBody))
+		}
+		return e.reject(ctx, r, key, EventBodyUnreadable, ProblemBodyUnreadable, began, "The request body could not be read.")
+	}
+
+	fp := e.cfg.Fingerprint(*r)
+	now := began
+	if !e.realClock {
+		now = e.cfg.Now()
+	}
+	a := Acquire{
+		ID:          ID{Scope: r.Scope, Key: key},
+		Fingerprint: fp,
+		Token:       e.newToken(),
+		Now:         now,
+		LeaseUntil:  now.Add(e.cfg.Lease),
+		ExpiresAt:   now.Add(e.cfg.TTL),
+	}
+	storeStart := time.Now()
+	rec, outcome, err := e.cfg.Store.Acquire(ctx, a)
+	storeLatency := time.Since(storeStart)
+	if err != nil {
+		ev := e.event(EventStoreError, r.Method, r.Path, key, began)
+		ev.Err, ev.StoreLatency = err, storeLatency
+		if e.cfg.FailOpen {
+			e.emit(ctx, &ev, slog.LevelError)
+			return Decision{Body: read}
+		}
+		ev.Status = 503
+		e.emit(ctx, &ev, slog.LevelError)
+		return Decision{Action: Respond, Response: e.problem(ProblemStoreUnavailable,
+			"The idempotency store could not be reached, so the request was not processed. Retry later.")}
+	}
+
+	switch outcome {
+	case Created, TookOver:
+		kind, level := EventFirst, slog.LevelDebug
+		if outcome == TookOver {
+			kind, level = EventTakeover, slog.LevelWarn
+		}
+		ev := e.event(kind, r.Method, r.Path, key, began)
+		ev.StoreLatency = storeLatency
+		e.emit(ctx, &ev, level)
+		return Decision{Action: Run, Lock: e.newLock(r, a, began), Body: read}
+	}
+
+	// Another request holds the key. The fingerprint is compared before the
+	// state, so a reused key is reported as such even while it runs.
+	d := Decision{Action: Respond, Body: read}
+	var kind EventKind
+	switch {
+	case rec.Fingerprint != fp:
+		kind = EventMismatch
+		d.Response = e.problem(ProblemKeyReused,
+			"This "+e.cfg.HeaderName+" was already used with a different request (method, path or body).")
+	case rec.State != Completed:
+		kind = EventConflict
+		d.Response = e.problem(ProblemInProgress,
+			"A request with this "+e.cfg.HeaderName+" is still being processed. Retry after the Retry-After delay.")
+	default:
+		kind = EventReplay
+		d.Response, d.Replayed = rec.Response, true
+	}
+	ev := e.event(kind, r.Method, r.Path, key, began)
+	ev.Status, ev.StoreLatency = d.Response.Status, storeLatency
+	e.emit(ctx, &ev, slog.LevelDebug)
+	return d
+}
+
+// Storable reports whether a response with this status is recorded. Server
+// errors and the statuses that ask the client to retry (408, 409, 425, 429)
+// are not: their retry must run the handler again.
+func Storable(status int) bool {
+	switch status {
+	case 408, 409, 425, 429:
+		return false
+	}
+	return status >= 200 && status < 500
+}
+
+func (e *Engine) reject(ctx context.Context, r *Request, key string, kind EventKind, problem string, began time.Time, detail string) Decision {
+	d := Decision{Action: Respond, Response: e.problem(problem, detail)}
+	ev := e.event(kind, r.Method, r.Path, key, began)
+	ev.Status = d.Response.Status
+	e.emit(ctx, &ev, slog.LevelDebug)
+	return d
+}
+
+// problem renders one of the Engine's own problems.
+func (e *Engine) problem(name, detail string) Response {
+	for i := range e.problems {
+		p := &e.problems[i]
+		if p.name != name {
+			continue
+		}
+		resp := Problem{Type: p.typeURI, Title: p.title, Status: p.status, Detail: detail}.Response()
+		if p.status == 409 || p.status == 503 {
+			resp.Header = append(resp.Header, HeaderField{Name: "Retry-After", Values: e.retryAfter})
+		}
+		return resp
+	}
+	panic("idem: unknown problem " + name)
+}
+
+func (e *Engine) newToken() string {
+	var b [16 + 1 + 16]byte
+	buf := append(b[:0], e.tokenPrefix...)
+	buf = append(buf, '-')
+	buf = strconv.AppendUint(buf, e.tokenSeq.Add(1), 16)
+	return string(buf)
+}
+
+// readBody reads at most limit bytes, failing with ErrBodyTooLarge as soon as
+// the body is known to be longer, so an oversized body is never buffered whole.
+func readBody(r io.Reader, contentLength, limit int64) ([]byte, error) {
+	if contentLength > limit {
+		return nil, ErrBodyTooLarge
+	}
+	size := int64(512)
+	if contentLength >= 0 {
+		size = contentLength + 1 // room for the read that reports EOF
+	}
+	buf := make([]byte, 0, size)
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if int64(len(buf)) > limit {
+			return nil, ErrBodyTooLarge
+		}
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+}

@@ -1,0 +1,341 @@
+package idem_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemtest"
+	"github.com/idemkit/idemkit/core/memstore"
+)
+
+func newStore(t *testing.T) *memstore.Store {
+	s := memstore.New(memstore.WithPurgeInterval(0))
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func quietConfig(s idem.Store) idem.Config {
+	return idem.Config{Store: s, Logger: slog.New(slog.DiscardHandler)}
+}
+
+func charge(key, body string) *idem.Request {
+	return &idem.Request{Method: http.MethodPost, Path: "/v1/charges?expand=customer", KeyLines: []string{key},
+		ContentType: "application/json", Body: []byte(body)}
+}
+
+func header(kv ...string) http.Header {
+	h := http.Header{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		h.Add(kv[i], kv[i+1])
+	}
+	return h
+}
+
+// finish writes body into the lock and completes it with status 201.
+func finish(t *testing.T, l *idem.Lock, body string) error {
+	t.Helper()
+	l.Write([]byte(body))
+	return l.Finish(context.Background(), 201, header("Content-Type", "application/json"))
+}
+
+func TestRenewalKeepsSlowHandlerLocked(t *testing.T) {
+	cfg := quietConfig(newStore(t))
+	cfg.Lease, cfg.RenewEvery = 150*time.Millisecond, 25*time.Millisecond
+	e := idem.New(cfg)
+	d := e.Begin(context.Background(), charge("slow", `{}`))
+	if d.Lock == nil {
+		t.Fatalf("first request: %+v, want a lock", d)
+	}
+	// The handler runs for several leases; renewals keep the key.
+	for range 4 {
+		time.Sleep(100 * time.Millisecond)
+		if r := e.Begin(context.Background(), charge("slow", `{}`)); r.Action != idem.Respond || r.Response.Status != 409 {
+			t.Fatalf("retry while the slow handler runs: %+v, want 409", r)
+		}
+	}
+	if err := finish(t, d.Lock, `{"id":1}`); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.Begin(context.Background(), charge("slow", `{}`)); !r.Replayed || string(r.Response.Body) != `{"id":1}` {
+		t.Fatalf("after completion: %+v, want the replay", r)
+	}
+}
+
+// killable stands for another process's connection to a shared store: kill
+// makes every call fail, as when that process dies.
+type killable struct {
+	idem.Store
+	dead atomic.Bool
+}
+
+var errDead = errors.New("process is dead")
+
+func (k *killable) Renew(ctx context.Context, id idem.ID, token string, until time.Time) error {
+	if k.dead.Load() {
+		return errDead
+	}
+	return k.Store.Renew(ctx, id, token, until)
+}
+
+func TestCrashedHolderIsFencedOff(t *testing.T) {
+	store := newStore(t)
+	clock := idemtest.NewClock(time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC))
+	var events []idem.EventKind
+	var mu sync.Mutex
+	record := func(_ context.Context, ev idem.Event) {
+		mu.Lock()
+		defer mu.Unlock()
+		events = append(events, ev.Kind)
+	}
+	first := &killable{Store: store}
+	cfg1 := quietConfig(first)
+	cfg1.Now = clock.Now
+	cfg2 := quietConfig(store)
+	cfg2.Now, cfg2.OnEvent = clock.Now, record
+	e1, e2 := idem.New(cfg1), idem.New(cfg2)
+
+	d1 := e1.Begin(context.Background(), charge("pay-1", `{"amount":5}`))
+	if d1.Lock == nil {
+		t.Fatal("first instance did not get the lock")
+	}
+	first.dead.Store(true) // the first instance stops renewing
+	clock.Advance(idem.DefaultLease - time.Second)
+	if d := e2.Begin(context.Background(), charge("pay-1", `{"amount":5}`)); d.Action != idem.Respond || d.Response.Status != 409 {
+		t.Fatalf("within the lease: %+v, want 409", d)
+	}
+	clock.Advance(time.Second)
+	d2 := e2.Begin(context.Background(), charge("pay-1", `{"amount":5}`))
+	if d2.Lock == nil {
+		t.Fatalf("after the lease: %+v, want a takeover", d2)
+	}
+	// The first instance comes back and tries to store its response.
+	if err := finish(t, d1.Lock, `{"from":"first"}`); !errors.Is(err, idem.ErrLockLost) {
+		t.Fatalf("stale holder's Finish = %v, want ErrLockLost", err)
+	}
+	if err := finish(t, d2.Lock, `{"from":"second"}`); err != nil {
+		t.Fatal(err)
+	}
+	d := e2.Begin(context.Background(), charge("pay-1", `{"amount":5}`))
+	if !d.Replayed || string(d.Response.Body) != `{"from":"second"}` {
+		t.Fatalf("replay = %+v, want the new holder's response", d)
+	}
+	want := []idem.EventKind{idem.EventConflict, idem.EventTakeover, idem.EventStored, idem.EventReplay}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slicesEqual(events, want) {
+		t.Fatalf("events %v, want %v", events, want)
+	}
+}
+
+func slicesEqual[T comparable](a, b []T) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestEventsCoverEveryDecision(t *testing.T) {
+	var got []idem.Event
+	cfg := quietConfig(newStore(t))
+	cfg.MaxRequestBody = 64
+	cfg.OnEvent = func(_ context.Context, ev idem.Event) { got = append(got, ev) }
+	e := idem.New(cfg)
+	ctx := context.Background()
+
+	d := e.Begin(ctx, charge("k1", `{"a":1}`))
+	finish(t, d.Lock, "{}")
+	e.Begin(ctx, charge("k1", `{"a":1}`))
+	e.Begin(ctx, charge("k1", `{"a":2}`))
+	held := e.Begin(ctx, charge("k2", `{}`))
+	e.Begin(ctx, charge("k2", `{}`))
+	held.Lock.Finish(ctx, 503, nil)
+	panicked := e.Begin(ctx, charge("k3", `{}`))
+	panicked.Lock.Abandon(ctx, idem.ReasonPanic)
+	e.Begin(ctx, &idem.Request{Method: http.MethodPost, Path: "/v1/charges"})
+	e.Begin(ctx, charge(`"bad`, `{}`))
+	e.Begin(ctx, charge("k4", strings.Repeat("x", 65)))
+	e.Begin(ctx, &idem.Request{Method: http.MethodGet, Path: "/v1/charges", KeyLines: []string{"k1"}})
+
+	want := []struct {
+		kind   idem.EventKind
+		status int
+		reason idem.Reason
+	}{
+		{idem.EventFirst, 0, ""}, {idem.EventStored, 201, ""}, {idem.EventReplay, 201, ""},
+		{idem.EventMismatch, 422, ""}, {idem.EventFirst, 0, ""}, {idem.EventConflict, 409, ""},
+		{idem.EventNotStored, 503, idem.ReasonStatus}, {idem.EventFirst, 0, ""},
+		{idem.EventNotStored, 0, idem.ReasonPanic}, {idem.EventKeyMissing, 400, ""},
+		{idem.EventKeyInvalid, 400, ""}, {idem.EventTooLarge, 413, ""},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d events, want %d: %v", len(got), len(want), got)
+	}
+	for i, w := range want {
+		ev := got[i]
+		if ev.Kind != w.kind || ev.Status != w.status || ev.Reason != w.reason {
+			t.Errorf("event %d = %v/%d/%q, want %v/%d/%q", i, ev.Kind, ev.Status, ev.Reason, w.kind, w.status, w.reason)
+		}
+		if ev.Route != "/v1/charges" || ev.Method != http.MethodPost {
+			t.Errorf("event %d route %q %q: want POST /v1/charges without the query", i, ev.Method, ev.Route)
+		}
+	}
+	if h := got[0].KeyHash(); len(h) != 12 || strings.Contains(h, "k1") || h != got[2].KeyHash() || h == got[4].KeyHash() {
+		t.Errorf("key hashes %q %q %q: want 12 hex digits, stable per key", h, got[2].KeyHash(), got[4].KeyHash())
+	}
+}
+
+func TestStoreErrorFailsClosed(t *testing.T) {
+	var kinds []idem.EventKind
+	cfg := quietConfig(brokenStore{})
+	cfg.OnEvent = func(_ context.Context, ev idem.Event) { kinds = append(kinds, ev.Kind) }
+	d := idem.New(cfg).Begin(context.Background(), charge("k", `{}`))
+	if d.Action != idem.Respond || d.Response.Status != 503 || d.Lock != nil {
+		t.Fatalf("decision %+v, want 503", d)
+	}
+	if d.Response.Get("Retry-After") != "1" {
+		t.Fatalf("503 headers %v, want Retry-After", d.Response.Header)
+	}
+	if len(kinds) != 1 || kinds[0] != idem.EventStoreError {
+		t.Fatalf("events %v", kinds)
+	}
+}
+
+type brokenStore struct{ idem.Store }
+
+func (brokenStore) Acquire(context.Context, idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
+	return idem.Record{}, 0, errors.New("connection refused")
+}
+
+func TestFinishStoresAfterClientLeft(t *testing.T) {
+	e := idem.New(quietConfig(newStore(t)))
+	ctx, cancel := context.WithCancel(context.Background())
+	d := e.Begin(ctx, charge("k", `{}`))
+	cancel() // the client disconnects while the handler runs
+	d.Lock.Write([]byte("done"))
+	if err := d.Lock.Finish(ctx, 200, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.Begin(context.Background(), charge("k", `{}`)); !r.Replayed || string(r.Response.Body) != "done" {
+		t.Fatalf("retry after the client left: %+v, want the replay", r)
+	}
+}
+
+func TestResponseOverLimitIsReleased(t *testing.T) {
+	cfg := quietConfig(newStore(t))
+	cfg.MaxResponseBody = 10
+	e := idem.New(cfg)
+	d := e.Begin(context.Background(), charge("k", `{}`))
+	d.Lock.Write([]byte("0123456"))
+	d.Lock.Write([]byte("789A"))
+	if err := d.Lock.Finish(context.Background(), 200, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r := e.Begin(context.Background(), charge("k", `{}`)); r.Lock == nil {
+		t.Fatalf("retry after an oversized response: %+v, want to run again", r)
+	}
+}
+
+func TestStoredHeadersAreFiltered(t *testing.T) {
+	cfg := quietConfig(newStore(t))
+	cfg.ReplayHeaders = []string{"x-request-id", "Set-Cookie", "connection"}
+	e := idem.New(cfg)
+	d := e.Begin(context.Background(), charge("k", `{}`))
+	d.Lock.Finish(context.Background(), 201, header("Content-Type", "application/json", "Location", "/v1/charges/1",
+		"X-Request-Id", "r1", "Set-Cookie", "a=b", "Connection", "close", "Authorization", "Bearer x", "X-Other", "o"))
+	r := e.Begin(context.Background(), charge("k", `{}`))
+	want := []string{"Content-Type", "application/json", "Location", "/v1/charges/1", "X-Request-Id", "r1"}
+	if len(r.Response.Header) != len(want)/2 {
+		t.Fatalf("replayed headers %v, want %v", r.Response.Header, want)
+	}
+	for i, f := range r.Response.Header {
+		if f.Name != want[2*i] || len(f.Values) != 1 || f.Values[0] != want[2*i+1] || cap(f.Values) != 1 {
+			t.Fatalf("header %d = %s %q (cap %d), want %s %q clipped", i, f.Name, f.Values, cap(f.Values), want[2*i], want[2*i+1])
+		}
+	}
+}
+
+func TestDebugLogsNeverCarryKeyOrBody(t *testing.T) {
+	var buf bytes.Buffer
+	cfg := quietConfig(newStore(t))
+	cfg.Logger = slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e := idem.New(cfg)
+	d := e.Begin(context.Background(), charge("secret-key-123", `{"card":"4242424242424242"}`))
+	finish(t, d.Lock, `{"ok":true}`)
+	e.Begin(context.Background(), charge("secret-key-123", `{"card":"4242424242424242"}`))
+	out := buf.String()
+	for _, secret := range []string{"secret-key-123", "4242", "expand=customer"} {
+		if strings.Contains(out, secret) {
+			t.Fatalf("log contains %q:\n%s", secret, out)
+		}
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want 3 debug lines (first, stored, replay), got:\n%s", out)
+	}
+	for i, name := range []string{"first", "stored", "replay"} {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(lines[i]), &m); err != nil || m["event"] != name || m["key_hash"] == nil {
+			t.Fatalf("line %d = %s, want event %s with a key hash", i, lines[i], name)
+		}
+	}
+}
+
+func TestNoGoroutineOutlivesRequests(t *testing.T) {
+	cfg := quietConfig(newStore(t))
+	cfg.Lease, cfg.RenewEvery = 20*time.Millisecond, time.Millisecond
+	e := idem.New(cfg)
+	before := runtime.NumGoroutine()
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() {
+			d := e.Begin(context.Background(), charge(strings.Repeat("k", i+1), `{}`))
+			time.Sleep(5 * time.Millisecond) // renewals fire meanwhile
+			if i%2 == 0 {
+				d.Lock.Finish(context.Background(), 201, nil)
+			} else {
+				d.Lock.Abandon(context.Background(), idem.ReasonStreamed)
+			}
+		})
+	}
+	wg.Wait()
+	time.Sleep(20 * time.Millisecond)
+	if after := runtime.NumGoroutine(); after > before {
+		t.Fatalf("goroutines: %d before, %d after all locks ended", before, after)
+	}
+}
+
+func TestStorable(t *testing.T) {
+	for status, want := range map[int]bool{
+		100: false, 200: true, 201: true, 204: true, 301: true, 304: true, 400: true, 401: true, 404: true,
+		408: false, 409: false, 422: true, 425: false, 429: false, 499: true, 500: false, 503: false,
+	} {
+		if got := idem.Storable(status); got != want {
+			t.Errorf("Storable(%d) = %v, want %v", status, got, want)
+		}
+	}
+}
+
+func TestNewWithoutStorePanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Fatal("New without a store did not panic")
+		}
+	}()
+	idem.New(idem.Config{})
+}

@@ -1,0 +1,172 @@
+// Package idemhttp is the net/http adapter of idemkit: middleware that
+// makes POST and PATCH handlers safe to retry, for the standard library and
+// any router built on http.Handler (chi, gorilla/mux, ...).
+//
+//	engine := idem.New(idem.Config{Store: memstore.New()})
+//	mux := http.NewServeMux()
+//	mux.Handle("POST /v1/charges", createCharge)
+//	http.ListenAndServe(addr, idemhttp.Middleware(engine)(mux))
+package idemhttp
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"net"
+	"net/http"
+
+	idem "github.com/idemkit/idemkit/core"
+)
+
+// Middleware returns middleware that runs every request through e.
+func Middleware(e *idem.Engine, opts ...Option) func(http.Handler) http.Handler {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	keyHeader := e.HeaderName()
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if !e.Guards(r.Method) {
+				next.ServeHTTP(w, r)
+				return
+			}
+			req := idem.Request{
+				Method:        r.Method,
+				Path:          requestTarget(r),
+				KeyLines:      r.Header[keyHeader],
+				ContentType:   r.Header.Get("Content-Type"),
+				BodyReader:    r.Body,
+				ContentLength: r.ContentLength,
+			}
+			if r.Body == nil || r.Body == http.NoBody {
+				req.Body, req.BodyReader = []byte{}, nil
+			}
+			if o.scope != nil {
+				req.Scope = o.scope(r)
+			}
+			d := e.Begin(r.Context(), &req)
+			switch d.Action {
+			case idem.Respond:
+				writeResponse(w, &d.Response, d.Replayed)
+			case idem.Run:
+				serveLocked(w, r, next, d)
+			default:
+				if d.Body != nil {
+					body := new(bodyReader)
+					body.Reset(d.Body)
+					r.Body = body
+				}
+				next.ServeHTTP(w, r)
+			}
+		})
+	}
+}
+
+// requestTarget is the path and query as the client sent them.
+func requestTarget(r *http.Request) string {
+	if len(r.RequestURI) > 0 && r.RequestURI[0] == '/' {
+		return r.RequestURI
+	}
+	return r.URL.RequestURI()
+}
+
+var replayedTrue = []string{"true"}
+
+func writeResponse(w http.ResponseWriter, resp *idem.Response, replayed bool) {
+	h := w.Header()
+	for _, f := range resp.Header {
+		h[f.Name] = f.Values
+	}
+	if replayed {
+		h[idem.ReplayedHeader] = replayedTrue
+	}
+	w.WriteHeader(resp.Status)
+	_, _ = w.Write(resp.Body)
+}
+
+// bodyReader hands the body Begin read back to the handler.
+type bodyReader struct{ bytes.Reader }
+
+func (*bodyReader) Close() error { return nil }
+
+// locked is what serveLocked needs per request, in one allocation.
+type locked struct {
+	captureWriter
+	body bodyReader
+}
+
+func serveLocked(w http.ResponseWriter, r *http.Request, next http.Handler, d idem.Decision) {
+	lock := d.Lock
+	x := &locked{captureWriter: captureWriter{ResponseWriter: w, lock: lock, status: http.StatusOK}}
+	cw := &x.captureWriter
+	if d.Body != nil {
+		x.body.Reset(d.Body)
+		r.Body = &x.body
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			_ = lock.Abandon(r.Context(), idem.ReasonPanic)
+			panic(p) // net/http or the caller's recovery middleware decides what the client sees
+		}
+	}()
+	next.ServeHTTP(cw, r)
+	if cw.streamed {
+		_ = lock.Abandon(r.Context(), idem.ReasonStreamed)
+		return
+	}
+	_ = lock.Finish(r.Context(), cw.status, w.Header())
+}
+
+// captureWriter passes the response through to the client and copies its
+// body into the lock. Flush and Hijack work as usual but mark the response
+// as streamed, which is never stored.
+type captureWriter struct {
+	http.ResponseWriter
+	lock        *idem.Lock
+	status      int
+	wroteHeader bool
+	streamed    bool
+}
+
+func (w *captureWriter) WriteHeader(code int) {
+	if !w.wroteHeader {
+		if code == http.StatusSwitchingProtocols {
+			w.streamed = true
+		}
+		if code >= 200 || code == http.StatusSwitchingProtocols {
+			w.status, w.wroteHeader = code, true
+		}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *captureWriter) Write(p []byte) (int, error) {
+	if !w.wroteHeader {
+		w.WriteHeader(http.StatusOK)
+	}
+	n, err := w.ResponseWriter.Write(p)
+	_, _ = w.lock.Write(p[:n])
+	return n, err
+}
+
+// Flush implements http.Flusher.
+func (w *captureWriter) Flush() {
+	w.streamed = true
+	if f, ok := w.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// Hijack implements http.Hijacker.
+func (w *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	h, ok := w.ResponseWriter.(http.Hijacker)
+	if !ok {
+		return nil, nil, errors.New("idemhttp: the underlying ResponseWriter cannot be hijacked")
+	}
+	w.streamed = true
+	return h.Hijack()
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *captureWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -1,0 +1,26 @@
+package idemhttp_test
+
+import (
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemhttp"
+	"github.com/idemkit/idemkit/core/idemtest"
+)
+
+func mount(tb testing.TB, e *idem.Engine, h http.Handler) string {
+	scope := idemhttp.WithScope(func(r *http.Request) string { return r.Header.Get(idemtest.ScopeHeader) })
+	srv := httptest.NewUnstartedServer(idemhttp.Middleware(e, scope)(h))
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the suite's panics are expected
+	srv.Start()
+	tb.Cleanup(srv.Close)
+	return srv.URL
+}
+
+func TestConformance(t *testing.T) {
+	idemtest.TestMiddleware(t, mount)
+}

@@ -1,0 +1,30 @@
+package idemtest
+
+import (
+	"sync"
+	"time"
+)
+
+// Clock is a manual clock for tests of leases and expiry: give its Now to
+// idem.Config.Now and move it with Advance instead of sleeping.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewClock returns a Clock showing start.
+func NewClock(start time.Time) *Clock { return &Clock{now: start} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}

@@ -1,0 +1,654 @@
+// Package idemtest holds the conformance suites every idemkit store and
+// adapter runs: TestStore for idem.Store implementations and TestMiddleware
+// for HTTP adapters. Both use only the standard library.
+package idemtest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+)
+
+// TestStore runs the store contract (the doc comments of idem.Store) against
+// stores made by newStore, a fresh, empty store for each subtest. Subtests
+// are named after the clauses they check.
+func TestStore(t *testing.T, newStore func(testing.TB) idem.Store) {
+	t.Helper()
+	for _, c := range storeChecks {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := c.check(ctx, newStore(t)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+type storeCheck struct {
+	name  string
+	check func(context.Context, idem.Store) error
+}
+
+// storeChecks are plain functions returning errors so that the suite itself
+// can be tested against deliberately broken stores.
+var storeChecks = []storeCheck{
+	{"Acquire/New", checkAcquireNew},
+	{"Acquire/InFlight", checkAcquireInFlight},
+	{"Acquire/TakeoverAfterLease", checkTakeoverAfterLease},
+	{"Acquire/NoTakeoverWithOtherFingerprint", checkNoTakeoverOtherFingerprint},
+	{"Acquire/Completed", checkAcquireCompleted},
+	{"Acquire/ScopesApart", checkScopesApart},
+	{"Expired/Completed", checkExpiredCompleted},
+	{"Expired/InFlight", checkExpiredInFlight},
+	{"Renew/ExtendsLease", checkRenewExtends},
+	{"Renew/StaleOwner", checkRenewStale},
+	{"Complete/RoundTrip", checkCompleteRoundTrip},
+	{"Complete/RoundTrip-1MiB", checkCompleteLarge},
+	{"Complete/StaleOwner", checkCompleteStale},
+	{"Complete/Twice", checkCompleteTwice},
+	{"Release/AllowsRetry", checkReleaseAllowsRetry},
+	{"Release/StaleOwner", checkReleaseStale},
+	{"Release/Completed", checkReleaseCompleted},
+	{"Get/NotFound", checkGetNotFound},
+	{"Purge/Batched", checkPurgeBatched},
+	{"Purge/KeepsLive", checkPurgeKeepsLive},
+	{"Context/Canceled", checkCanceled},
+	{"Concurrent/OneWinner", checkConcurrentOneWinner},
+	{"Concurrent/OneTakeover", checkConcurrentOneTakeover},
+}
+
+// t0 is a fixed time in whole milliseconds, so stores that keep millisecond
+// or microsecond precision return exactly what they were given.
+var t0 = time.Date(2031, 3, 14, 15, 9, 26, 535_000_000, time.UTC)
+
+const (
+	lease = 30 * time.Second
+	ttl   = 24 * time.Hour
+)
+
+var (
+	fpA = idem.Fingerprint{0: 'a', 31: 1}
+	fpB = idem.Fingerprint{0: 'b', 31: 2}
+)
+
+func acquireAt(id idem.ID, fp idem.Fingerprint, token string, now time.Time) idem.Acquire {
+	return idem.Acquire{ID: id, Fingerprint: fp, Token: token, Now: now,
+		LeaseUntil: now.Add(lease), ExpiresAt: now.Add(ttl)}
+}
+
+// acquire calls Store.Acquire and checks the outcome.
+func acquire(ctx context.Context, s idem.Store, a idem.Acquire, want idem.AcquireOutcome) (idem.Record, error) {
+	rec, got, err := s.Acquire(ctx, a)
+	if err != nil {
+		return rec, fmt.Errorf("Acquire(%q, token %q): %w", a.ID.Key, a.Token, err)
+	}
+	if got != want {
+		return rec, fmt.Errorf("Acquire(%q, token %q) = %v, want %v", a.ID.Key, a.Token, got, want)
+	}
+	return rec, nil
+}
+
+func wantErr(op string, err, target error) error {
+	if !errors.Is(err, target) {
+		return fmt.Errorf("%s: got error %v, want %v", op, err, target)
+	}
+	return nil
+}
+
+// sameTime allows for stores that keep less than nanosecond precision.
+func sameTime(a, b time.Time) bool {
+	d := a.Sub(b)
+	return d < time.Millisecond && d > -time.Millisecond
+}
+
+func checkRecord(rec idem.Record, a idem.Acquire) error {
+	switch {
+	case rec.ID != a.ID:
+		return fmt.Errorf("record ID = %+v, want %+v", rec.ID, a.ID)
+	case rec.State != idem.InFlight:
+		return fmt.Errorf("record state = %v, want in-flight", rec.State)
+	case rec.Token != a.Token:
+		return fmt.Errorf("record token = %q, want %q", rec.Token, a.Token)
+	case rec.Fingerprint != a.Fingerprint:
+		return fmt.Errorf("record fingerprint = %v, want %v", rec.Fingerprint, a.Fingerprint)
+	case !sameTime(rec.LeaseUntil, a.LeaseUntil):
+		return fmt.Errorf("record lease until %v, want %v", rec.LeaseUntil, a.LeaseUntil)
+	case !sameTime(rec.ExpiresAt, a.ExpiresAt):
+		return fmt.Errorf("record expires at %v, want %v", rec.ExpiresAt, a.ExpiresAt)
+	}
+	return nil
+}
+
+func checkAcquireNew(ctx context.Context, s idem.Store) error {
+	a := acquireAt(idem.ID{Scope: "acct_1", Key: "k-new"}, fpA, "tok-1", t0)
+	rec, err := acquire(ctx, s, a, idem.Created)
+	if err != nil {
+		return err
+	}
+	if err := checkRecord(rec, a); err != nil {
+		return fmt.Errorf("Acquire returned: %w", err)
+	}
+	got, err := s.Get(ctx, a.ID)
+	if err != nil {
+		return fmt.Errorf("Get after Acquire: %w", err)
+	}
+	if err := checkRecord(got, a); err != nil {
+		return fmt.Errorf("Get returned: %w", err)
+	}
+	return nil
+}
+
+func checkAcquireInFlight(ctx context.Context, s idem.Store) error {
+	id := idem.ID{Key: "k-busy"}
+	first := acquireAt(id, fpA, "tok-1", t0)
+	if _, err := acquire(ctx, s, first, idem.Created); err != nil {
+		return err
+	}
+	// Just before the lease runs out, with either fingerprint.
+	for _, fp := range []idem.Fingerprint{fpA, fpB} {
+		rec, err := acquire(ctx, s, acquireAt(id, fp, "tok-2", t0.Add(lease-time.Millisecond)), idem.Existing)
+		if err != nil {
+			return err
+		}
+		if err := checkRecord(rec, first); err != nil {
+			return fmt.Errorf("Existing record: %w", err)
+		}
+	}
+	return nil
+}
+
+func checkTakeoverAfterLease(ctx context.Context, s idem.Store) error {
+	id := idem.ID{Key: "k-crashed"}
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-dead", t0), idem.Created); err != nil {
+		return err
+	}
+	next := acquireAt(id, fpA, "tok-next", t0.Add(lease))
+	rec, err := acquire(ctx, s, next, idem.TookOver)
+	if err != nil {
+		return err
+	}
+	if err := checkRecord(rec, next); err != nil {
+		return fmt.Errorf("taken-over record: %w", err)
+	}
+	return nil
+}
+
+func checkNoTakeoverOtherFingerprint(ctx context.Context, s idem.Store) error {
+	id := idem.ID{Key: "k-reused"}
+	first := acquireAt(id, fpA, "tok-1", t0)
+	if _, err := acquire(ctx, s, first, idem.Created); err != nil {
+		return err
+	}
+	rec, err := acquire(ctx, s, acquireAt(id, fpB, "tok-2", t0.Add(2*lease)), idem.Existing)
+	if err != nil {
+		return fmt.Errorf("a lapsed lease must not go to another payload: %w", err)
+	}
+	return checkRecord(rec, first)
+}
+
+func sampleResponse() idem.Response {
+	return idem.Response{
+		Status: 201,
+		Header: []idem.HeaderField{
+			{Name: "Content-Type", Values: []string{"application/json"}},
+			{Name: "Location", Values: []string{"/v1/charges/ch_1"}},
+			{Name: "Link", Values: []string{"</a>; rel=a", "</b>; rel=b"}},
+		},
+		Body: []byte(`{"id":"ch_1","amount":1999}`),
+	}
+}
+
+func completeAt(ctx context.Context, s idem.Store, id idem.ID, token string, resp idem.Response, now time.Time) error {
+	err := s.Complete(ctx, id, token, idem.Completion{Response: resp, CompletedAt: now, ExpiresAt: now.Add(ttl)})
+	if err != nil {
+		return fmt.Errorf("Complete(%q, token %q): %w", id.Key, token, err)
+	}
+	return nil
+}
+
+func checkResponse(got, want idem.Response) error {
+	if got.Status != want.Status {
+		return fmt.Errorf("stored status = %d, want %d", got.Status, want.Status)
+	}
+	if !bytes.Equal(got.Body, want.Body) {
+		return fmt.Errorf("stored body differs: %d bytes, want %d", len(got.Body), len(want.Body))
+	}
+	// The order of the header fields is kept: it is part of what is replayed.
+	if len(got.Header) != len(want.Header) {
+		return fmt.Errorf("stored header = %v, want %v", got.Header, want.Header)
+	}
+	for i, f := range want.Header {
+		if g := got.Header[i]; g.Name != f.Name || !slices.Equal(g.Values, f.Values) {
+			return fmt.Errorf("stored header %d = %s %q, want %s %q", i, g.Name, g.Values, f.Name, f.Values)
+		}
+	}
+	return nil
+}
+
+func checkAcquireCompleted(ctx context.Context, s idem.Store) error {
+	id := idem.ID{Key: "k-done"}
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.Created); err != nil {
+		return err
+	}
+	want := sampleResponse()
+	if err := completeAt(ctx, s, id, "tok-1", want, t0.Add(time.Second)); err != nil {
+		return err
+	}
+	// Long after the lease, well within the TTL: the record still answers.
+	rec, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(time.Hour)), idem.Existing)
+	if err != nil {
+		return err
+	}
+	if rec.State != idem.Completed || rec.Fingerprint != fpA {
+		return fmt.Errorf("record = state %v fingerprint %v, want completed with the original fingerprint", rec.State, rec.Fingerprint)
+	}
+	if !sameTime(rec.ExpiresAt, t0.Add(time.Second+ttl)) || !sameTime(rec.CompletedAt, t0.Add(time.Second)) {
+		return fmt.Errorf("completed at %v expires at %v, want %v and %v", rec.CompletedAt, rec.ExpiresAt, t0.Add(time.Second), t0.Add(time.Second+ttl))
+	}
+	return checkResponse(rec.Response, want)
+}
+
+func checkScopesApart(ctx context.Context, s idem.Store) error {
+	for _, scope := range []string{"acct_a", "acct_b", ""} {
+		id := idem.ID{Scope: scope, Key: "shared-key"}
+		if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-"+scope, t0), idem.Created); err != nil {
+			return fmt.Errorf("scope %q: %w", scope, err)
+		}
+	}
+	rec, err := s.Get(ctx, idem.ID{Scope: "acct_b", Key: "shared-key"})
+	if err != nil || rec.Token != "tok-acct_b" {
+		return fmt.Errorf("Get in scope acct_b = token %q, %v; want tok-acct_b", rec.Token, err)
+	}
+	return nil
+}
+
+func checkExpiredCompleted(ctx context.Context, s idem.Store) error {
+	id := idem.ID{Key: "k-old"}
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.Created); err != nil {
+		return err
+	}
+	if err := completeAt(ctx, s, id, "tok-1", sampleResponse(), t0); err != nil {
+		return err
+	}
+	if _, err := acquire(ctx, s, acquireAt(id, fpB, "tok-2", t0.Add(ttl-time.Millisecond)), idem.Existing); err != nil {
+		return fmt.Errorf("just before expiry: %w", err)
+	}
+	// Expired: a new request, whatever its payload.
+	next := acquireAt(id, fpB, "tok-3", t0.Add(ttl))
+	rec, err := acquire(ctx, s, next, idem.Created)
+	if err != nil {
+		return fmt.Errorf("at expiry: %w", err)
+	}
+	return checkRecord(rec, next)
+}
+
+func checkExpiredInFlight(ctx context.Context, s idem.Store) error {
+	id := idem.ID{Key: "k-abandoned"}
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.Created); err != nil {
+		return err
+	}
+	next := acquireAt(id, fpB, "tok-2", t0.Add(ttl))
+	rec, err := acquire(ctx, s, next, idem.Created)
+	if err != nil {
+		return fmt.Errorf("an abandoned in-flight record past its TTL is free for any payload: %w", err)
+	}
+	return checkRecord(rec, next)
+}
+
+func checkRenewExtends(ctx context.Context, s idem.Store) error {
+	id := idem.ID{Key: "k-slow"}
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.Created); err != nil {
+		return err
+	}
+	if err := s.Renew(ctx, id, "tok-1", t0.Add(2*lease)); err != nil {
+		return fmt.Errorf("Renew by the owner: %w", err)
+	}
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(lease)), idem.Existing); err != nil {
+		return fmt.Errorf("after renewal the holder keeps the key past the first lease: %w", err)
+	}
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-3", t0.Add(2*lease)), idem.TookOver); err != nil {
+		return fmt.Errorf("the renewed lease ends when it says: %w", err)
+	}
+	return nil
+}
+
+// takenOver leaves id held by "tok-new" after "tok-old" lost its lease.
+func takenOver(ctx context.Context, s idem.Store, id idem.ID) error {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-old", t0), idem.Created); err != nil {
+		return err
+	}
+	_, err := acquire(ctx, s, acquireAt(id, fpA, "tok-new", t0.Add(lease+time.Second)), idem.TookOver)
+	return err
+}
+
+func checkRenewStale(ctx context.Context, s idem.Store) error {
+	id := idem.ID{Key: "k-renew-stale"}
+	if err := takenOver(ctx, s, id); err != nil {
+		return err
+	}
+	if err := wantErr("Renew by the stale owner", s.Renew(ctx, id, "tok-old", t0.Add(time.Hour)), idem.ErrLockLost); err != nil {
+		return err
+	}
+	if err := wantErr("Renew of a missing record", s.Renew(ctx, idem.ID{Key: "nope"}, "tok-old", t0), idem.ErrLockLost); err != nil {
+		return err
+	}
+	rec, err := s.Get(ctx, id)
+	if err != nil || rec.Token != "tok-new" || !sameTime(rec.LeaseUntil, t0.Add(2*lease+time.Second)) {
+		return fmt.Errorf("after a stale Renew the record is token %q lease %v (%v), want tok-new's untouched", rec.Token, rec.LeaseUntil, err)
+	}
+	return nil
+}
+
+func checkCompleteRoundTrip(ctx context.Context, s idem.Store) error {
+	cases := []idem.Response{
+		sampleResponse(),
+		{Status: 204, Body: []byte{}},
+		{Status: 400, Header: []idem.HeaderField{{Name: "Content-Type", Values: []string{"application/problem+json"}}}, Body: []byte(`{"title":"bad"}`)},
+	}
+	for i, want := range cases {
+		id := idem.ID{Scope: "s", Key: fmt.Sprintf("k-rt-%d", i)}
+		if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.Created); err != nil {
+			return err
+		}
+		if err := completeAt(ctx, s, id, "tok", want, t0); err != nil {
+			return err
+		}
+		got, err := s.Get(ctx, id)
+		if err != nil {
+			return fmt.Errorf("Get: %w", err)
+		}
+		if got.State != idem.Completed {
+			return fmt.Errorf("state after Complete = %v", got.State)
+		}
+		if err := checkResponse(got.Response, want); err != nil {
+			return fmt.Errorf("status %d: %w", want.Status, err)
+		}
+	}
+	return nil
+}
+
+func checkCompleteLarge(ctx context.Context, s idem.Store) error {
+	body := make([]byte, 1<<20)
+	for i := range body {
+		body[i] = byte(i*7 + i>>9) // every byte value, not compressible to nothing
+	}
+	want := idem.Response{Status: 200, Header: []idem.HeaderField{{Name: "Content-Type", Values: []string{"application/octet-stream"}}}, Body: body}
+	id := idem.ID{Key: "k-large"}
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.Created); err != nil {
+		return err
+	}
+	if err := completeAt(ctx, s, id, "tok", want, t0); err != nil {
+		return err
+	}
+	rec, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(time.Minute)), idem.Existing)
+	if err != nil {
+		return err
+	}
+	return checkResponse(rec.Response, want)
+}
+
+func checkCompleteStale(ctx context.Context, s idem.Store) error {
+	id := idem.ID{Key: "k-fenced"}
+	if err := takenOver(ctx, s, id); err != nil {
+		return err
+	}
+	stale := idem.Response{Status: 201, Body: []byte("stale")}
+	if err := wantErr("Complete by the stale owner", s.Complete(ctx, id, "tok-old", idem.Completion{Response: stale, CompletedAt: t0, ExpiresAt: t0.Add(ttl)}), idem.ErrLockLost); err != nil {
+		return err
+	}
+	rec, err := s.Get(ctx, id)
+	if err != nil || rec.State != idem.InFlight || rec.Token != "tok-new" {
+		return fmt.Errorf("after a stale Complete the record is %v token %q (%v), want in-flight held by tok-new", rec.State, rec.Token, err)
+	}
+	want := sampleResponse()
+	if err := completeAt(ctx, s, id, "tok-new", want, t0.Add(lease+2*time.Second)); err != nil {
+		return fmt.Errorf("the new owner completes: %w", err)
+	}
+	rec, err = s.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	return checkResponse(rec.Response, want)
+}
+
+func checkCompleteTwice(ctx context.Context, s idem.Store) error {
+	id := idem.ID{Key: "k-twice"}
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.Created); err != nil {
+		return err
+	}
+	want := sampleResponse()
+	if err := completeAt(ctx, s, id, "tok", want, t0); err != nil {
+		return err
+	}
+	again := idem.Completion{Response: idem.Response{Status: 500}, CompletedAt: t0, ExpiresAt: t0.Add(ttl)}
+	if err := wantErr("second Complete", s.Complete(ctx, id, "tok", again), idem.ErrLockLost); err != nil {
+		return err
+	}
+	rec, err := s.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	return checkResponse(rec.Response, want)
+}
+
+func checkReleaseAllowsRetry(ctx context.Context, s idem.Store) error {
+	id := idem.ID{Key: "k-5xx"}
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.Created); err != nil {
+		return err
+	}
+	if err := s.Release(ctx, id, "tok-1"); err != nil {
+		return fmt.Errorf("Release by the owner: %w", err)
+	}
+	if _, err := s.Get(ctx, id); !errors.Is(err, idem.ErrNotFound) {
+		return fmt.Errorf("Get after Release: %v, want ErrNotFound", err)
+	}
+	_, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(time.Millisecond)), idem.Created)
+	return err
+}
+
+func checkReleaseStale(ctx context.Context, s idem.Store) error {
+	id := idem.ID{Key: "k-release-stale"}
+	if err := takenOver(ctx, s, id); err != nil {
+		return err
+	}
+	if err := wantErr("Release by the stale owner", s.Release(ctx, id, "tok-old"), idem.ErrLockLost); err != nil {
+		return err
+	}
+	if rec, err := s.Get(ctx, id); err != nil || rec.Token != "tok-new" {
+		return fmt.Errorf("after a stale Release the record is token %q (%v), want tok-new's", rec.Token, err)
+	}
+	return nil
+}
+
+func checkReleaseCompleted(ctx context.Context, s idem.Store) error {
+	id := idem.ID{Key: "k-release-done"}
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.Created); err != nil {
+		return err
+	}
+	if err := completeAt(ctx, s, id, "tok", sampleResponse(), t0); err != nil {
+		return err
+	}
+	if err := wantErr("Release of a completed record", s.Release(ctx, id, "tok"), idem.ErrLockLost); err != nil {
+		return err
+	}
+	if rec, err := s.Get(ctx, id); err != nil || rec.State != idem.Completed {
+		return fmt.Errorf("a completed record must survive Release: %v, %v", rec.State, err)
+	}
+	return nil
+}
+
+func checkGetNotFound(ctx context.Context, s idem.Store) error {
+	_, err := s.Get(ctx, idem.ID{Scope: "x", Key: "never-used"})
+	return wantErr("Get of a missing record", err, idem.ErrNotFound)
+}
+
+func checkPurgeBatched(ctx context.Context, s idem.Store) error {
+	const expired, live, batch = 25, 5, 10
+	for i := range expired + live {
+		id := idem.ID{Scope: "p", Key: fmt.Sprintf("k-purge-%02d", i)}
+		at := t0
+		if i >= expired {
+			at = t0.Add(time.Hour) // completes later, so outlives the purge time
+		}
+		if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", at), idem.Created); err != nil {
+			return err
+		}
+		if err := completeAt(ctx, s, id, "tok", sampleResponse(), at); err != nil {
+			return err
+		}
+	}
+	purgeAt := t0.Add(ttl + time.Minute)
+	var got []int
+	for range 5 {
+		n, err := s.Purge(ctx, purgeAt, batch)
+		if err != nil {
+			return fmt.Errorf("Purge: %w", err)
+		}
+		if n > batch {
+			return fmt.Errorf("Purge(limit %d) deleted %d records", batch, n)
+		}
+		got = append(got, n)
+		if n == 0 {
+			break
+		}
+	}
+	total := 0
+	for _, n := range got {
+		total += n
+	}
+	if total != expired || got[len(got)-1] != 0 {
+		return fmt.Errorf("Purge batches deleted %v, want %d in all in batches of at most %d", got, expired, batch)
+	}
+	for i := range expired + live {
+		_, err := s.Get(ctx, idem.ID{Scope: "p", Key: fmt.Sprintf("k-purge-%02d", i)})
+		if i < expired && !errors.Is(err, idem.ErrNotFound) {
+			return fmt.Errorf("expired record %d survived the purge (%v)", i, err)
+		}
+		if i >= expired && err != nil {
+			return fmt.Errorf("live record %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+func checkPurgeKeepsLive(ctx context.Context, s idem.Store) error {
+	// An in-flight record past its TTL whose holder still renews its lease.
+	id := idem.ID{Key: "k-marathon"}
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.Created); err != nil {
+		return err
+	}
+	if err := s.Renew(ctx, id, "tok", t0.Add(ttl+time.Hour)); err != nil {
+		return err
+	}
+	if n, err := s.Purge(ctx, t0.Add(ttl+time.Minute), 100); err != nil || n != 0 {
+		return fmt.Errorf("Purge deleted %d (%v), want 0: the holder still renews its lease", n, err)
+	}
+	_, err := s.Get(ctx, id)
+	return err
+}
+
+func checkCanceled(ctx context.Context, s idem.Store) error {
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	id := idem.ID{Key: "k-canceled"}
+	if _, _, err := s.Acquire(canceled, acquireAt(id, fpA, "tok", t0)); err == nil {
+		return errors.New("Acquire with a canceled context succeeded")
+	}
+	// Nothing was written: the key is free.
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.Created); err != nil {
+		return fmt.Errorf("after a canceled Acquire: %w", err)
+	}
+	ops := map[string]error{
+		"Renew":    s.Renew(canceled, id, "tok", t0.Add(time.Hour)),
+		"Complete": s.Complete(canceled, id, "tok", idem.Completion{Response: sampleResponse(), CompletedAt: t0, ExpiresAt: t0.Add(ttl)}),
+		"Release":  s.Release(canceled, id, "tok"),
+	}
+	for op, err := range ops {
+		if err == nil || errors.Is(err, idem.ErrLockLost) {
+			return fmt.Errorf("%s with a canceled context: got %v, want the context's error", op, err)
+		}
+	}
+	if _, err := s.Get(canceled, id); err == nil {
+		return errors.New("Get with a canceled context succeeded")
+	}
+	if _, err := s.Purge(canceled, t0.Add(2*ttl), 10); err == nil {
+		return errors.New("Purge with a canceled context succeeded")
+	}
+	rec, err := s.Get(ctx, id)
+	if err != nil || rec.State != idem.InFlight || !sameTime(rec.LeaseUntil, t0.Add(lease)) {
+		return fmt.Errorf("canceled calls changed the record: %v %v (%v)", rec.State, rec.LeaseUntil, err)
+	}
+	return nil
+}
+
+// race runs f from n goroutines released at once and collects the outcomes.
+func race(n int, f func(i int) (idem.AcquireOutcome, string, error)) (map[idem.AcquireOutcome]int, map[string]bool, error) {
+	var (
+		mu       sync.Mutex
+		outcomes = map[idem.AcquireOutcome]int{}
+		holders  = map[string]bool{}
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	start := make(chan struct{})
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			o, holder, err := f(i)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+			outcomes[o]++
+			holders[holder] = true
+		})
+	}
+	close(start)
+	wg.Wait()
+	return outcomes, holders, firstErr
+}
+
+func checkConcurrentOneWinner(ctx context.Context, s idem.Store) error {
+	const n = 100
+	id := idem.ID{Scope: "race", Key: "k-race"}
+	outcomes, holders, err := race(n, func(i int) (idem.AcquireOutcome, string, error) {
+		rec, o, err := s.Acquire(ctx, acquireAt(id, fpA, fmt.Sprintf("tok-%d", i), t0))
+		return o, rec.Token, err
+	})
+	if err != nil {
+		return err
+	}
+	if outcomes[idem.Created] != 1 || outcomes[idem.Existing] != n-1 || len(holders) != 1 {
+		return fmt.Errorf("%d concurrent acquirers: outcomes %v, holders seen %d; want exactly one winner that all others see", n, outcomes, len(holders))
+	}
+	return nil
+}
+
+func checkConcurrentOneTakeover(ctx context.Context, s idem.Store) error {
+	const n = 100
+	id := idem.ID{Scope: "race", Key: "k-race-takeover"}
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-dead", t0), idem.Created); err != nil {
+		return err
+	}
+	later := t0.Add(lease + time.Second)
+	outcomes, holders, err := race(n, func(i int) (idem.AcquireOutcome, string, error) {
+		rec, o, err := s.Acquire(ctx, acquireAt(id, fpA, fmt.Sprintf("tok-%d", i), later))
+		return o, rec.Token, err
+	})
+	if err != nil {
+		return err
+	}
+	if outcomes[idem.TookOver] != 1 || outcomes[idem.Existing] != n-1 || len(holders) != 1 {
+		return fmt.Errorf("%d concurrent takeovers: outcomes %v, holders seen %d; want exactly one", n, outcomes, len(holders))
+	}
+	return nil
+}

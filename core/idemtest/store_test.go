@@ -1,0 +1,121 @@
+package idemtest
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/memstore"
+)
+
+// The suite must catch the mistakes a store author is likely to make: each
+// broken store below breaks one clause, and the check for it must fail.
+func TestStoreSuiteCatchesBrokenStores(t *testing.T) {
+	cases := []struct {
+		check  string
+		broken func(*memstore.Store) idem.Store
+	}{
+		{"Complete/StaleOwner", func(s *memstore.Store) idem.Store { return noFencing{s} }},
+		{"Release/StaleOwner", func(s *memstore.Store) idem.Store { return noFencing{s} }},
+		{"Acquire/TakeoverAfterLease", func(s *memstore.Store) idem.Store { return noTakeover{s} }},
+		{"Context/Canceled", func(s *memstore.Store) idem.Store { return ignoresContext{s} }},
+		{"Purge/Batched", func(s *memstore.Store) idem.Store { return unboundedPurge{s} }},
+		{"Concurrent/OneWinner", func(*memstore.Store) idem.Store { return &readThenWrite{records: map[idem.ID]idem.Record{}} }},
+	}
+	for _, c := range cases {
+		t.Run(c.check, func(t *testing.T) {
+			var check func(context.Context, idem.Store) error
+			for _, sc := range storeChecks {
+				if sc.name == c.check {
+					check = sc.check
+				}
+			}
+			if check == nil {
+				t.Fatalf("no check named %q", c.check)
+			}
+			s := memstore.New(memstore.WithPurgeInterval(0))
+			if err := check(context.Background(), c.broken(s)); err == nil {
+				t.Fatalf("check %s passed a store that breaks it", c.check)
+			} else {
+				t.Logf("caught: %v", err)
+			}
+		})
+	}
+}
+
+// noFencing completes and releases for whoever holds the record now.
+type noFencing struct{ *memstore.Store }
+
+func (s noFencing) Complete(ctx context.Context, id idem.ID, _ string, c idem.Completion) error {
+	rec, err := s.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	return s.Store.Complete(ctx, id, rec.Token, c)
+}
+
+func (s noFencing) Release(ctx context.Context, id idem.ID, _ string) error {
+	rec, err := s.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	return s.Store.Release(ctx, id, rec.Token)
+}
+
+// noTakeover never frees a key whose holder crashed.
+type noTakeover struct{ *memstore.Store }
+
+func (s noTakeover) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
+	if rec, err := s.Get(ctx, a.ID); err == nil && rec.State == idem.InFlight && !rec.Expired(a.Now) {
+		return rec, idem.Existing, nil
+	}
+	return s.Store.Acquire(ctx, a)
+}
+
+// ignoresContext does its work whatever the caller's context says.
+type ignoresContext struct{ *memstore.Store }
+
+func (s ignoresContext) Acquire(_ context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
+	return s.Store.Acquire(context.Background(), a)
+}
+
+// unboundedPurge deletes everything at once.
+type unboundedPurge struct{ *memstore.Store }
+
+func (s unboundedPurge) Purge(ctx context.Context, now time.Time, _ int) (int, error) {
+	return s.Store.Purge(ctx, now, 1<<30)
+}
+
+// readThenWrite checks for a record and writes it in two steps.
+type readThenWrite struct {
+	mu      sync.Mutex
+	records map[idem.ID]idem.Record
+}
+
+func (s *readThenWrite) Acquire(_ context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
+	s.mu.Lock()
+	rec, ok := s.records[a.ID]
+	s.mu.Unlock()
+	if ok && !rec.Expired(a.Now) {
+		return rec, idem.Existing, nil
+	}
+	time.Sleep(time.Millisecond) // the window every read-then-write has
+	rec = idem.Record{ID: a.ID, Fingerprint: a.Fingerprint, State: idem.InFlight, Token: a.Token,
+		LeaseUntil: a.LeaseUntil, ExpiresAt: a.ExpiresAt, CreatedAt: a.Now}
+	s.mu.Lock()
+	s.records[a.ID] = rec
+	s.mu.Unlock()
+	return rec, idem.Created, nil
+}
+
+func (s *readThenWrite) Renew(context.Context, idem.ID, string, time.Time) error { return nil }
+func (s *readThenWrite) Complete(context.Context, idem.ID, string, idem.Completion) error {
+	return nil
+}
+func (s *readThenWrite) Release(context.Context, idem.ID, string) error { return nil }
+func (s *readThenWrite) Get(context.Context, idem.ID) (idem.Record, error) {
+	return idem.Record{}, idem.ErrNotFound
+}
+func (s *readThenWrite) Purge(context.Context, time.Time, int) (int, error) { return 0, nil }

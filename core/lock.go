@@ -1,0 +1,285 @@
+package idem
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Lock is held by the one request that runs the handler for a key. The
+// in-flight record in the store, with its lease, is the lock; no mutex or
+// transaction is held while the handler runs. While held, the lease is
+// renewed every Config.RenewEvery by a timer (no goroutine runs between
+// renewals), so a slow handler keeps its key and a crashed process loses it
+// within one lease.
+//
+// The adapter copies the response body into the Lock with Write as the
+// handler writes it, then ends the Lock exactly once with Finish or Abandon.
+// A Lock must not be used after it ends.
+type Lock struct {
+	e      *Engine
+	method string
+	path   string
+	id     ID
+	token  string
+	began  time.Time
+
+	body     []byte
+	bodyBuf  *[]byte // pooled backing of body, returned when the lock ends
+	overflow bool
+
+	mu    sync.Mutex // serialises renewals with the end of the lock
+	timer *time.Timer
+	ended bool
+}
+
+func (e *Engine) newLock(r *Request, a Acquire, began time.Time) *Lock {
+	l := &Lock{e: e, method: r.Method, path: r.Path, id: a.ID, token: a.Token, began: began}
+	l.mu.Lock() // the first renewal may fire before the assignment
+	l.timer = time.AfterFunc(e.cfg.RenewEvery, l.renew)
+	l.mu.Unlock()
+	return l
+}
+
+// Write keeps a copy of p as part of the response body to store. It always
+// succeeds; past Config.MaxResponseBody it stops copying and the response
+// will not be stored.
+func (l *Lock) Write(p []byte) (int, error) {
+	if l.overflow {
+		return len(p), nil
+	}
+	if len(l.body)+len(p) > l.e.cfg.MaxResponseBody {
+		l.overflow = true
+		l.recycleBody()
+		return len(p), nil
+	}
+	if l.body == nil {
+		l.bodyBuf = captureBufs.Get().(*[]byte)
+		l.body = (*l.bodyBuf)[:0]
+	}
+	l.body = append(l.body, p...)
+	return len(p), nil
+}
+
+// HeaderReader reads response headers; http.Header satisfies it.
+type HeaderReader interface {
+	Values(key string) []string
+}
+
+// Finish ends the Lock after the handler wrote a complete response with this
+// status and these headers. A storable response is recorded for replay;
+// any other releases the key at once so a retry runs the handler again. The
+// store is written even if ctx was cancelled meanwhile (the client may have
+// gone; its retry still deserves the replay).
+// It returns the store's error, if any, for callers that care; adapters
+// may ignore it, as it is also reported through the Engine's events.
+func (l *Lock) Finish(ctx context.Context, status int, header HeaderReader) error {
+	if !l.end() {
+		return nil
+	}
+	ctx = detach(ctx)
+	switch {
+	case !Storable(status):
+		return l.release(ctx, ReasonStatus, status)
+	case l.overflow:
+		return l.release(ctx, ReasonTooLarge, status)
+	}
+	resp := Response{Status: status, Header: l.e.storedHeader(header), Body: slices.Clone(l.body)}
+	if resp.Body == nil {
+		resp.Body = []byte{}
+	}
+	l.recycleBody()
+	now := l.e.cfg.Now()
+	start := time.Now()
+	err := l.e.cfg.Store.Complete(ctx, l.id, l.token, Completion{
+		Response:    resp,
+		CompletedAt: now,
+		ExpiresAt:   now.Add(l.e.cfg.TTL),
+	})
+	ev := l.e.event(EventStored, l.method, l.path, l.id.Key, l.began)
+	ev.Status, ev.StoreLatency = status, time.Since(start)
+	switch {
+	case err == nil:
+		l.e.emit(ctx, &ev, slog.LevelDebug)
+	case errors.Is(err, ErrLockLost):
+		ev.Kind, ev.Reason = EventNotStored, ReasonLockLost
+		l.e.emit(ctx, &ev, slog.LevelWarn)
+	default:
+		ev.Kind, ev.Reason, ev.Err = EventNotStored, ReasonStore, err
+		l.e.emit(ctx, &ev, slog.LevelError)
+		// The record may still be in flight: free it now rather than after
+		// its lease. If the store is down this fails too, and the lease
+		// frees the key later.
+		_ = l.e.cfg.Store.Release(ctx, l.id, l.token)
+	}
+	return err
+}
+
+// Abandon ends the Lock without storing anything: the handler panicked, or
+// its response was streamed, hijacked or otherwise not captured whole. The
+// key is released at once so a retry runs the handler again.
+func (l *Lock) Abandon(ctx context.Context, reason Reason) error {
+	if !l.end() {
+		return nil
+	}
+	return l.release(detach(ctx), reason, 0)
+}
+
+// detach keeps ctx's values but not its cancellation: the outcome of a
+// request that ran must be recorded even if its client has gone.
+func detach(ctx context.Context) context.Context {
+	if ctx.Done() == nil {
+		return ctx // cannot be cancelled anyway
+	}
+	return context.WithoutCancel(ctx)
+}
+
+func (l *Lock) release(ctx context.Context, reason Reason, status int) error {
+	l.recycleBody()
+	start := time.Now()
+	err := l.e.cfg.Store.Release(ctx, l.id, l.token)
+	ev := l.e.event(EventNotStored, l.method, l.path, l.id.Key, l.began)
+	ev.Status, ev.Reason, ev.StoreLatency = status, reason, time.Since(start)
+	level := slog.LevelDebug
+	if err != nil && !errors.Is(err, ErrLockLost) {
+		ev.Err, level = err, slog.LevelError
+	}
+	l.e.emit(ctx, &ev, level)
+	if errors.Is(err, ErrLockLost) {
+		return nil // someone else holds or finished the key: nothing of ours to free
+	}
+	return err
+}
+
+var captureBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+func (l *Lock) recycleBody() {
+	if l.bodyBuf != nil && cap(l.body) <= 64<<10 {
+		*l.bodyBuf = l.body[:0]
+		captureBufs.Put(l.bodyBuf)
+	}
+	l.body, l.bodyBuf = nil, nil
+}
+
+// end stops the renewals, waiting for one in progress, and reports whether
+// this call was the first to end the Lock.
+func (l *Lock) end() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return false
+	}
+	l.ended = true
+	l.timer.Stop()
+	return true
+}
+
+// renew runs on the timer's goroutine. Holding mu across the store call makes
+// end wait for it, so no renewal outlives the request.
+func (l *Lock) renew() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return
+	}
+	e := l.e
+	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RenewEvery)
+	err := e.cfg.Store.Renew(ctx, l.id, l.token, e.cfg.Now().Add(e.cfg.Lease))
+	cancel()
+	if errors.Is(err, ErrLockLost) {
+		// Another request took the key over; Finish will find out and
+		// store nothing. Renewing further is pointless.
+		ev := e.event(EventNotStored, l.method, l.path, l.id.Key, l.began)
+		e.cfg.Logger.LogAttrs(context.Background(), slog.LevelWarn, "idempotency lease lost while the handler runs",
+			slog.String("key_hash", ev.KeyHash()), slog.String("route", ev.Route))
+		return
+	}
+	if err != nil {
+		e.cfg.Logger.LogAttrs(context.Background(), slog.LevelWarn, "idempotency lease renewal failed",
+			slog.String("error", err.Error()))
+	}
+	// A transient failure is retried at the next tick while the lease lasts.
+	l.timer.Reset(e.cfg.RenewEvery)
+}
+
+// storedHeader copies the replayable headers. Each value slice is clipped
+// so that a middleware appending to a replayed header never writes into the
+// stored record's array.
+func (e *Engine) storedHeader(h HeaderReader) []HeaderField {
+	if h == nil {
+		return nil
+	}
+	var fields [8]HeaderField // enough for the usual few, on the stack
+	found := fields[:0]
+	count := 0
+	hh, direct := h.(http.Header) // names are canonical already: skip Values' canonicalisation
+	for _, name := range e.replayHeaders {
+		var vs []string
+		if direct {
+			vs = hh[name]
+		} else {
+			vs = h.Values(name)
+		}
+		if len(vs) > 0 {
+			found = append(found, HeaderField{Name: name, Values: vs})
+			count += len(vs)
+		}
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	// One array holds every value; each field's slice is clipped to its own part.
+	values := make([]string, 0, count)
+	out := make([]HeaderField, len(found))
+	for i, f := range found {
+		start := len(values)
+		values = append(values, f.Values...)
+		out[i] = HeaderField{Name: f.Name, Values: values[start:len(values):len(values)]}
+	}
+	return out
+}
+
+// event starts an Event for a request.
+func (e *Engine) event(kind EventKind, method, path, key string, began time.Time) Event {
+	route := path
+	for i := 0; i < len(route); i++ {
+		if route[i] == '?' {
+			route = route[:i]
+			break
+		}
+	}
+	return Event{Kind: kind, Method: method, Route: route, Duration: time.Since(began), key: key}
+}
+
+// emit hands ev to the OnEvent hook and the logger, if they listen.
+func (e *Engine) emit(ctx context.Context, ev *Event, level slog.Level) {
+	if e.cfg.OnEvent != nil {
+		e.cfg.OnEvent(ctx, *ev)
+	}
+	if !e.cfg.Logger.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 8)
+	attrs = append(attrs,
+		slog.String("event", ev.Kind.String()),
+		slog.String("method", ev.Method),
+		slog.String("route", ev.Route),
+		slog.Duration("duration", ev.Duration))
+	if ev.key != "" {
+		attrs = append(attrs, slog.String("key_hash", ev.KeyHash()))
+	}
+	if ev.Status != 0 {
+		attrs = append(attrs, slog.Int("status", ev.Status))
+	}
+	if ev.Reason != "" {
+		attrs = append(attrs, slog.String("reason", string(ev.Reason)))
+	}
+	if ev.Err != nil {
+		attrs = append(attrs, slog.String("error", ev.Err.Error()))
+	}
+	e.cfg.Logger.LogAttrs(ctx, level, "idempotency", attrs...)
+}

@@ -1,0 +1,299 @@
+// Package memstore is the in-memory idem.Store: the embedded default for a
+// single process, and the store tests use. Records live in sharded maps, so
+// requests for different keys rarely contend; the number of records is
+// bounded; a background purger deletes expired records until Close.
+//
+// Records do not survive a restart and are not shared between processes:
+// use a database store for several instances.
+package memstore
+
+import (
+	"context"
+	"hash/maphash"
+	"math"
+	"sync"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+)
+
+const shardCount = 64
+
+// Store is an in-memory idem.Store. Create it with New and stop its purger
+// with Close.
+type Store struct {
+	shards   [shardCount]shard
+	seed     maphash.Seed
+	perShard int
+
+	now       func() time.Time
+	batch     int
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+type shard struct {
+	mu      sync.Mutex
+	records map[idem.ID]*entry
+}
+
+// entry is a record as kept in memory: times as Unix nanoseconds, so a
+// store holding many records gives the garbage collector little to scan.
+type entry struct {
+	fp          idem.Fingerprint
+	token       string
+	resp        idem.Response
+	leaseUntil  int64
+	expiresAt   int64
+	createdAt   int64
+	completedAt int64
+	state       idem.State
+}
+
+const noTime = math.MinInt64
+
+func nanos(t time.Time) int64 {
+	if t.IsZero() {
+		return noTime
+	}
+	return t.UnixNano()
+}
+
+func fromNanos(n int64) time.Time {
+	if n == noTime {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
+
+// expired is idem.Record.Expired on nanoseconds.
+func (e *entry) expired(now int64) bool {
+	return now >= e.expiresAt && (e.state == idem.Completed || now >= e.leaseUntil)
+}
+
+func (e *entry) record(id idem.ID) idem.Record {
+	return idem.Record{
+		ID:          id,
+		Fingerprint: e.fp,
+		State:       e.state,
+		Token:       e.token,
+		LeaseUntil:  fromNanos(e.leaseUntil),
+		ExpiresAt:   fromNanos(e.expiresAt),
+		CreatedAt:   fromNanos(e.createdAt),
+		CompletedAt: fromNanos(e.completedAt),
+		Response:    e.resp,
+	}
+}
+
+var _ idem.Store = (*Store)(nil)
+
+// New returns a Store and starts its purger (unless disabled with
+// WithPurgeInterval(0)).
+func New(opts ...Option) *Store {
+	o := options{
+		maxRecords:    DefaultMaxRecords,
+		purgeInterval: DefaultPurgeInterval,
+		purgeBatch:    DefaultPurgeBatch,
+		now:           time.Now,
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	s := &Store{
+		seed:     maphash.MakeSeed(),
+		perShard: max(1, (o.maxRecords+shardCount-1)/shardCount),
+		now:      o.now,
+		batch:    o.purgeBatch,
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	for i := range s.shards {
+		s.shards[i].records = make(map[idem.ID]*entry)
+	}
+	if o.purgeInterval > 0 {
+		go s.purgeLoop(o.purgeInterval)
+	} else {
+		close(s.done)
+	}
+	return s
+}
+
+// Close stops the purger and waits for it to exit. The Store stays usable.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() { close(s.stop) })
+	<-s.done
+	return nil
+}
+
+func (s *Store) purgeLoop(every time.Duration) {
+	defer close(s.done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			// Batches release the shard locks between them, so requests
+			// are never held up for a whole sweep.
+			for {
+				n, _ := s.Purge(context.Background(), s.now(), s.batch)
+				if n < s.batch {
+					break
+				}
+				select {
+				case <-s.stop:
+					return
+				default:
+				}
+			}
+		}
+	}
+}
+
+func (s *Store) shard(id idem.ID) *shard {
+	var h maphash.Hash
+	h.SetSeed(s.seed)
+	h.WriteString(id.Scope)
+	h.WriteByte(0)
+	h.WriteString(id.Key)
+	return &s.shards[h.Sum64()%shardCount]
+}
+
+// Acquire implements idem.Store.
+func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
+	if err := ctx.Err(); err != nil {
+		return idem.Record{}, 0, err
+	}
+	sh := s.shard(a.ID)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	now := a.Now.UnixNano()
+	e, ok := sh.records[a.ID]
+	outcome := idem.Created
+	switch {
+	case !ok:
+		if len(sh.records) >= s.perShard && sh.sweep(now, 64) == 0 {
+			return idem.Record{}, 0, idem.ErrStoreFull
+		}
+		e = new(entry)
+		sh.records[a.ID] = e
+	case e.expired(now):
+	case e.state == idem.InFlight && now >= e.leaseUntil && e.fp == a.Fingerprint:
+		outcome = idem.TookOver
+	default:
+		return e.record(a.ID), idem.Existing, nil
+	}
+	*e = entry{
+		fp:          a.Fingerprint,
+		state:       idem.InFlight,
+		token:       a.Token,
+		leaseUntil:  nanos(a.LeaseUntil),
+		expiresAt:   nanos(a.ExpiresAt),
+		createdAt:   now,
+		completedAt: noTime,
+	}
+	return e.record(a.ID), outcome, nil
+}
+
+// Renew implements idem.Store.
+func (s *Store) Renew(ctx context.Context, id idem.ID, token string, leaseUntil time.Time) error {
+	return s.withOwned(ctx, id, token, func(_ *shard, e *entry) {
+		e.leaseUntil = nanos(leaseUntil)
+	})
+}
+
+// Complete implements idem.Store.
+func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
+	return s.withOwned(ctx, id, token, func(_ *shard, e *entry) {
+		// In place: readers only ever get copies, taken under the lock.
+		e.state = idem.Completed
+		e.resp = c.Response
+		e.completedAt = nanos(c.CompletedAt)
+		e.expiresAt = nanos(c.ExpiresAt)
+	})
+}
+
+// Release implements idem.Store.
+func (s *Store) Release(ctx context.Context, id idem.ID, token string) error {
+	return s.withOwned(ctx, id, token, func(sh *shard, _ *entry) {
+		delete(sh.records, id)
+	})
+}
+
+// withOwned runs f under the shard lock if token holds the in-flight record.
+func (s *Store) withOwned(ctx context.Context, id idem.ID, token string, f func(*shard, *entry)) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	sh := s.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.records[id]
+	if !ok || e.state != idem.InFlight || e.token != token {
+		return idem.ErrLockLost
+	}
+	f(sh, e)
+	return nil
+}
+
+// Get implements idem.Store.
+func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return idem.Record{}, err
+	}
+	sh := s.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, ok := sh.records[id]
+	if !ok {
+		return idem.Record{}, idem.ErrNotFound
+	}
+	return e.record(id), nil
+}
+
+// Purge implements idem.Store. It holds one shard's lock at a time.
+func (s *Store) Purge(ctx context.Context, now time.Time, limit int) (int, error) {
+	deleted := 0
+	for i := range s.shards {
+		if deleted >= limit {
+			break
+		}
+		if err := ctx.Err(); err != nil {
+			return deleted, err
+		}
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		deleted += sh.sweep(now.UnixNano(), limit-deleted)
+		sh.mu.Unlock()
+	}
+	return deleted, nil
+}
+
+// Len returns the number of records held, expired ones included.
+func (s *Store) Len() int {
+	n := 0
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += len(sh.records)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// sweep deletes up to limit expired records; the caller holds sh.mu.
+func (sh *shard) sweep(now int64, limit int) int {
+	n := 0
+	for id, e := range sh.records {
+		if n >= limit {
+			break
+		}
+		if e.expired(now) {
+			delete(sh.records, id)
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,82 @@
+package memstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemtest"
+	"github.com/idemkit/idemkit/core/memstore"
+)
+
+func TestStoreContract(t *testing.T) {
+	idemtest.TestStore(t, func(tb testing.TB) idem.Store {
+		s := memstore.New()
+		tb.Cleanup(func() { s.Close() })
+		return s
+	})
+}
+
+func TestMaxRecordsRefusesNewKeys(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New(memstore.WithMaxRecords(64), memstore.WithPurgeInterval(0))
+	now := time.Unix(1_000_000, 0)
+	acquire := func(i int, at time.Time) error {
+		_, _, err := s.Acquire(ctx, idem.Acquire{ID: idem.ID{Key: fmt.Sprint(i)}, Token: "t", Now: at,
+			LeaseUntil: at.Add(time.Second), ExpiresAt: at.Add(time.Minute)})
+		return err
+	}
+	refused := -1
+	for i := range 1000 {
+		if err := acquire(i, now); errors.Is(err, idem.ErrStoreFull) {
+			refused = i
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if refused < 0 || s.Len() > 64 {
+		t.Fatalf("store holds %d records and never refused; want at most 64 and ErrStoreFull", s.Len())
+	}
+	// The refused key's shard is full; once its records expire, their room
+	// is reclaimed on demand, without waiting for the purger.
+	if err := acquire(refused, now.Add(time.Hour)); err != nil {
+		t.Fatalf("a full shard of expired records still refuses: %v", err)
+	}
+}
+
+func TestPurgerRunsAndStops(t *testing.T) {
+	before := runtime.NumGoroutine()
+	now := time.Unix(2_000_000, 0)
+	clock := func() time.Time { return now.Add(48 * time.Hour) }
+	s := memstore.New(memstore.WithPurgeInterval(5*time.Millisecond), memstore.WithClock(clock), memstore.WithPurgeBatch(3))
+	ctx := context.Background()
+	for i := range 20 {
+		id := idem.ID{Key: fmt.Sprint(i)}
+		if _, _, err := s.Acquire(ctx, idem.Acquire{ID: id, Token: "t", Now: now, LeaseUntil: now.Add(time.Second), ExpiresAt: now.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Len() > 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := s.Len(); n != 0 {
+		t.Fatalf("purger left %d expired records", n)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s.Close() // a second Close is harmless
+	for range 100 {
+		if runtime.NumGoroutine() <= before {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Fatalf("goroutines: %d before New, %d after Close", before, runtime.NumGoroutine())
+}

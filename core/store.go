@@ -1,0 +1,185 @@
+package idem
+
+import (
+	"context"
+	"time"
+)
+
+// Store persists idempotency records. Implementations must make every method
+// a single atomic step (one statement, script or transaction): the Engine's
+// guarantees rest on it, and it never reads a record and then writes it in a
+// separate step.
+//
+// Stores never consult a clock of their own: every time they compare against
+// is passed in by the Engine, so all instances sharing a store agree on the
+// rules and tests can move time freely.
+//
+// Errors: the named errors below are outcomes; any other error is a system
+// error (store unreachable, timeout, cancelled context), which the Engine
+// treats as "store unavailable". Records a store returns are read-only for
+// the caller; a store may keep the Response it receives in Complete, and the
+// Engine does not touch it afterwards.
+type Store interface {
+	// Acquire creates an in-flight record for a.ID holding a.Token, unless a
+	// live record already holds the ID. Atomically:
+	//   - no record, or an expired one (Record.Expired(a.Now)): write a fresh
+	//     in-flight record and return it with Created;
+	//   - an in-flight record whose lease ran out (LeaseUntil <= a.Now) and
+	//     whose Fingerprint equals a.Fingerprint: replace its token, lease and
+	//     CreatedAt and return it with TookOver (its ExpiresAt is also reset);
+	//   - otherwise leave the record untouched and return it with Existing.
+	// A holder that lost its lease to a request with another fingerprint keeps
+	// the record: a key reused with another payload is never taken over.
+	Acquire(ctx context.Context, a Acquire) (Record, AcquireOutcome, error)
+
+	// Renew moves the lease of the in-flight record held by token to
+	// leaseUntil. It returns ErrLockLost when no in-flight record for id holds
+	// token (taken over, completed, released or purged).
+	Renew(ctx context.Context, id ID, token string, leaseUntil time.Time) error
+
+	// Complete turns the in-flight record held by token into a completed
+	// record carrying c. It returns ErrLockLost, and changes nothing, when no
+	// in-flight record for id holds token: this fencing keeps a holder whose
+	// lease was taken over from overwriting its successor's record.
+	Complete(ctx context.Context, id ID, token string, c Completion) error
+
+	// Release deletes the in-flight record held by token so that a retry runs
+	// the handler again. It returns ErrLockLost, and deletes nothing, when no
+	// in-flight record for id holds token.
+	Release(ctx context.Context, id ID, token string) error
+
+	// Get returns the record stored for id, expired or not, or ErrNotFound.
+	Get(ctx context.Context, id ID) (Record, error)
+
+	// Purge deletes at most limit records that are expired at now and
+	// returns how many it deleted. Callers loop until it returns fewer than
+	// limit; a bounded batch keeps any lock it takes short.
+	Purge(ctx context.Context, now time.Time, limit int) (int, error)
+}
+
+// ID names a record: the key is only unique within its scope (tenant), so two
+// tenants using the same key never see each other's records.
+type ID struct {
+	Scope string
+	Key   string
+}
+
+// State is where a record is in its life.
+type State uint8
+
+const (
+	// InFlight: a request holds the key and its handler is running.
+	InFlight State = iota + 1
+	// Completed: the handler finished and its response is stored for replay.
+	Completed
+)
+
+// String returns the lower-case name of the state.
+func (s State) String() string {
+	switch s {
+	case InFlight:
+		return "in-flight"
+	case Completed:
+		return "completed"
+	}
+	return "unknown"
+}
+
+// Record is what a store keeps per ID.
+type Record struct {
+	ID          ID
+	Fingerprint Fingerprint
+	State       State
+	// Token identifies the current holder of an in-flight record (fencing).
+	Token string
+	// LeaseUntil is when an in-flight holder that stopped renewing loses the key.
+	LeaseUntil time.Time
+	// ExpiresAt is when the record stops counting: TTL after completion, and
+	// TTL after acquisition for a record that never completed.
+	ExpiresAt   time.Time
+	CreatedAt   time.Time
+	CompletedAt time.Time
+	// Response is set on completed records.
+	Response Response
+}
+
+// Expired reports whether the record no longer holds its key at now. An
+// in-flight record whose holder still renews its lease never expires under
+// it, however long its handler runs.
+func (r *Record) Expired(now time.Time) bool {
+	if now.Before(r.ExpiresAt) {
+		return false
+	}
+	return r.State == Completed || !now.Before(r.LeaseUntil)
+}
+
+// Acquire is the argument of Store.Acquire.
+type Acquire struct {
+	ID          ID
+	Fingerprint Fingerprint
+	Token       string
+	Now         time.Time
+	LeaseUntil  time.Time
+	ExpiresAt   time.Time
+}
+
+// AcquireOutcome says what Store.Acquire did.
+type AcquireOutcome uint8
+
+const (
+	// Existing: a live record holds the ID; the returned record is that one,
+	// unchanged.
+	Existing AcquireOutcome = iota
+	// Created: the caller now holds a new in-flight record.
+	Created
+	// TookOver: the caller now holds an in-flight record whose previous
+	// holder's lease had run out.
+	TookOver
+)
+
+// String returns the lower-case name of the outcome.
+func (o AcquireOutcome) String() string {
+	switch o {
+	case Existing:
+		return "existing"
+	case Created:
+		return "created"
+	case TookOver:
+		return "took-over"
+	}
+	return "unknown"
+}
+
+// Completion is the argument of Store.Complete.
+type Completion struct {
+	Response    Response
+	CompletedAt time.Time
+	ExpiresAt   time.Time
+}
+
+// Response is a stored HTTP response: what a replay sends back.
+type Response struct {
+	Status int
+	// Header holds only the headers that are replayed (see Config.ReplayHeaders).
+	Header []HeaderField
+	Body   []byte
+}
+
+// HeaderField is one stored response header. A short ordered list keeps a
+// stored record small and cheap for the garbage collector to scan, which
+// matters when a store holds many thousands of records in memory.
+type HeaderField struct {
+	// Name is canonical (as http.CanonicalHeaderKey returns it).
+	Name   string
+	Values []string
+}
+
+// Get returns the first value of the named header, or "".
+func (r *Response) Get(name string) string {
+	for _, f := range r.Header {
+		if f.Name == name && len(f.Values) > 0 {
+			return f.Values[0]
+		}
+	}
+	return ""
+}
