@@ -53,6 +53,9 @@ const (
 	ReasonPanic    Reason = "panic"     // the handler panicked
 	ReasonLockLost Reason = "lock-lost" // another request took the key over meanwhile
 	ReasonStore    Reason = "store-error"
+	// ReasonIncomplete: the adapter could not see the whole response, e.g. an
+	// error left for a middleware that runs after idemkit to render.
+	ReasonIncomplete Reason = "incomplete"
 )
 
 // Event describes one decision. It carries no key, body or tenant: only a

@@ -1,0 +1,179 @@
+// Package idemecho is the Echo adapter of idemkit: middleware that makes
+// POST and PATCH handlers safe to retry.
+//
+//	engine := idem.New(idem.Config{Store: memstore.New()})
+//	e := echo.New()
+//	e.Use(middleware.Recover(), idemecho.Middleware(engine))
+//	e.POST("/v1/charges", createCharge)
+//
+// It works registered with Use, on a group or on one route. A handler's
+// returned error is rendered by e.HTTPErrorHandler inside the capture, so
+// it is stored or not exactly as if the handler had written that response.
+package idemecho
+
+import (
+	"bufio"
+	"bytes"
+	"net"
+	"net/http"
+
+	idem "github.com/idemkit/idemkit/core"
+	"github.com/labstack/echo/v4"
+)
+
+// Middleware returns Echo middleware that runs every request through e.
+func Middleware(e *idem.Engine, opts ...Option) echo.MiddlewareFunc {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	keyHeader := e.HeaderName()
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			r := c.Request()
+			if !e.Guards(r.Method) {
+				return next(c)
+			}
+			req := idem.Request{
+				Method:        r.Method,
+				Path:          requestTarget(r),
+				KeyLines:      r.Header[keyHeader],
+				ContentType:   r.Header.Get("Content-Type"),
+				BodyReader:    r.Body,
+				ContentLength: r.ContentLength,
+			}
+			if r.Body == nil || r.Body == http.NoBody {
+				req.Body, req.BodyReader = []byte{}, nil
+			}
+			if o.scope != nil {
+				req.Scope = o.scope(c)
+			}
+			d := e.Begin(r.Context(), &req)
+			switch d.Action {
+			case idem.Respond:
+				return writeResponse(c.Response(), &d.Response, d.Replayed)
+			case idem.Run:
+				return serveLocked(c, next, d)
+			default:
+				if d.Body != nil {
+					body := new(bodyReader)
+					body.Reset(d.Body)
+					r.Body = body
+				}
+				return next(c)
+			}
+		}
+	}
+}
+
+// requestTarget is the path and query as the client sent them.
+func requestTarget(r *http.Request) string {
+	if len(r.RequestURI) > 0 && r.RequestURI[0] == '/' {
+		return r.RequestURI
+	}
+	return r.URL.RequestURI()
+}
+
+var replayedTrue = []string{"true"}
+
+func writeResponse(res *echo.Response, resp *idem.Response, replayed bool) error {
+	h := res.Header()
+	for _, f := range resp.Header {
+		h[f.Name] = f.Values
+	}
+	if replayed {
+		h[idem.ReplayedHeader] = replayedTrue
+	}
+	res.WriteHeader(resp.Status)
+	_, err := res.Write(resp.Body)
+	return err
+}
+
+// bodyReader hands the body Begin read back to the handler, so c.Bind
+// reads it as usual.
+type bodyReader struct{ bytes.Reader }
+
+func (*bodyReader) Close() error { return nil }
+
+// locked is what serveLocked needs per request, in one allocation.
+type locked struct {
+	captureWriter
+	body bodyReader
+}
+
+func serveLocked(c echo.Context, next echo.HandlerFunc, d idem.Decision) error {
+	lock, ctx, res, orig := d.Lock, c.Request().Context(), c.Response(), c.Response().Writer
+	x := &locked{captureWriter: captureWriter{ResponseWriter: orig, lock: lock, status: http.StatusOK}}
+	cw := &x.captureWriter
+	if d.Body != nil {
+		x.body.Reset(d.Body)
+		c.Request().Body = &x.body
+	}
+	// Below echo.Response, so its Committed, Before and After hooks and the
+	// middleware registered before idemkit see the response as usual.
+	res.Writer = cw
+	defer func() {
+		res.Writer = orig // writes after ours, such as Recover's 500, are not captured
+		if p := recover(); p != nil {
+			_ = lock.Abandon(ctx, idem.ReasonPanic)
+			panic(p) // middleware.Recover or net/http decides what the client sees
+		}
+	}()
+	if err := next(c); err != nil {
+		// Rendered here, the error response is captured like any other.
+		// The error is then handled: returning it would render it twice.
+		c.Error(err)
+	}
+	if cw.streamed {
+		_ = lock.Abandon(ctx, idem.ReasonStreamed)
+		return nil
+	}
+	_ = lock.Finish(ctx, cw.status, orig.Header())
+	return nil
+}
+
+// captureWriter passes the response through to the client and copies its
+// body into the lock. Flush and Hijack work as usual but mark the response
+// as streamed, which is never stored.
+type captureWriter struct {
+	http.ResponseWriter
+	lock        *idem.Lock
+	status      int
+	wroteHeader bool
+	streamed    bool
+}
+
+// WriteHeader records the final status: informational 1xx responses such as
+// 103 Early Hints come before it (101 is final, and never stored).
+func (w *captureWriter) WriteHeader(code int) {
+	if !w.wroteHeader && (code >= 200 || code == http.StatusSwitchingProtocols) {
+		w.status, w.wroteHeader = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *captureWriter) Write(p []byte) (int, error) {
+	w.wroteHeader = true // the status stays 200, as net/http sends it
+	n, err := w.ResponseWriter.Write(p)
+	_, _ = w.lock.Write(p[:n])
+	return n, err
+}
+
+// FlushError is what http.ResponseController, and so c.Response().Flush,
+// calls; an unsupported flush still reports http.ErrNotSupported.
+func (w *captureWriter) FlushError() error {
+	w.streamed = true
+	return http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+// Flush implements http.Flusher.
+func (w *captureWriter) Flush() { _ = w.FlushError() }
+
+// Hijack implements http.Hijacker.
+func (w *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	w.streamed = true
+	return http.NewResponseController(w.ResponseWriter).Hijack()
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *captureWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

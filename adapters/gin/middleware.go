@@ -1,0 +1,171 @@
+// Package idemgin is the Gin adapter of idemkit: middleware that makes POST
+// and PATCH handlers safe to retry.
+//
+//	engine := idem.New(idem.Config{Store: memstore.New()})
+//	r := gin.New()
+//	r.Use(gin.Recovery(), idemgin.Middleware(engine))
+//	r.POST("/v1/charges", createCharge)
+//
+// It works registered globally, on a group or on one route. Middleware
+// registered before it (authentication, rate limiting, recovery) decides
+// first; middleware registered after it, such as one rendering c.Errors,
+// runs inside the capture, so what it writes is what gets stored. Errors in
+// c.Errors still unrendered when idemkit's turn ends leave the response
+// unknown, so it is not stored.
+package idemgin
+
+import (
+	"bufio"
+	"bytes"
+	"net"
+	"net/http"
+	"unsafe"
+
+	"github.com/gin-gonic/gin"
+	idem "github.com/idemkit/idemkit/core"
+)
+
+// Middleware returns Gin middleware that runs every request through e.
+func Middleware(e *idem.Engine, opts ...Option) gin.HandlerFunc {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	keyHeader := e.HeaderName()
+	return func(c *gin.Context) {
+		r := c.Request
+		if !e.Guards(r.Method) {
+			return // Gin runs the rest of the chain after us
+		}
+		req := idem.Request{
+			Method:        r.Method,
+			Path:          requestTarget(r),
+			KeyLines:      r.Header[keyHeader],
+			ContentType:   r.Header.Get("Content-Type"),
+			BodyReader:    r.Body,
+			ContentLength: r.ContentLength,
+		}
+		if r.Body == nil || r.Body == http.NoBody {
+			req.Body, req.BodyReader = []byte{}, nil
+		}
+		if o.scope != nil {
+			req.Scope = o.scope(c)
+		}
+		d := e.Begin(r.Context(), &req)
+		switch d.Action {
+		case idem.Respond:
+			c.Abort()
+			writeResponse(c.Writer, &d.Response, d.Replayed)
+		case idem.Run:
+			serveLocked(c, d)
+		default:
+			if d.Body != nil {
+				body := new(bodyReader)
+				body.Reset(d.Body)
+				r.Body = body
+			}
+			c.Next()
+		}
+	}
+}
+
+// requestTarget is the path and query as the client sent them.
+func requestTarget(r *http.Request) string {
+	if len(r.RequestURI) > 0 && r.RequestURI[0] == '/' {
+		return r.RequestURI
+	}
+	return r.URL.RequestURI()
+}
+
+var replayedTrue = []string{"true"}
+
+func writeResponse(w gin.ResponseWriter, resp *idem.Response, replayed bool) {
+	h := w.Header()
+	for _, f := range resp.Header {
+		h[f.Name] = f.Values
+	}
+	if replayed {
+		h[idem.ReplayedHeader] = replayedTrue
+	}
+	w.WriteHeader(resp.Status)
+	_, _ = w.Write(resp.Body) // commits the status even for an empty body
+}
+
+// bodyReader hands the body Begin read back to the handler, so bindings
+// such as c.ShouldBindJSON read it as usual.
+type bodyReader struct{ bytes.Reader }
+
+func (*bodyReader) Close() error { return nil }
+
+// locked is what serveLocked needs per request, in one allocation.
+type locked struct {
+	captureWriter
+	body bodyReader
+}
+
+func serveLocked(c *gin.Context, d idem.Decision) {
+	lock, ctx, orig := d.Lock, c.Request.Context(), c.Writer
+	x := &locked{captureWriter: captureWriter{ResponseWriter: orig, lock: lock}}
+	cw := &x.captureWriter
+	if d.Body != nil {
+		x.body.Reset(d.Body)
+		c.Request.Body = &x.body
+	}
+	c.Writer = cw
+	defer func() {
+		c.Writer = orig // writes after ours, such as recovery's 500, are not captured
+		if p := recover(); p != nil {
+			_ = lock.Abandon(ctx, idem.ReasonPanic)
+			panic(p) // gin.Recovery or net/http decides what the client sees
+		}
+	}()
+	c.Next()
+	switch {
+	case cw.streamed:
+		_ = lock.Abandon(ctx, idem.ReasonStreamed)
+	case len(c.Errors) > 0 && orig.Size() <= 0:
+		_ = lock.Abandon(ctx, idem.ReasonIncomplete) // errors left for an outer middleware to render
+	default:
+		// An unwritten status (c.Status without a body) is still pending
+		// in Gin's writer, which sends it after the chain.
+		_ = lock.Finish(ctx, orig.Status(), orig.Header())
+	}
+}
+
+// captureWriter passes the response through to Gin's writer and copies its
+// body into the lock. Flush and Hijack work as usual but mark the response
+// as streamed, which is never stored.
+type captureWriter struct {
+	gin.ResponseWriter
+	lock     *idem.Lock
+	streamed bool
+}
+
+func (w *captureWriter) Write(p []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(p)
+	_, _ = w.lock.Write(p[:n])
+	return n, err
+}
+
+// WriteString is how Gin's string renderers write.
+func (w *captureWriter) WriteString(s string) (int, error) {
+	n, err := w.ResponseWriter.WriteString(s)
+	// Lock.Write copies and never keeps p, so viewing s as bytes is safe.
+	_, _ = w.lock.Write(unsafe.Slice(unsafe.StringData(s), n))
+	return n, err
+}
+
+// Flush implements http.Flusher; c.Stream and SSE flush after each event.
+func (w *captureWriter) Flush() {
+	w.streamed = true
+	w.ResponseWriter.Flush()
+}
+
+// Hijack implements http.Hijacker.
+func (w *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	w.streamed = true
+	return w.ResponseWriter.Hijack()
+}
+
+// Unwrap lets http.ResponseController reach Gin's writer.
+func (w *captureWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
