@@ -339,3 +339,46 @@ func TestNewWithoutStorePanics(t *testing.T) {
 	}()
 	idem.New(idem.Config{})
 }
+
+// renewFails answers every renewal with err.
+type renewFails struct {
+	idem.Store
+	err error
+}
+
+func (s renewFails) Renew(context.Context, idem.ID, string, time.Time) error { return s.err }
+
+func TestRenewalProblemsAreEvents(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want idem.EventKind
+	}{
+		{idem.ErrLockLost, idem.EventLeaseLost},
+		{errors.New("connection reset"), idem.EventStoreError},
+	} {
+		t.Run(c.want.String(), func(t *testing.T) {
+			events := make(chan idem.Event, 16)
+			cfg := quietConfig(renewFails{newStore(t), c.err})
+			cfg.Lease, cfg.RenewEvery = time.Second, 5*time.Millisecond
+			cfg.OnEvent = func(_ context.Context, ev idem.Event) {
+				select { // renewals keep failing; never block the renewer
+				case events <- ev:
+				default:
+				}
+			}
+			d := idem.New(cfg).Begin(context.Background(), charge("k", `{}`))
+			if (<-events).Kind != idem.EventFirst {
+				t.Fatal("no first event")
+			}
+			select {
+			case ev := <-events:
+				if ev.Kind != c.want || ev.Route != "/v1/charges" || ev.KeyHash() == "" {
+					t.Fatalf("renewal event %+v, want %v", ev, c.want)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("no %v event", c.want)
+			}
+			d.Lock.Abandon(context.Background(), idem.ReasonPanic)
+		})
+	}
+}

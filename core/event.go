@@ -11,7 +11,8 @@ type EventKind uint8
 
 // The events, one per decision. Every guarded request yields exactly one of
 // the first group; a request whose handler ran then yields one of Stored or
-// NotStored.
+// NotStored. While a handler runs, a failed lease renewal yields
+// EventStoreError and a lease lost to another request EventLeaseLost.
 const (
 	EventFirst          EventKind = iota + 1 // new key: the handler runs
 	EventTakeover                            // a crashed holder's key taken over: the handler runs
@@ -25,13 +26,14 @@ const (
 	EventStoreError                          // the store failed (503, or pass-through when failing open)
 	EventStored                              // the handler's response was stored
 	EventNotStored                           // the handler's response was not stored; see Event.Reason
+	EventLeaseLost                           // while the handler ran, another request took the key over
 )
 
 var eventNames = [...]string{
 	EventFirst: "first", EventTakeover: "takeover", EventReplay: "replay",
 	EventConflict: "conflict", EventMismatch: "mismatch", EventKeyMissing: "key-missing",
 	EventKeyInvalid: "key-invalid", EventTooLarge: "too-large", EventBodyUnreadable: "body-unreadable", EventStoreError: "store-error",
-	EventStored: "stored", EventNotStored: "not-stored",
+	EventStored: "stored", EventNotStored: "not-stored", EventLeaseLost: "lease-lost",
 }
 
 // String returns the event's stable lower-case name, usable as a metric label.

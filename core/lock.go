@@ -193,14 +193,14 @@ func (l *Lock) renew() {
 	if errors.Is(err, ErrLockLost) {
 		// Another request took the key over; Finish will find out and
 		// store nothing. Renewing further is pointless.
-		ev := e.event(EventNotStored, l.method, l.path, l.id.Key, l.began)
-		e.cfg.Logger.LogAttrs(context.Background(), slog.LevelWarn, "idempotency lease lost while the handler runs",
-			slog.String("key_hash", ev.KeyHash()), slog.String("route", ev.Route))
+		ev := e.event(EventLeaseLost, l.method, l.path, l.id.Key, l.began)
+		e.emit(context.Background(), &ev, slog.LevelWarn)
 		return
 	}
 	if err != nil {
-		e.cfg.Logger.LogAttrs(context.Background(), slog.LevelWarn, "idempotency lease renewal failed",
-			slog.String("error", err.Error()))
+		ev := e.event(EventStoreError, l.method, l.path, l.id.Key, l.began)
+		ev.Err = err
+		e.emit(context.Background(), &ev, slog.LevelWarn)
 	}
 	// A transient failure is retried at the next tick while the lease lasts.
 	l.timer.Reset(e.cfg.RenewEvery)

@@ -1,0 +1,51 @@
+// Package idemclient is the client side of idemkit: an http.RoundTripper
+// that makes POST and PATCH requests safe to retry by sending an
+// Idempotency-Key, and retries them, with that same key, when the answer or
+// the lack of one says a retry may succeed.
+//
+//	client := idemclient.NewClient(idemclient.Config{})
+//	resp, err := client.Post(url, "application/json", strings.NewReader(body))
+//	if err != nil { ... }
+//	defer resp.Body.Close()
+//	if out, ok := idemclient.Outcome(resp); ok && out.Replayed { ... }
+//
+// # Which requests, which answers
+//
+// Requests whose method is in Config.KeyMethods (POST and PATCH by default,
+// as on the server) get a fresh key, a random UUIDv4 sent as an RFC 9651
+// sf-string, unless they already carry one; every attempt of the request
+// carries the same key, so the server runs the operation at most once
+// however many attempts reach it. They are retried on:
+//
+//   - network errors and timeouts (the request may or may not have reached
+//     the server: the key makes a second attempt harmless);
+//   - 5xx, 408, 425 and 429, which the server did not record;
+//   - 409, which idemkit sends while the first attempt is still running.
+//
+// GET, HEAD, OPTIONS, TRACE, PUT and DELETE are idempotent by HTTP semantics
+// (RFC 9110, section 9.2.2), so they are retried on the same answers without
+// a key, except 409: for them it reports a real conflict with the resource's
+// state, which no retry resolves. Any other method, and any request asking
+// for a protocol upgrade, is sent once, untouched.
+//
+// No other 4xx is retried: a 400, 404 or 422 (the key was used with another
+// payload) says the request itself must change.
+//
+// # Timing
+//
+// A Retry-After header (delay-seconds or HTTP-date) on a retried answer sets
+// the wait; otherwise the wait is exponential backoff with full jitter: a
+// uniformly random duration below min(MaxBackoff, BaseBackoff·2^(n-1)) after
+// the n-th attempt. Retrying stops after MaxAttempts attempts, when the next
+// attempt could not start within Budget of the first, and at once when the
+// request's context ends. When retrying stops on a response, that response
+// is returned as it is (a 503 is still a response); when it stops on an
+// error, the error is an [*Error].
+//
+// # What happened
+//
+// [Outcome] reads, from a response the Transport returned, the key sent, the
+// number of attempts and whether the answer is a replay of a response
+// recorded earlier (the Idempotent-Replayed: true header). Errors carry the
+// same numbers in [*Error].
+package idemclient

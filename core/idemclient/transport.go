@@ -1,0 +1,204 @@
+package idemclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+)
+
+// Transport is an http.RoundTripper that adds idempotency keys and retries.
+// It is safe for concurrent use.
+type Transport struct {
+	cfg Config
+}
+
+var _ http.RoundTripper = (*Transport)(nil)
+
+// New returns a Transport for cfg, with defaults for its zero fields.
+func New(cfg Config) *Transport {
+	cfg.setDefaults()
+	cfg.KeyMethods = slices.Clone(cfg.KeyMethods) // the caller's slice may change later
+	return &Transport{cfg: cfg}
+}
+
+// NewClient returns an http.Client whose Transport is New(cfg). It sets no
+// Client.Timeout, which would cut the retries short: bound the whole call
+// with Config.Budget and the request's context instead.
+func NewClient(cfg Config) *http.Client {
+	return &http.Client{Transport: New(cfg)}
+}
+
+// requestKind says how a request is treated.
+type requestKind uint8
+
+const (
+	sendOnce   requestKind = iota // sent once, untouched
+	idempotent                    // retried without a key, not on 409
+	keyed                         // carries a key, retried on 409 too
+)
+
+func (t *Transport) kind(req *http.Request) requestKind {
+	if req.Header.Get("Upgrade") != "" {
+		return sendOnce // a switched protocol is no longer a request/response exchange
+	}
+	method := req.Method
+	if method == "" {
+		method = http.MethodGet
+	}
+	if slices.Contains(t.cfg.KeyMethods, method) {
+		return keyed
+	}
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return idempotent
+	}
+	return sendOnce
+}
+
+// RoundTrip sends req, retrying as the package documentation describes. It
+// never modifies req: each attempt is a clone carrying the key and a fresh
+// copy of the body.
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	kind := t.kind(req)
+	if kind == sendOnce {
+		return t.cfg.Base.RoundTrip(req)
+	}
+	var key string
+	addKey := false
+	if kind == keyed {
+		if v := req.Header.Values(t.cfg.HeaderName); len(v) > 0 {
+			key = v[0]
+		} else {
+			key, addKey = NewKey(), true
+		}
+	}
+	hasBody := req.Body != nil && req.Body != http.NoBody
+	if hasBody && req.GetBody == nil && t.cfg.MaxAttempts > 1 {
+		_ = req.Body.Close() // a RoundTripper closes the body, even when refusing
+		return nil, ErrBodyNotRewindable
+	}
+
+	res := &Result{Key: key}
+	ctx := context.WithValue(req.Context(), resultKey{}, res)
+	start := t.cfg.Now()
+	for attempt := 1; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			if attempt == 1 && hasBody {
+				_ = req.Body.Close()
+			}
+			return nil, &Error{Attempts: attempt - 1, Key: key, Err: err}
+		}
+		res.Attempts = attempt
+		resp, err := t.attempt(ctx, req, attempt, hasBody, addKey, key)
+		if err != nil && ctx.Err() != nil {
+			return nil, &Error{Attempts: attempt, Key: key, Err: withContextErr(ctx, err)}
+		}
+		wait, retry := t.retryWait(kind, resp, err, attempt)
+		if !retry || attempt >= t.cfg.MaxAttempts || !t.withinBudget(start, wait) {
+			if err != nil {
+				return nil, &Error{Attempts: attempt, Key: key, Err: err}
+			}
+			return deliver(ctx, resp, req), nil
+		}
+		discard(resp)
+		if err := t.cfg.Sleep(ctx, wait); err != nil {
+			return nil, &Error{Attempts: attempt, Key: key, Err: err}
+		}
+	}
+}
+
+// attempt sends one clone of req. Attempts after the first get a fresh
+// body from GetBody: the previous one was consumed and closed.
+func (t *Transport) attempt(ctx context.Context, req *http.Request, n int, hasBody, addKey bool, key string) (*http.Response, error) {
+	var cancel context.CancelFunc
+	if t.cfg.AttemptTimeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, t.cfg.AttemptTimeout)
+	}
+	r := req.Clone(ctx)
+	if addKey {
+		r.Header[t.cfg.HeaderName] = []string{key}
+	}
+	if n > 1 && hasBody {
+		body, err := req.GetBody()
+		if err != nil {
+			if cancel != nil {
+				cancel()
+			}
+			return nil, permanentError{fmt.Errorf("idemclient: rewinding the request body: %w", err)}
+		}
+		r.Body = body
+	}
+	resp, err := t.cfg.Base.RoundTrip(r)
+	if cancel != nil {
+		if err != nil {
+			cancel()
+		} else {
+			// The timeout covers reading the body: it ends when the body is closed.
+			resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
+		}
+	}
+	return resp, err
+}
+
+// deliver completes the Result held by ctx and makes it reachable from
+// resp.Request, where Outcome looks for it.
+func deliver(ctx context.Context, resp *http.Response, req *http.Request) *http.Response {
+	res := resultFrom(ctx)
+	res.Replayed = resp.Header.Get(replayedHeader) == "true"
+	switch {
+	case resp.Request == nil:
+		// The base RoundTripper did not say what it sent.
+		resp.Request = req.WithContext(ctx)
+	case resultFrom(resp.Request.Context()) != res:
+		// It reported a request of its own making, without the Result.
+		resp.Request = resp.Request.WithContext(context.WithValue(resp.Request.Context(), resultKey{}, res))
+	}
+	return resp
+}
+
+// CloseIdleConnections closes the idle connections of the base
+// RoundTripper, if it keeps any; http.Client.CloseIdleConnections calls it.
+func (t *Transport) CloseIdleConnections() {
+	if c, ok := t.cfg.Base.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// maxDrain bounds the bytes read from a discarded response to keep its
+// connection: past it, closing the connection is cheaper than reading on.
+const maxDrain = 64 << 10
+
+// discard drains and closes a response that is not returned, so its
+// connection goes back to the pool instead of being closed.
+func discard(resp *http.Response) {
+	if resp == nil {
+		return
+	}
+	_, _ = io.CopyN(io.Discard, resp.Body, maxDrain)
+	_ = resp.Body.Close()
+}
+
+// cancelOnClose ends an attempt's timeout when its body is closed.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b *cancelOnClose) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
+// withContextErr makes sure an error caused by the end of ctx matches ctx's
+// error with errors.Is, whatever the base RoundTripper wrapped.
+func withContextErr(ctx context.Context, err error) error {
+	cerr := ctx.Err()
+	if cerr == nil || errors.Is(err, cerr) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", cerr, err)
+}

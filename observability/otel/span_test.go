@@ -1,0 +1,185 @@
+package idemotel_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"net/http"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/memstore"
+	idemotel "github.com/idemkit/idemkit/observability/otel"
+)
+
+// downStore fails every Acquire, as an unreachable store does.
+type downStore struct{ idem.Store }
+
+func (downStore) Acquire(context.Context, idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
+	return idem.Record{}, 0, errors.New("dial tcp 10.0.0.7:6379: connection refused")
+}
+
+type spanEvent struct {
+	name  string
+	attrs map[attribute.Key]string
+}
+
+func TestSpanEvents(t *testing.T) {
+	const key = `"k-span"`
+	sum := sha256.Sum256([]byte("k-span"))
+	hash := hex.EncodeToString(sum[:6])
+
+	type step struct {
+		body   string
+		finish int // status the handler answers with, if it runs
+	}
+	tests := []struct {
+		name       string
+		store      func() idem.Store
+		opts       []idemotel.Option
+		steps      []step
+		wantEvents [][]spanEvent // per request span
+		wantAttrs  []map[attribute.Key]string
+	}{
+		{
+			name:  "first, stored, replay, mismatch",
+			steps: []step{{`{"a":1}`, 201}, {`{"a":1}`, 0}, {`{"a":2}`, 0}},
+			wantEvents: [][]spanEvent{
+				{{"idempotency.first", map[attribute.Key]string{idemotel.SpanAttrKeyHash: hash}},
+					{"idempotency.stored", map[attribute.Key]string{idemotel.SpanAttrKeyHash: hash, idemotel.SpanAttrStatus: "201"}}},
+				{{"idempotency.replay", map[attribute.Key]string{idemotel.SpanAttrKeyHash: hash, idemotel.SpanAttrStatus: "201"}}},
+				{{"idempotency.mismatch", map[attribute.Key]string{idemotel.SpanAttrKeyHash: hash, idemotel.SpanAttrStatus: "422"}}},
+			},
+			wantAttrs: []map[attribute.Key]string{
+				{idemotel.SpanAttrOutcome: "first", idemotel.SpanAttrKeyHash: hash},
+				{idemotel.SpanAttrOutcome: "replay", idemotel.SpanAttrKeyHash: hash},
+				{idemotel.SpanAttrOutcome: "mismatch", idemotel.SpanAttrKeyHash: hash},
+			},
+		},
+		{
+			name:  "not stored, with its reason",
+			steps: []step{{`{}`, 503}},
+			wantEvents: [][]spanEvent{{
+				{"idempotency.first", map[attribute.Key]string{idemotel.SpanAttrKeyHash: hash}},
+				{"idempotency.not-stored", map[attribute.Key]string{idemotel.SpanAttrKeyHash: hash, idemotel.SpanAttrStatus: "503", idemotel.SpanAttrReason: "status"}},
+			}},
+			wantAttrs: []map[attribute.Key]string{{idemotel.SpanAttrOutcome: "first", idemotel.SpanAttrKeyHash: hash}},
+		},
+		{
+			name:  "store error recorded as an exception",
+			store: func() idem.Store { return downStore{} },
+			steps: []step{{`{}`, 0}},
+			wantEvents: [][]spanEvent{{
+				{"idempotency.store-error", map[attribute.Key]string{idemotel.SpanAttrKeyHash: hash, idemotel.SpanAttrStatus: "503"}},
+				{"exception", map[attribute.Key]string{"exception.message": "dial tcp 10.0.0.7:6379: connection refused"}},
+			}},
+			wantAttrs: []map[attribute.Key]string{{idemotel.SpanAttrOutcome: "store-error", idemotel.SpanAttrKeyHash: hash}},
+		},
+		{
+			name:       "turned off",
+			opts:       []idemotel.Option{idemotel.WithoutSpanEvents()},
+			steps:      []step{{`{}`, 201}},
+			wantEvents: [][]spanEvent{nil},
+			wantAttrs:  []map[attribute.Key]string{{}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, _ := newManual(t, tt.opts...)
+			var store idem.Store
+			if tt.store != nil {
+				store = tt.store()
+			} else {
+				ms := memstore.New()
+				t.Cleanup(func() { ms.Close() })
+				store = ms
+			}
+			engine := idem.New(idem.Config{Store: store, OnEvent: m.OnEvent, Logger: slog.New(slog.DiscardHandler)})
+			rec := tracetest.NewSpanRecorder()
+			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+			tracer := tp.Tracer("test")
+
+			for _, s := range tt.steps {
+				ctx, span := tracer.Start(context.Background(), "POST /v1/charges")
+				req := idem.Request{Method: "POST", Path: "/v1/charges", KeyLines: []string{key},
+					ContentType: "application/json", Body: []byte(s.body)}
+				d := engine.Begin(ctx, &req)
+				if d.Action == idem.Run {
+					d.Lock.Write([]byte(`{"ok":true}`))
+					if err := d.Lock.Finish(ctx, s.finish, http.Header{}); err != nil {
+						t.Fatal(err)
+					}
+				}
+				span.End()
+			}
+			spans := rec.Ended()
+			if len(spans) != len(tt.wantEvents) {
+				t.Fatalf("%d spans, want %d", len(spans), len(tt.wantEvents))
+			}
+			for i, sp := range spans {
+				var got []spanEvent
+				for _, e := range sp.Events() {
+					got = append(got, spanEvent{e.Name, attrMap(e.Attributes)})
+				}
+				if !equalEvents(got, tt.wantEvents[i]) {
+					t.Errorf("span %d events %v, want %v", i, got, tt.wantEvents[i])
+				}
+				attrs := attrMap(sp.Attributes())
+				if len(attrs) != len(tt.wantAttrs[i]) || !subset(tt.wantAttrs[i], attrs) {
+					t.Errorf("span %d attributes %v, want %v", i, attrs, tt.wantAttrs[i])
+				}
+			}
+		})
+	}
+}
+
+func TestNoSpanInContext(t *testing.T) {
+	m, reader := newManual(t)
+	m.OnEvent(context.Background(), idem.Event{Kind: idem.EventFirst, Method: "POST"})
+	if got := sums(t, collect(t, reader)[idemotel.EventsName]); got["method=POST;outcome=first;"] != 1 {
+		t.Errorf("events %v, want the first counted", got)
+	}
+}
+
+func attrMap(kvs []attribute.KeyValue) map[attribute.Key]string {
+	out := map[attribute.Key]string{}
+	for _, kv := range kvs {
+		out[kv.Key] = kv.Value.Emit()
+	}
+	return out
+}
+
+// subset reports whether every entry of want is in got.
+func subset(want, got map[attribute.Key]string) bool {
+	for k, v := range want {
+		if got[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func equalEvents(got, want []spanEvent) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range got {
+		if got[i].name != want[i].name || !subset(want[i].attrs, got[i].attrs) {
+			return false
+		}
+		// No attribute beyond those expected, but for the exception's type.
+		for k := range got[i].attrs {
+			if _, ok := want[i].attrs[k]; !ok && k != "exception.type" {
+				return false
+			}
+		}
+	}
+	return true
+}
