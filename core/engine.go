@@ -25,6 +25,7 @@ type Engine struct {
 
 	tokenPrefix string
 	tokenSeq    atomic.Uint64
+	renewer     *renewer
 }
 
 type preparedProblem struct {
@@ -37,7 +38,7 @@ type preparedProblem struct {
 func New(cfg Config) *Engine {
 	realClock := cfg.Now == nil
 	cfg.setDefaults()
-	e := &Engine{cfg: cfg, realClock: realClock, replayHeaders: cfg.replayHeaderSet()}
+	e := &Engine{cfg: cfg, realClock: realClock, replayHeaders: cfg.replayHeaderSet(), renewer: newRenewer(cfg.RenewEvery)}
 	for i, spec := range problemSpecs {
 		e.problems[i] = preparedProblem{spec, cfg.ProblemBase + spec.name}
 	}

@@ -13,8 +13,8 @@ import (
 // Lock is held by the one request that runs the handler for a key. The
 // in-flight record in the store, with its lease, is the lock; no mutex or
 // transaction is held while the handler runs. While held, the lease is
-// renewed every Config.RenewEvery by a timer (no goroutine runs between
-// renewals), so a slow handler keeps its key and a crashed process loses it
+// renewed every Config.RenewEvery by the Engine's renewer (see renewer.go),
+// so a slow handler keeps its key and a crashed process loses it
 // within one lease.
 //
 // The adapter copies the response body into the Lock with Write as the
@@ -33,15 +33,17 @@ type Lock struct {
 	overflow bool
 
 	mu    sync.Mutex // serialises renewals with the end of the lock
-	timer *time.Timer
 	ended bool
+	lost  bool // another request took the key over: renewing is pointless
+
+	// Guarded by the renewer's mutex.
+	renewAt    time.Time
+	prev, next *Lock
 }
 
 func (e *Engine) newLock(r *Request, a Acquire, began time.Time) *Lock {
 	l := &Lock{e: e, method: r.Method, path: r.Path, id: a.ID, token: a.Token, began: began}
-	l.mu.Lock() // the first renewal may fire before the assignment
-	l.timer = time.AfterFunc(e.cfg.RenewEvery, l.renew)
-	l.mu.Unlock()
+	e.renewer.add(l, began.Add(e.cfg.RenewEvery))
 	return l
 }
 
@@ -169,41 +171,41 @@ func (l *Lock) recycleBody() {
 // this call was the first to end the Lock.
 func (l *Lock) end() bool {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ended {
-		return false
-	}
+	first := !l.ended
 	l.ended = true
-	l.timer.Stop()
-	return true
+	l.mu.Unlock()
+	if first {
+		l.e.renewer.remove(l)
+	}
+	return first
 }
 
-// renew runs on the timer's goroutine. Holding mu across the store call makes
-// end wait for it, so no renewal outlives the request.
+// renew moves the lease on; the renewer calls it when it is due. Holding mu
+// across the store call makes end wait for it, so no renewal outlives the
+// request.
 func (l *Lock) renew() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ended {
+	if l.ended || l.lost {
 		return
 	}
 	e := l.e
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RenewEvery)
 	err := e.cfg.Store.Renew(ctx, l.id, l.token, e.cfg.Now().Add(e.cfg.Lease))
 	cancel()
-	if errors.Is(err, ErrLockLost) {
+	switch {
+	case errors.Is(err, ErrLockLost):
 		// Another request took the key over; Finish will find out and
-		// store nothing. Renewing further is pointless.
+		// store nothing.
+		l.lost = true
 		ev := e.event(EventLeaseLost, l.method, l.path, l.id.Key, l.began)
 		e.emit(context.Background(), &ev, slog.LevelWarn)
-		return
-	}
-	if err != nil {
+	case err != nil:
+		// A transient failure is retried at the next renewal while the lease lasts.
 		ev := e.event(EventStoreError, l.method, l.path, l.id.Key, l.began)
 		ev.Err = err
 		e.emit(context.Background(), &ev, slog.LevelWarn)
 	}
-	// A transient failure is retried at the next tick while the lease lasts.
-	l.timer.Reset(e.cfg.RenewEvery)
 }
 
 // storedHeader copies the replayable headers. Each value slice is clipped
