@@ -27,31 +27,21 @@ func Middleware(e *idem.Engine, opts ...Option) echo.MiddlewareFunc {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	keyHeader := e.HeaderName()
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			r := c.Request()
 			if !e.Guards(r.Method) {
 				return next(c)
 			}
-			req := idem.Request{
-				Method:        r.Method,
-				Path:          requestTarget(r),
-				KeyLines:      r.Header[keyHeader],
-				ContentType:   r.Header.Get("Content-Type"),
-				BodyReader:    r.Body,
-				ContentLength: r.ContentLength,
-			}
-			if r.Body == nil || r.Body == http.NoBody {
-				req.Body, req.BodyReader = []byte{}, nil
-			}
+			req := e.HTTPRequest(r)
 			if o.scope != nil {
 				req.Scope = o.scope(c)
 			}
 			d := e.Begin(r.Context(), &req)
 			switch d.Action {
 			case idem.Respond:
-				return writeResponse(c.Response(), &d.Response, d.Replayed)
+				d.WriteTo(c.Response())
+				return nil
 			case idem.Run:
 				return serveLocked(c, next, d)
 			default:
@@ -64,29 +54,6 @@ func Middleware(e *idem.Engine, opts ...Option) echo.MiddlewareFunc {
 			}
 		}
 	}
-}
-
-// requestTarget is the path and query as the client sent them.
-func requestTarget(r *http.Request) string {
-	if len(r.RequestURI) > 0 && r.RequestURI[0] == '/' {
-		return r.RequestURI
-	}
-	return r.URL.RequestURI()
-}
-
-var replayedTrue = []string{"true"}
-
-func writeResponse(res *echo.Response, resp *idem.Response, replayed bool) error {
-	h := res.Header()
-	for _, f := range resp.Header {
-		h[f.Name] = f.Values
-	}
-	if replayed {
-		h[idem.ReplayedHeader] = replayedTrue
-	}
-	res.WriteHeader(resp.Status)
-	_, err := res.Write(resp.Body)
-	return err
 }
 
 // bodyReader hands the body Begin read back to the handler, so c.Bind

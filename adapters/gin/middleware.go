@@ -31,23 +31,12 @@ func Middleware(e *idem.Engine, opts ...Option) gin.HandlerFunc {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	keyHeader := e.HeaderName()
 	return func(c *gin.Context) {
 		r := c.Request
 		if !e.Guards(r.Method) {
 			return // Gin runs the rest of the chain after us
 		}
-		req := idem.Request{
-			Method:        r.Method,
-			Path:          requestTarget(r),
-			KeyLines:      r.Header[keyHeader],
-			ContentType:   r.Header.Get("Content-Type"),
-			BodyReader:    r.Body,
-			ContentLength: r.ContentLength,
-		}
-		if r.Body == nil || r.Body == http.NoBody {
-			req.Body, req.BodyReader = []byte{}, nil
-		}
+		req := e.HTTPRequest(r)
 		if o.scope != nil {
 			req.Scope = o.scope(c)
 		}
@@ -55,7 +44,7 @@ func Middleware(e *idem.Engine, opts ...Option) gin.HandlerFunc {
 		switch d.Action {
 		case idem.Respond:
 			c.Abort()
-			writeResponse(c.Writer, &d.Response, d.Replayed)
+			d.WriteTo(c.Writer)
 		case idem.Run:
 			serveLocked(c, d)
 		default:
@@ -67,28 +56,6 @@ func Middleware(e *idem.Engine, opts ...Option) gin.HandlerFunc {
 			c.Next()
 		}
 	}
-}
-
-// requestTarget is the path and query as the client sent them.
-func requestTarget(r *http.Request) string {
-	if len(r.RequestURI) > 0 && r.RequestURI[0] == '/' {
-		return r.RequestURI
-	}
-	return r.URL.RequestURI()
-}
-
-var replayedTrue = []string{"true"}
-
-func writeResponse(w gin.ResponseWriter, resp *idem.Response, replayed bool) {
-	h := w.Header()
-	for _, f := range resp.Header {
-		h[f.Name] = f.Values
-	}
-	if replayed {
-		h[idem.ReplayedHeader] = replayedTrue
-	}
-	w.WriteHeader(resp.Status)
-	_, _ = w.Write(resp.Body) // commits the status even for an empty body
 }
 
 // bodyReader hands the body Begin read back to the handler, so bindings

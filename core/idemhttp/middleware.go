@@ -24,31 +24,20 @@ func Middleware(e *idem.Engine, opts ...Option) func(http.Handler) http.Handler 
 	for _, opt := range opts {
 		opt(&o)
 	}
-	keyHeader := e.HeaderName()
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if !e.Guards(r.Method) {
 				next.ServeHTTP(w, r)
 				return
 			}
-			req := idem.Request{
-				Method:        r.Method,
-				Path:          requestTarget(r),
-				KeyLines:      r.Header[keyHeader],
-				ContentType:   r.Header.Get("Content-Type"),
-				BodyReader:    r.Body,
-				ContentLength: r.ContentLength,
-			}
-			if r.Body == nil || r.Body == http.NoBody {
-				req.Body, req.BodyReader = []byte{}, nil
-			}
+			req := e.HTTPRequest(r)
 			if o.scope != nil {
 				req.Scope = o.scope(r)
 			}
 			d := e.Begin(r.Context(), &req)
 			switch d.Action {
 			case idem.Respond:
-				writeResponse(w, &d.Response, d.Replayed)
+				d.WriteTo(w)
 			case idem.Run:
 				serveLocked(w, r, next, d)
 			default:
@@ -61,28 +50,6 @@ func Middleware(e *idem.Engine, opts ...Option) func(http.Handler) http.Handler 
 			}
 		})
 	}
-}
-
-// requestTarget is the path and query as the client sent them.
-func requestTarget(r *http.Request) string {
-	if len(r.RequestURI) > 0 && r.RequestURI[0] == '/' {
-		return r.RequestURI
-	}
-	return r.URL.RequestURI()
-}
-
-var replayedTrue = []string{"true"}
-
-func writeResponse(w http.ResponseWriter, resp *idem.Response, replayed bool) {
-	h := w.Header()
-	for _, f := range resp.Header {
-		h[f.Name] = f.Values
-	}
-	if replayed {
-		h[idem.ReplayedHeader] = replayedTrue
-	}
-	w.WriteHeader(resp.Status)
-	_, _ = w.Write(resp.Body)
 }
 
 // bodyReader hands the body Begin read back to the handler.

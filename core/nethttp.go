@@ -1,0 +1,50 @@
+package idem
+
+import "net/http"
+
+// The adapters built on net/http types (idemhttp, Gin, Echo) describe
+// requests and write decisions the same way; these two helpers are that
+// shared translation, so no adapter carries a copy of it.
+
+// HTTPRequest describes r to the Engine: method, request target as sent,
+// the key header's field lines, content type and body (which Begin reads,
+// within Config.MaxRequestBody). The caller sets Scope.
+func (e *Engine) HTTPRequest(r *http.Request) Request {
+	req := Request{
+		Method:        r.Method,
+		Path:          requestTarget(r),
+		KeyLines:      r.Header[e.cfg.HeaderName],
+		ContentType:   r.Header.Get("Content-Type"),
+		BodyReader:    r.Body,
+		ContentLength: r.ContentLength,
+	}
+	if r.Body == nil || r.Body == http.NoBody {
+		req.Body, req.BodyReader = []byte{}, nil
+	}
+	return req
+}
+
+// requestTarget is the path and query as the client sent them.
+func requestTarget(r *http.Request) string {
+	if len(r.RequestURI) > 0 && r.RequestURI[0] == '/' {
+		return r.RequestURI
+	}
+	return r.URL.RequestURI()
+}
+
+var replayedTrue = []string{"true"}
+
+// WriteTo writes the Response of a Respond decision to w, with
+// ReplayedHeader set on a replay. The header values are shared with the
+// stored record, clipped so that appending to them copies.
+func (d *Decision) WriteTo(w http.ResponseWriter) {
+	h := w.Header()
+	for _, f := range d.Response.Header {
+		h[f.Name] = f.Values
+	}
+	if d.Replayed {
+		h[ReplayedHeader] = replayedTrue
+	}
+	w.WriteHeader(d.Response.Status)
+	_, _ = w.Write(d.Response.Body) // commits the status even for an empty body
+}
