@@ -80,10 +80,13 @@ func newEnv(t *testing.T, mount Mount, configure func(*idem.Config)) *env {
 	}
 	a := newApp()
 	t.Cleanup(a.releaseSlow)
+	url := mount(t, idem.New(cfg), a)
 	transport := &http.Transport{MaxIdleConnsPerHost: 64}
+	// Cleanups run last in, first out: the client lets go of its idle
+	// connections before the server shuts down, so no server waits for them.
 	t.Cleanup(transport.CloseIdleConnections)
 	return &env{
-		url:   mount(t, idem.New(cfg), a),
+		url:   url,
 		app:   a,
 		clock: clock,
 		client: &http.Client{

@@ -1,0 +1,165 @@
+// Package idemfiber is the Fiber (v2) adapter of idemkit: middleware that
+// makes POST and PATCH handlers safe to retry.
+//
+//	engine := idem.New(idem.Config{Store: memstore.New()})
+//	app := fiber.New()
+//	app.Use(recover.New())        // panics release the key, then reach recover
+//	app.Use(idemfiber.New(engine)) // or per group or route
+//	app.Post("/v1/charges", createCharge)
+//
+// Fiber runs on fasthttp, which reuses request and response buffers once a
+// handler returns. The middleware copies everything idemkit keeps (method,
+// path, key, scope, response headers and body) out of those buffers.
+package idemfiber
+
+import (
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/utils"
+	"github.com/valyala/fasthttp"
+
+	idem "github.com/idemkit/idemkit/core"
+)
+
+// New returns Fiber middleware that runs every request through e. Register it
+// with app.Use, on a group, or on a single route, after the middleware that
+// must decide first (recover, authentication, rate limiting).
+//
+// A handler's error is rendered by the app's ErrorHandler inside the
+// middleware, so that the response the client sees is the one stored; the
+// middleware then returns nil, and middleware registered before it sees the
+// rendered response rather than the error.
+func New(e *idem.Engine, opts ...Option) fiber.Handler {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	keyHeader := e.HeaderName()
+	return func(c *fiber.Ctx) error {
+		if !e.Guards(c.Method()) {
+			return c.Next()
+		}
+		r := c.Request()
+		req := idem.Request{
+			Method:   ownMethod(c.Method()),
+			Path:     requestTarget(r),
+			KeyLines: ownLines(r.Header.PeekAll(keyHeader)),
+			// Only read during Begin, so they may alias fasthttp's buffers.
+			ContentType: utils.UnsafeString(r.Header.ContentType()),
+		}
+		if r.IsBodyStream() { // fiber.Config.StreamRequestBody
+			req.BodyReader, req.ContentLength = r.BodyStream(), int64(max(r.Header.ContentLength(), -1))
+		} else if boundary := r.Header.MultipartFormBoundary(); len(boundary) > 0 {
+			req.Body = formBody(r, string(boundary))
+		} else {
+			req.Body = r.Body()
+		}
+		if o.scope != nil {
+			req.Scope = strings.Clone(o.scope(c)) // scopes usually come from c.Get, which aliases
+		}
+		ctx := c.UserContext()
+		d := e.Begin(ctx, &req)
+		if d.Body != nil {
+			r.SetBodyRaw(d.Body) // Begin consumed the stream; d.Body is ours to hand on
+		}
+		switch d.Action {
+		case idem.Respond:
+			respond(c.Response(), &d.Response, d.Replayed)
+			return nil
+		case idem.Run:
+			return run(c, d.Lock)
+		default:
+			return c.Next()
+		}
+	}
+}
+
+// run runs the rest of the chain under lock and records what it answered.
+func run(c *fiber.Ctx, lock *idem.Lock) error {
+	ctx := c.UserContext()
+	defer func() {
+		if p := recover(); p != nil {
+			_ = lock.Abandon(ctx, idem.ReasonPanic)
+			panic(p) // for the recover middleware, which answers 500
+		}
+	}()
+	if err := c.Next(); err != nil {
+		// As Fiber itself does, but here, so the error page is what gets stored.
+		if err := c.App().ErrorHandler(c, err); err != nil {
+			_ = c.SendStatus(fiber.StatusInternalServerError)
+		}
+	}
+	resp := c.Response()
+	if resp.IsBodyStream() || c.Context().Hijacked() {
+		_ = lock.Abandon(ctx, idem.ReasonStreamed)
+		return nil
+	}
+	_, _ = lock.Write(resp.Body()) // Write copies
+	_ = lock.Finish(ctx, resp.StatusCode(), (*responseHeader)(&resp.Header))
+	return nil
+}
+
+// requestTarget is the path and query as the client sent them, copied.
+func requestTarget(r *fasthttp.Request) string {
+	if uri := r.Header.RequestURI(); len(uri) > 0 && uri[0] == '/' {
+		return string(uri)
+	}
+	return string(r.URI().RequestURI()) // absolute-form target: keep the path and query
+}
+
+// ownMethod returns m as a string that outlives the request: a constant for
+// the usual methods, so the common case does not allocate.
+func ownMethod(m string) string {
+	switch m {
+	case fiber.MethodPost:
+		return fiber.MethodPost
+	case fiber.MethodPatch:
+		return fiber.MethodPatch
+	case fiber.MethodPut:
+		return fiber.MethodPut
+	case fiber.MethodDelete:
+		return fiber.MethodDelete
+	}
+	return strings.Clone(m)
+}
+
+// ownLines copies header values out of fasthttp's buffers: the key the
+// store keeps is a part of a key field line, and stored response headers
+// are kept as they are.
+func ownLines(lines [][]byte) []string {
+	if len(lines) == 0 {
+		return nil
+	}
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		out[i] = string(l)
+	}
+	return out
+}
+
+func respond(resp *fasthttp.Response, r *idem.Response, replayed bool) {
+	resp.SetStatusCode(r.Status)
+	for _, f := range r.Header {
+		for i, v := range f.Values {
+			if i == 0 {
+				resp.Header.Set(f.Name, v) // replaces what earlier middleware set
+			} else {
+				resp.Header.Add(f.Name, v)
+			}
+		}
+	}
+	if replayed {
+		resp.Header.Set(idem.ReplayedHeader, "true")
+	}
+	resp.SetBody(r.Body) // a copy: the stored record is read-only
+}
+
+// responseHeader lets Lock.Finish read the handler's response headers.
+type responseHeader fasthttp.ResponseHeader
+
+// Values returns copies of the values of the header name: the stored record
+// outlives fasthttp's buffers.
+func (h *responseHeader) Values(name string) []string {
+	return ownLines((*fasthttp.ResponseHeader)(h).PeekAll(name))
+}
