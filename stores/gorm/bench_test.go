@@ -1,0 +1,192 @@
+package gormstore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+)
+
+// The benchmarks set the store's calls beside a baseline of the same
+// number of plain SQL statements through database/sql on the same table,
+// so that the ratio of the two is the store's own overhead (GORM, encoding,
+// the conflict handling):
+//
+//	acquire+complete  Acquire of a new key (INSERT) + Complete (UPDATE)
+//	                  vs INSERT + UPDATE by primary key
+//	replay            Acquire of a completed key (INSERT that does nothing
+//	                  + SELECT by primary key) vs SELECT by primary key
+//	get               Get vs SELECT by primary key
+//
+// Run them with the servers up:
+//
+//	go test -run '^$' -bench . -benchmem
+
+var benchResponse = idem.Response{
+	Status: 201,
+	Header: []idem.HeaderField{
+		{Name: "Content-Type", Values: []string{"application/json"}},
+		{Name: "Location", Values: []string{"/v1/charges/ch_1"}},
+	},
+	Body: []byte(`{"id":"ch_1","amount":1999,"currency":"eur","status":"succeeded","created":1700000000}`),
+}
+
+// baseline holds the plain statements, with the dialect's placeholders.
+type baseline struct {
+	db                      *sql.DB
+	insert, update, select_ string
+}
+
+func newBaseline(b *testing.B, s *Store) baseline {
+	sqlDB, err := s.db.DB()
+	if err != nil {
+		b.Fatal(err)
+	}
+	n := 0
+	ph := func() string {
+		n++
+		if s.dialect == dialectPostgres {
+			return fmt.Sprint("$", n)
+		}
+		return "?"
+	}
+	t := s.sql.quotedTableName
+	var bl baseline
+	bl.db = sqlDB
+	vals := make([]string, 8)
+	for i := range vals {
+		vals[i] = ph()
+	}
+	bl.insert = "INSERT INTO " + t + " (idem_scope, idem_key, fingerprint, idem_state, owner_token, lease_until, created_at, expires_at, resp_status) VALUES (" +
+		strings.Join(vals, ", ") + ", 0)"
+	n = 0
+	bl.update = "UPDATE " + t + " SET idem_state = 2, resp_status = " + ph() + ", resp_headers = " + ph() + ", resp_body = " + ph() +
+		", completed_at = " + ph() + ", expires_at = " + ph() + " WHERE idem_scope = " + ph() + " AND idem_key = " + ph()
+	n = 0
+	bl.select_ = "SELECT fingerprint, idem_state, owner_token, lease_until, created_at, completed_at, expires_at, resp_status, resp_headers, resp_body FROM " +
+		t + " WHERE idem_scope = " + ph() + " AND idem_key = " + ph()
+	return bl
+}
+
+func (bl baseline) read(ctx context.Context, b *testing.B, key string) {
+	var (
+		fp, header, body        []byte
+		state                   int16
+		token                   string
+		lease, created, expires int64
+		completed               sql.NullInt64
+		status                  int
+	)
+	err := bl.db.QueryRowContext(ctx, bl.select_, "bench", key).Scan(&fp, &state, &token, &lease, &created, &completed, &expires, &status, &header, &body)
+	if err != nil {
+		b.Fatal(err)
+	}
+}
+
+var benchBackends = []string{"sqlite", "postgres", "mysql"}
+
+func BenchmarkAcquireComplete(b *testing.B) {
+	for _, name := range benchBackends {
+		b.Run(name+"/store", func(b *testing.B) {
+			s := newStore(b, backendNamed(name).open(b))
+			ctx := context.Background()
+			now := time.Now()
+			i := 0
+			for b.Loop() {
+				i++
+				a := acquireAt(idem.ID{Scope: "bench", Key: fmt.Sprint("k-", i)}, "tok", now)
+				if _, o, err := s.Acquire(ctx, a); err != nil || o != idem.Created {
+					b.Fatal(o, err)
+				}
+				c := idem.Completion{Response: benchResponse, CompletedAt: now, ExpiresAt: now.Add(time.Hour)}
+				if err := s.Complete(ctx, a.ID, "tok", c); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(name+"/baseline", func(b *testing.B) { benchBaselineWrite(b, name, false) })
+		b.Run(name+"/baseline-with-read", func(b *testing.B) { benchBaselineWrite(b, name, true) })
+	}
+}
+
+// benchBaselineWrite is INSERT + UPDATE by primary key, and with read the
+// SELECT that finds no record first, as Acquire does.
+func benchBaselineWrite(b *testing.B, name string, read bool) {
+	s := newStore(b, backendNamed(name).open(b))
+	bl := newBaseline(b, s)
+	ctx := context.Background()
+	now := time.Now()
+	i := 0
+	for b.Loop() {
+		i++
+		key := fmt.Sprint("k-", i)
+		if read {
+			if err := bl.db.QueryRowContext(ctx, bl.select_, "bench", key).Scan(new([]byte)); err != sql.ErrNoRows {
+				b.Fatal(err)
+			}
+		}
+		a := acquireAt(idem.ID{Scope: "bench", Key: key}, "tok", now)
+		if _, err := bl.db.ExecContext(ctx, bl.insert, "bench", key, a.Fingerprint[:], 1, "tok",
+			nanos(a.LeaseUntil), nanos(now), nanos(a.ExpiresAt)); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := bl.db.ExecContext(ctx, bl.update, benchResponse.Status, appendHeader(nil, benchResponse.Header),
+			benchResponse.Body, nanos(now), nanos(now.Add(time.Hour)), "bench", key); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// completedRecord stores one completed record to read back.
+func completedRecord(b *testing.B, s *Store, now time.Time) idem.Acquire {
+	a := acquireAt(idem.ID{Scope: "bench", Key: "replayed"}, "tok", now)
+	ctx := context.Background()
+	if _, _, err := s.Acquire(ctx, a); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Complete(ctx, a.ID, "tok", idem.Completion{Response: benchResponse, CompletedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		b.Fatal(err)
+	}
+	return a
+}
+
+func BenchmarkReplay(b *testing.B) {
+	for _, name := range benchBackends {
+		b.Run(name+"/store", func(b *testing.B) {
+			s := newStore(b, backendNamed(name).open(b))
+			now := time.Now()
+			a := completedRecord(b, s, now)
+			a.Token = "tok-2"
+			ctx := context.Background()
+			for b.Loop() {
+				rec, o, err := s.Acquire(ctx, a)
+				if err != nil || o != idem.Existing || rec.Response.Status != 201 {
+					b.Fatal(o, err)
+				}
+			}
+		})
+		b.Run(name+"/get", func(b *testing.B) {
+			s := newStore(b, backendNamed(name).open(b))
+			a := completedRecord(b, s, time.Now())
+			ctx := context.Background()
+			for b.Loop() {
+				if _, err := s.Get(ctx, a.ID); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(name+"/baseline", func(b *testing.B) {
+			s := newStore(b, backendNamed(name).open(b))
+			a := completedRecord(b, s, time.Now())
+			bl := newBaseline(b, s)
+			ctx := context.Background()
+			for b.Loop() {
+				bl.read(ctx, b, a.ID.Key)
+			}
+		})
+	}
+}

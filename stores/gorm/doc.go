@@ -1,0 +1,21 @@
+// Package gormstore is a durable idem.Store keeping idempotency records in
+// one SQL table through GORM, on SQLite, PostgreSQL or MySQL/MariaDB, so that
+// several instances of a service share their keys and records survive
+// restarts.
+//
+//	db, _ := gorm.Open(postgres.Open(dsn))
+//	store, err := gormstore.New(db)
+//	if err != nil { ... }
+//	defer store.Close()
+//	if err := store.AutoMigrate(ctx); err != nil { ... }
+//	engine := idem.New(idem.Config{Store: store})
+//
+// Every method is one statement, or a few statements each conditional on
+// what it expects, never a read followed by an unconditional write; all
+// times come from the Engine and are stored as Unix nanoseconds (BIGINT),
+// exact and compared alike on every dialect.
+//
+// With Tx, a handler's own writes and the stored response commit in one
+// transaction: see Tx and WithTxSlot. Package sqlitedb opens SQLite files
+// set up for concurrent requests.
+package gormstore

@@ -1,0 +1,159 @@
+package gormstore
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+)
+
+// insertCompleted writes n completed records expiring at expires, in
+// multi-row INSERTs, faster than n Acquire and Complete calls.
+func insertCompleted(t *testing.T, s *Store, prefix string, n int, expires time.Time) {
+	t.Helper()
+	const perStatement = 250
+	for done := 0; done < n; done += perStatement {
+		rows := min(perStatement, n-done)
+		var sql strings.Builder
+		sql.WriteString("INSERT INTO " + s.sql.quotedTableName +
+			" (idem_scope, idem_key, fingerprint, idem_state, owner_token, lease_until, created_at, expires_at, resp_status) VALUES ")
+		args := make([]any, 0, rows*4)
+		for i := range rows {
+			if i > 0 {
+				sql.WriteString(", ")
+			}
+			sql.WriteString("('', ?, ?, 2, 'tok', ?, 0, ?, 200)")
+			args = append(args, fmt.Sprintf("%s-%06d", prefix, done+i), fpA[:], nanos(expires), nanos(expires))
+		}
+		if err := s.db.Exec(sql.String(), args...).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func countRecords(t *testing.T, s *Store) int {
+	t.Helper()
+	var n int
+	if err := s.db.Raw("SELECT COUNT(*) FROM " + s.sql.quotedTableName).Scan(&n).Error; err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestPurgeLargeBacklog: a backlog of expired records goes in batches of
+// the limit, and live records stay.
+func TestPurgeLargeBacklog(t *testing.T) {
+	const expired, live, batch = 2500, 10, 1000
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			s := newStore(t, b.open(t))
+			insertCompleted(t, s, "old", expired, t0)
+			insertCompleted(t, s, "new", live, t0.Add(time.Hour))
+			var got []int
+			for range 10 {
+				n, err := s.Purge(testCtx(t), t0.Add(time.Minute), batch)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = append(got, n)
+				if n < batch {
+					break
+				}
+			}
+			if fmt.Sprint(got) != "[1000 1000 500]" {
+				t.Fatalf("batches deleted %v, want [1000 1000 500]", got)
+			}
+			if n := countRecords(t, s); n != live {
+				t.Fatalf("%d records left, want the %d live ones", n, live)
+			}
+		})
+	}
+}
+
+// purgers counts the goroutines running a purge loop.
+func purgers() int {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	return strings.Count(string(buf), "stores/gorm.(*Store).purgeLoop(")
+}
+
+// waitPurgers waits up to 5 s for the number of purge loops to be want.
+func waitPurgers(t *testing.T, want int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for purgers() != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d purge loops running, want %d", purgers(), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestPurger: the background purger deletes expired records on its own, in
+// batches, using its clock, and Close stops it.
+func TestPurger(t *testing.T) {
+	before := purgers()
+	clock := new(fakeClock)
+	clock.Advance(time.Duration(t0.Add(time.Minute).UnixNano()))
+	s := newStore(t, openSQLite(t), WithPurgeInterval(5*time.Millisecond), WithPurgeBatch(7), WithClock(clock.Now))
+	insertCompleted(t, s, "old", 30, t0)
+	insertCompleted(t, s, "new", 3, t0.Add(time.Hour))
+	waitPurgers(t, before+1)
+	deadline := time.Now().Add(10 * time.Second)
+	for countRecords(t, s) != 3 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d records left after 10 s, want the 3 live ones", countRecords(t, s))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	clock.Advance(time.Hour)
+	for countRecords(t, s) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d records left after the clock moved, want 0", countRecords(t, s))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	waitPurgers(t, before)
+	// The store stays usable after Close.
+	if _, err := s.Get(testCtx(t), idem.ID{Key: "x"}); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("Get after Close: %v", err)
+	}
+}
+
+// TestCloseNoLeak: no purge loop survives Close, even one closed while it
+// purges, and a store without a purger starts none.
+func TestCloseNoLeak(t *testing.T) {
+	before := purgers()
+	db := openSQLite(t)
+	var stores []*Store
+	for i := range 5 {
+		s := newStore(t, db, WithPurgeInterval(time.Millisecond), WithPurgeBatch(1))
+		insertCompleted(t, s, "old", 50*i, t0)
+		stores = append(stores, s)
+	}
+	off := newStore(t, db) // WithPurgeInterval(0)
+	waitPurgers(t, before+len(stores))
+	time.Sleep(20 * time.Millisecond) // let some be mid-purge
+	for _, s := range stores {
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := off.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := purgers(); n != before {
+		t.Fatalf("%d purge loops after Close returned, want %d", n, before)
+	}
+}

@@ -1,0 +1,455 @@
+package gormstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+	"gorm.io/gorm"
+)
+
+// Store is an idem.Store keeping records in one SQL table through GORM.
+// Create it with New, create its table with AutoMigrate (or your own
+// migrations, see SchemaSQL), and stop its purger with Close.
+type Store struct {
+	db       *gorm.DB
+	insertDB *gorm.DB // db, with duplicate-key errors kept out of the log (MySQL)
+	dialect  dialect
+	sql      statements
+	table    string
+
+	now    func() time.Time
+	batch  int
+	logger *slog.Logger
+
+	stopPurge context.CancelFunc
+	purgeDone chan struct{}
+	closeOnce sync.Once
+
+	// beforeCommit, if set, runs between the completion's UPDATE and the
+	// COMMIT of a request's transaction. Tests use it to crash there.
+	beforeCommit func(tx *gorm.DB)
+}
+
+var _ idem.Store = (*Store)(nil)
+
+// maxAttempts bounds Acquire's retries when the record changes between its
+// statements. Each retry means another request wrote the record meanwhile,
+// so two or three attempts settle every real race.
+const maxAttempts = 10
+
+// New returns a Store writing to db's database and starts its purger
+// (unless disabled with WithPurgeInterval(0)). db's dialector must be SQLite
+// (github.com/glebarez/sqlite, as sqlitedb opens it), PostgreSQL
+// (gorm.io/driver/postgres) or MySQL/MariaDB (gorm.io/driver/mysql). New does
+// not touch the database: call AutoMigrate, or apply SchemaSQL yourself.
+func New(db *gorm.DB, opts ...Option) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("gormstore: nil *gorm.DB")
+	}
+	o := options{
+		table:         DefaultTable,
+		purgeInterval: DefaultPurgeInterval,
+		purgeBatch:    DefaultPurgeBatch,
+		now:           time.Now,
+		logger:        slog.Default(),
+	}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	d, err := dialectOf(db)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkTableName(o.table); err != nil {
+		return nil, err
+	}
+	s := &Store{
+		db:        db,
+		insertDB:  db,
+		dialect:   d,
+		sql:       buildStatements(db, d, o.table),
+		table:     o.table,
+		now:       o.now,
+		batch:     o.purgeBatch,
+		logger:    o.logger,
+		purgeDone: make(chan struct{}),
+	}
+	if d == dialectMySQL {
+		s.insertDB = db.Session(&gorm.Session{Logger: quietDuplicates{db.Logger, s.isDuplicate}})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopPurge = cancel
+	if o.purgeInterval > 0 {
+		go s.purgeLoop(ctx, o.purgeInterval)
+	} else {
+		close(s.purgeDone)
+	}
+	return s, nil
+}
+
+// checkTableName accepts "table" or "schema.table", each part made of ASCII
+// letters, digits and underscores, so that every derived name (the expiry
+// index) is valid and short enough on every dialect.
+func checkTableName(name string) error {
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 {
+		return fmt.Errorf("gormstore: table name %q: at most one schema qualifier", name)
+	}
+	for _, p := range parts {
+		if p == "" || len(p) > 48 {
+			return fmt.Errorf("gormstore: table name %q: each part must have 1 to 48 bytes", name)
+		}
+		for _, c := range []byte(p) {
+			if !(c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+				return fmt.Errorf("gormstore: table name %q: only letters, digits and underscores", name)
+			}
+		}
+	}
+	return nil
+}
+
+// Close stops the background purger and waits for it to exit, cancelling a
+// purge in progress. It does not close the database, which belongs to the
+// caller. The Store stays usable.
+func (s *Store) Close() error {
+	s.closeOnce.Do(s.stopPurge)
+	<-s.purgeDone
+	return nil
+}
+
+// Table returns the name of the table holding the records.
+func (s *Store) Table() string { return s.table }
+
+// SchemaSQL returns the statements that create the table and its expiry
+// index for the store's dialect, for those who run migrations themselves.
+// AutoMigrate executes exactly these.
+func (s *Store) SchemaSQL() []string {
+	return append([]string(nil), s.sql.createTable...)
+}
+
+// AutoMigrate creates the table and its expiry index unless they exist. It
+// does not alter an existing table.
+func (s *Store) AutoMigrate(ctx context.Context) error {
+	db := s.db.WithContext(ctx)
+	for _, stmt := range s.sql.createTable {
+		if err := db.Exec(stmt).Error; err != nil {
+			return fmt.Errorf("gormstore: migrate %s: %w", s.table, err)
+		}
+	}
+	return nil
+}
+
+// nanos is t as stored: Unix nanoseconds.
+func nanos(t time.Time) int64 { return t.UnixNano() }
+
+func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
+
+// Acquire implements idem.Store. It reads the record by primary key and,
+// if there is none, creates it with an INSERT that does nothing if the key
+// was taken meanwhile. Reading first makes a replay or a conflict, which
+// come in storms when clients retry, one indexed read that takes no lock
+// and writes nothing (on PostgreSQL, even an INSERT that does nothing costs
+// a transaction ID and a commit record; on SQLite it takes the single write
+// lock); a new key costs that read more. A live record is returned as it is. An expired record or a lapsed lease is
+// taken by an UPDATE whose WHERE clause repeats the condition, so it writes
+// only if the record is still as read. If another request wrote in
+// between, the INSERT or UPDATE changes nothing, or the read finds no
+// record, and Acquire starts over.
+func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
+	if err := ctx.Err(); err != nil {
+		return idem.Record{}, 0, err
+	}
+	db := s.db.WithContext(ctx)
+	fp := a.Fingerprint[:]
+	now, lease, expires := nanos(a.Now), nanos(a.LeaseUntil), nanos(a.ExpiresAt)
+	for range maxAttempts {
+		created, rec, err := s.findOrCreate(ctx, db, a.ID, fp, a.Token, lease, now, expires)
+		if created {
+			return s.acquired(ctx, a), idem.Created, nil
+		}
+		if errors.Is(err, idem.ErrNotFound) {
+			continue // the key was taken, released or purged meanwhile
+		}
+		if err != nil {
+			return idem.Record{}, 0, fmt.Errorf("gormstore: acquire: %w", err)
+		}
+		var (
+			outcome = idem.Created
+			res     *gorm.DB
+		)
+		switch {
+		case rec.Expired(a.Now):
+			res = db.Exec(s.sql.replaceExpired, fp, a.Token, lease, now, expires,
+				a.ID.Scope, a.ID.Key, now, now)
+		case rec.State == idem.InFlight && !a.Now.Before(rec.LeaseUntil) && rec.Fingerprint == a.Fingerprint:
+			outcome = idem.TookOver
+			res = db.Exec(s.sql.takeOverLapsed, a.Token, lease, now, expires,
+				a.ID.Scope, a.ID.Key, now, now, fp)
+		default:
+			return rec, idem.Existing, nil
+		}
+		if res.Error != nil {
+			return idem.Record{}, 0, fmt.Errorf("gormstore: acquire: %w", res.Error)
+		}
+		if res.RowsAffected == 1 {
+			return s.acquired(ctx, a), outcome, nil
+		}
+	}
+	return idem.Record{}, 0, fmt.Errorf("gormstore: acquire: the record kept changing; gave up after %d attempts", maxAttempts)
+}
+
+// findOrCreate reports that it created a new in-flight record for id, or
+// returns the record it found, or idem.ErrNotFound if neither: the key was
+// taken after the read, or freed after the INSERT failed.
+func (s *Store) findOrCreate(ctx context.Context, db *gorm.DB, id idem.ID, fp []byte, token string, lease, now, expires int64) (bool, idem.Record, error) {
+	rec, err := s.get(db, id)
+	if !errors.Is(err, idem.ErrNotFound) {
+		return false, rec, err
+	}
+	created, err := s.insert(ctx, id, fp, token, lease, now, expires)
+	if err == nil && !created {
+		err = idem.ErrNotFound
+	}
+	return created, idem.Record{}, err
+}
+
+// insert writes a new in-flight record unless one exists for the ID, and
+// reports whether it did.
+func (s *Store) insert(ctx context.Context, id idem.ID, fp []byte, token string, lease, now, expires int64) (bool, error) {
+	res := s.insertDB.WithContext(ctx).Exec(s.sql.insert, id.Scope, id.Key, fp, token, lease, now, expires)
+	if res.Error != nil {
+		// MySQL has no DO NOTHING that reports reliably whether it wrote
+		// (INSERT IGNORE would also truncate overlong values silently), so
+		// there a plain INSERT fails on a taken key.
+		if s.dialect == dialectMySQL && s.isDuplicate(res.Error) {
+			return false, nil
+		}
+		return false, res.Error
+	}
+	return res.RowsAffected == 1, nil
+}
+
+// isDuplicate reports whether err is a duplicate-key error, whether or not
+// the user's gorm.Config translates errors.
+func (s *Store) isDuplicate(err error) bool {
+	if errors.Is(err, gorm.ErrDuplicatedKey) {
+		return true
+	}
+	t, ok := s.db.Dialector.(gorm.ErrorTranslator)
+	return ok && errors.Is(t.Translate(err), gorm.ErrDuplicatedKey)
+}
+
+// acquired returns the record a's caller now holds, as Get would return it,
+// and tells the request's transaction slot, if any, which lock it serves.
+func (s *Store) acquired(ctx context.Context, a idem.Acquire) idem.Record {
+	if sl := slotFrom(ctx); sl != nil {
+		sl.arm(a.Token)
+	}
+	return idem.Record{
+		ID:          a.ID,
+		Fingerprint: a.Fingerprint,
+		State:       idem.InFlight,
+		Token:       a.Token,
+		LeaseUntil:  fromNanos(nanos(a.LeaseUntil)),
+		ExpiresAt:   fromNanos(nanos(a.ExpiresAt)),
+		CreatedAt:   fromNanos(nanos(a.Now)),
+	}
+}
+
+// Renew implements idem.Store with one conditional UPDATE.
+func (s *Store) Renew(ctx context.Context, id idem.ID, token string, leaseUntil time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	db := s.db.WithContext(ctx)
+	res := db.Exec(s.sql.renew, nanos(leaseUntil), id.Scope, id.Key, token)
+	if res.Error != nil {
+		return fmt.Errorf("gormstore: renew: %w", res.Error)
+	}
+	if res.RowsAffected == 0 && s.dialect == dialectMySQL {
+		// MySQL counts changed rows, not matched ones: renewing to the
+		// lease already stored changes nothing, yet the token holds.
+		var one int
+		switch err := db.Raw(s.sql.checkOwner, id.Scope, id.Key, token).Row().Scan(&one); {
+		case err == nil:
+			return nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return fmt.Errorf("gormstore: renew: %w", err)
+		}
+	}
+	if res.RowsAffected == 0 {
+		return idem.ErrLockLost
+	}
+	return nil
+}
+
+// Complete implements idem.Store with one conditional UPDATE. If the
+// request's context carries a transaction begun with Tx, the UPDATE runs in
+// it and Complete commits it: the handler's writes and the stored response
+// become visible together, or not at all.
+func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	args := []any{c.Response.Status, appendHeader(nil, c.Response.Header), c.Response.Body,
+		nanos(c.CompletedAt), nanos(c.ExpiresAt), id.Scope, id.Key, token}
+	if tx := takeTx(ctx, token); tx != nil {
+		return s.completeInTx(ctx, tx, args)
+	}
+	res := s.db.WithContext(ctx).Exec(s.sql.complete, args...)
+	if res.Error != nil {
+		return fmt.Errorf("gormstore: complete: %w", res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return idem.ErrLockLost
+	}
+	return nil
+}
+
+func (s *Store) completeInTx(ctx context.Context, tx *gorm.DB, args []any) error {
+	res := tx.WithContext(ctx).Exec(s.sql.complete, args...)
+	if res.Error != nil {
+		tx.Rollback()
+		return fmt.Errorf("gormstore: complete: %w", res.Error)
+	}
+	if res.RowsAffected == 0 {
+		// Another request took the key over: the handler's writes must not
+		// land beside its successor's.
+		tx.Rollback()
+		return idem.ErrLockLost
+	}
+	if s.beforeCommit != nil {
+		s.beforeCommit(tx)
+	}
+	if err := tx.Commit().Error; err != nil {
+		return fmt.Errorf("gormstore: complete: commit: %w", err)
+	}
+	return nil
+}
+
+// Release implements idem.Store with one conditional DELETE. A transaction
+// begun with Tx for the request is rolled back first.
+func (s *Store) Release(ctx context.Context, id idem.ID, token string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if tx := takeTx(ctx, token); tx != nil {
+		tx.Rollback()
+	}
+	res := s.db.WithContext(ctx).Exec(s.sql.release, id.Scope, id.Key, token)
+	if res.Error != nil {
+		return fmt.Errorf("gormstore: release: %w", res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return idem.ErrLockLost
+	}
+	return nil
+}
+
+// Get implements idem.Store with one read by primary key.
+func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return idem.Record{}, err
+	}
+	rec, err := s.get(s.db.WithContext(ctx), id)
+	if err != nil && !errors.Is(err, idem.ErrNotFound) {
+		return rec, fmt.Errorf("gormstore: get: %w", err)
+	}
+	return rec, err
+}
+
+func (s *Store) get(db *gorm.DB, id idem.ID) (idem.Record, error) {
+	var r recordRow
+	if err := scanRow(db.Raw(s.sql.selectRecord, id.Scope, id.Key).Row(), db, r.dest()...); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return idem.Record{ID: id}, idem.ErrNotFound
+		}
+		return idem.Record{ID: id}, err
+	}
+	return s.toRecord(id, &r)
+}
+
+// scanRow scans row, which GORM leaves nil if it did not run the query.
+func scanRow(row *sql.Row, db *gorm.DB, dest ...any) error {
+	if row == nil {
+		if db.Error != nil {
+			return db.Error
+		}
+		return errors.New("gormstore: GORM returned no row")
+	}
+	return row.Scan(dest...)
+}
+
+// recordRow is a record as read, the columns of selectColumns in order.
+// Columns are read as nullable, so that a damaged row is reported as such.
+type recordRow struct {
+	fp, header, body []byte
+	state, lease     sql.NullInt64
+	created          sql.NullInt64
+	completed        sql.NullInt64
+	expires, status  sql.NullInt64
+	token            sql.NullString
+}
+
+func (r *recordRow) dest() []any {
+	return []any{&r.fp, &r.state, &r.token, &r.lease, &r.created, &r.completed, &r.expires, &r.status, &r.header, &r.body}
+}
+
+// toRecord checks and converts a row.
+func (s *Store) toRecord(id idem.ID, r *recordRow) (idem.Record, error) {
+	rec := idem.Record{ID: id}
+	state := idem.State(r.state.Int64)
+	if len(r.fp) != len(rec.Fingerprint) || (state != idem.InFlight && state != idem.Completed) ||
+		!r.token.Valid || !r.lease.Valid || !r.created.Valid || !r.expires.Valid {
+		return rec, s.corrupt(id)
+	}
+	copy(rec.Fingerprint[:], r.fp)
+	rec.State = state
+	rec.Token = r.token.String
+	rec.LeaseUntil = fromNanos(r.lease.Int64)
+	rec.CreatedAt = fromNanos(r.created.Int64)
+	rec.ExpiresAt = fromNanos(r.expires.Int64)
+	if r.completed.Valid {
+		rec.CompletedAt = fromNanos(r.completed.Int64)
+	}
+	if state == idem.Completed {
+		h, err := decodeHeader(r.header)
+		if err != nil {
+			return rec, s.corrupt(id)
+		}
+		body := r.body
+		if body == nil {
+			body = []byte{}
+		}
+		rec.Response = idem.Response{Status: int(r.status.Int64), Header: h, Body: body}
+	}
+	return rec, nil
+}
+
+func (s *Store) corrupt(id idem.ID) error {
+	return fmt.Errorf("gormstore: record %q in table %s is corrupt", id.Key, s.table)
+}
+
+// Purge implements idem.Store: one DELETE of at most limit expired records,
+// found through the index on expires_at.
+func (s *Store) Purge(ctx context.Context, now time.Time, limit int) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if limit <= 0 {
+		return 0, nil
+	}
+	n := nanos(now)
+	res := s.db.WithContext(ctx).Exec(s.sql.purge, n, n, limit)
+	if res.Error != nil {
+		return 0, fmt.Errorf("gormstore: purge: %w", res.Error)
+	}
+	return int(res.RowsAffected), nil
+}
