@@ -1,0 +1,339 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+
+	"github.com/idemkit/idemkit/demo/payments/internal/app"
+	"github.com/idemkit/idemkit/demo/payments/internal/server"
+)
+
+// databases are the stores the demo's API is tested on. PostgreSQL comes
+// from `make test`, which starts a throwaway server and exports its DSN.
+func databases(t *testing.T) map[string]string {
+	dbs := map[string]string{"sqlite": filepath.Join(t.TempDir(), "payments.db")}
+	dsn := os.Getenv("IDEMKIT_TEST_POSTGRES_DSN")
+	switch {
+	case dsn != "":
+		dbs["postgres"] = dsn
+	case !testing.Short():
+		t.Fatal("IDEMKIT_TEST_POSTGRES_DSN is not set: run the tests with `make test`, which starts PostgreSQL (or use -short for SQLite only)")
+	}
+	return dbs
+}
+
+// demo is a running demo server.
+type demo struct {
+	url string
+	app *app.App
+}
+
+func start(t *testing.T, cfg app.Config) *demo {
+	t.Helper()
+	cfg.Addr = "127.0.0.1:0"
+	a, err := app.Open(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- a.Server.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := a.Server.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		a.Close()
+	})
+	return &demo{url: "http://" + ln.Addr().String(), app: a}
+}
+
+type reply struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+func (r reply) json(t *testing.T) map[string]any {
+	t.Helper()
+	var m map[string]any
+	if err := json.Unmarshal(r.body, &m); err != nil {
+		t.Fatalf("body %q is not a JSON object: %v", r.body, err)
+	}
+	return m
+}
+
+func (r reply) replayed() bool { return r.header.Get(idem.ReplayedHeader) == "true" }
+
+// problem checks an RFC 9457 problem of the given type name.
+func (r reply) problem(t *testing.T, status int, name string) {
+	t.Helper()
+	if r.status != status {
+		t.Fatalf("status %d, want %d (%s): %s", r.status, status, name, r.body)
+	}
+	if ct := r.header.Get("Content-Type"); ct != idem.ProblemContentType {
+		t.Fatalf("Content-Type %q, want a problem: %s", ct, r.body)
+	}
+	m := r.json(t)
+	if m["type"] != "/docs/idempotency/"+name || m["status"] != float64(status) || m["title"] == "" || m["detail"] == "" {
+		t.Fatalf("problem %v, want type /docs/idempotency/%s and status %d", m, name, status)
+	}
+}
+
+func (d *demo) do(t *testing.T, method, path, account, key, body string) reply {
+	t.Helper()
+	req, err := http.NewRequest(method, d.url+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if account != "" {
+		req.Header.Set("Authorization", "Bearer "+account)
+	}
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reply{resp.StatusCode, resp.Header, b}
+}
+
+func (d *demo) balance(t *testing.T, account string) map[string]any {
+	t.Helper()
+	r := d.do(t, http.MethodGet, "/v1/balance", account, "", "")
+	if r.status != 200 {
+		t.Fatalf("balance: %d %s", r.status, r.body)
+	}
+	return r.json(t)
+}
+
+func newAccount() string { return "acct_" + rand.Text()[:10] }
+func newKey() string     { return `"` + rand.Text() + `"` }
+
+// TestAPI runs the whole API on every framework and database.
+func TestAPI(t *testing.T) {
+	for dbName, db := range databases(t) {
+		for _, fw := range server.Frameworks {
+			t.Run(fw+"/"+dbName, func(t *testing.T) {
+				cfg := app.DefaultConfig()
+				cfg.Framework, cfg.DB, cfg.ProviderLatency = fw, db, 20*time.Millisecond
+				d := start(t, cfg)
+				for _, c := range apiCases {
+					t.Run(c.name, func(t *testing.T) { c.run(t, d) })
+				}
+			})
+		}
+	}
+}
+
+const chargeBody = `{"amount":1999,"currency":"usd","customer":"cus_42","description":"Order #1"}`
+
+var apiCases = []struct {
+	name string
+	run  func(*testing.T, *demo)
+}{
+	{"Health", func(t *testing.T, d *demo) {
+		if r := d.do(t, http.MethodGet, "/healthz", "", "", ""); r.status != 200 {
+			t.Fatalf("healthz: %d", r.status)
+		}
+	}},
+	{"Charge/CreatedOnceThenReplayed", func(t *testing.T, d *demo) {
+		acct, key := newAccount(), newKey()
+		first := d.do(t, http.MethodPost, "/v1/charges", acct, key, chargeBody)
+		if first.status != 201 || first.replayed() {
+			t.Fatalf("first: %d %s", first.status, first.body)
+		}
+		c := first.json(t)
+		id, _ := c["id"].(string)
+		if !strings.HasPrefix(id, "ch_") || c["object"] != "charge" || c["amount"] != 1999.0 || c["currency"] != "usd" ||
+			c["customer"] != "cus_42" || c["description"] != "Order #1" || c["status"] != "succeeded" {
+			t.Fatalf("charge %v", c)
+		}
+		if _, err := time.Parse(time.RFC3339, c["created"].(string)); err != nil {
+			t.Fatalf("created %v: %v", c["created"], err)
+		}
+		if first.header.Get("Location") != "/v1/charges/"+id {
+			t.Fatalf("Location %q", first.header.Get("Location"))
+		}
+		// Reordered JSON with other whitespace is the same request.
+		again := d.do(t, http.MethodPost, "/v1/charges", acct, key, `{ "description":"Order #1", "customer":"cus_42","currency":"usd","amount":1999 }`)
+		if again.status != 201 || !again.replayed() || !bytes.Equal(again.body, first.body) || again.header.Get("Location") != first.header.Get("Location") {
+			t.Fatalf("retry: %d replayed=%v %s", again.status, again.replayed(), again.body)
+		}
+		if b := d.balance(t, acct); b["charges"] != 1.0 || b["charged"] != 1999.0 {
+			t.Fatalf("balance %v, want one charge of 1999", b)
+		}
+		got := d.do(t, http.MethodGet, "/v1/charges/"+id, acct, "", "")
+		if got.status != 200 || got.json(t)["id"] != id {
+			t.Fatalf("GET charge: %d %s", got.status, got.body)
+		}
+		list := d.do(t, http.MethodGet, "/v1/charges", acct, "", "")
+		if data, _ := list.json(t)["data"].([]any); list.status != 200 || len(data) != 1 {
+			t.Fatalf("list: %d %s", list.status, list.body)
+		}
+		// Another account sees nothing of it.
+		d.do(t, http.MethodGet, "/v1/charges/"+id, newAccount(), "", "").problem(t, 404, "not-found")
+	}},
+	{"Charge/KeyReused", func(t *testing.T, d *demo) {
+		acct, key := newAccount(), newKey()
+		d.do(t, http.MethodPost, "/v1/charges", acct, key, chargeBody)
+		d.do(t, http.MethodPost, "/v1/charges", acct, key, strings.Replace(chargeBody, "1999", "2999", 1)).problem(t, 422, "key-reused")
+		if b := d.balance(t, acct); b["charges"] != 1.0 {
+			t.Fatalf("balance %v", b)
+		}
+	}},
+	{"Charge/SameKeyOtherAccount", func(t *testing.T, d *demo) {
+		key := newKey()
+		a := d.do(t, http.MethodPost, "/v1/charges", newAccount(), key, chargeBody)
+		b := d.do(t, http.MethodPost, "/v1/charges", newAccount(), key, chargeBody)
+		if a.status != 201 || b.status != 201 || b.replayed() || a.json(t)["id"] == b.json(t)["id"] {
+			t.Fatalf("two accounts, one key: %d %s / %d %s", a.status, a.body, b.status, b.body)
+		}
+	}},
+	{"Charge/NoKey", func(t *testing.T, d *demo) {
+		d.do(t, http.MethodPost, "/v1/charges", newAccount(), "", chargeBody).problem(t, 400, "key-missing")
+		d.do(t, http.MethodPost, "/v1/charges", newAccount(), `"bad`, chargeBody).problem(t, 400, "key-invalid")
+	}},
+	{"Charge/Unauthorized", func(t *testing.T, d *demo) {
+		key := newKey()
+		d.do(t, http.MethodPost, "/v1/charges", "", key, chargeBody).problem(t, 401, "unauthorized")
+		// Nothing was recorded for the key: the authenticated request runs.
+		if r := d.do(t, http.MethodPost, "/v1/charges", newAccount(), key, chargeBody); r.status != 201 || r.replayed() {
+			t.Fatalf("after a 401: %d replayed=%v", r.status, r.replayed())
+		}
+	}},
+	{"Charge/InvalidBodyIsRecorded", func(t *testing.T, d *demo) {
+		acct, key := newAccount(), newKey()
+		for i, body := range []string{`{"amount":0,"currency":"usd","customer":"c"}`, `{"amount":0,"currency":"usd","customer":"c"}`} {
+			r := d.do(t, http.MethodPost, "/v1/charges", acct, key, body)
+			r.problem(t, 400, "invalid-request")
+			if r.replayed() != (i == 1) {
+				t.Fatalf("attempt %d replayed=%v", i, r.replayed())
+			}
+		}
+		for _, body := range []string{`{"amount":5,"currency":"USD","customer":"c"}`, `{"amount":5,"currency":"usd","customer":""}`, `not json`} {
+			d.do(t, http.MethodPost, "/v1/charges", acct, newKey(), body).problem(t, 400, "invalid-request")
+		}
+		if b := d.balance(t, acct); b["charges"] != 0.0 {
+			t.Fatalf("balance %v", b)
+		}
+	}},
+	{"Charge/DeclinedIsRecorded", func(t *testing.T, d *demo) {
+		acct, key := newAccount(), newKey()
+		body := `{"amount":500,"currency":"eur","customer":"cus_declined"}`
+		d.do(t, http.MethodPost, "/v1/charges", acct, key, body).problem(t, 402, "card-declined")
+		again := d.do(t, http.MethodPost, "/v1/charges", acct, key, body)
+		again.problem(t, 402, "card-declined")
+		if !again.replayed() {
+			t.Fatal("a declined charge was not replayed")
+		}
+		if b := d.balance(t, acct); b["charges"] != 0.0 {
+			t.Fatalf("balance %v", b)
+		}
+	}},
+	{"Refund", func(t *testing.T, d *demo) {
+		acct := newAccount()
+		id := d.do(t, http.MethodPost, "/v1/charges", acct, newKey(), chargeBody).json(t)["id"].(string)
+		key := newKey()
+		refund := fmt.Sprintf(`{"charge":%q,"amount":999}`, id)
+		r := d.do(t, http.MethodPost, "/v1/refunds", acct, key, refund)
+		if r.status != 201 || r.json(t)["object"] != "refund" || r.json(t)["charge"] != id {
+			t.Fatalf("refund: %d %s", r.status, r.body)
+		}
+		if again := d.do(t, http.MethodPost, "/v1/refunds", acct, key, refund); !again.replayed() || !bytes.Equal(again.body, r.body) {
+			t.Fatalf("refund retry: %d %s", again.status, again.body)
+		}
+		d.do(t, http.MethodPost, "/v1/refunds", acct, newKey(), fmt.Sprintf(`{"charge":%q,"amount":1001}`, id)).problem(t, 400, "refund-too-large")
+		d.do(t, http.MethodPost, "/v1/refunds", acct, newKey(), `{"charge":"ch_nope","amount":1}`).problem(t, 404, "not-found")
+		d.do(t, http.MethodPost, "/v1/refunds", newAccount(), newKey(), refund).problem(t, 404, "not-found")
+		if b := d.balance(t, acct); b["charged"] != 1999.0 || b["refunded"] != 999.0 || b["refunds"] != 1.0 {
+			t.Fatalf("balance %v", b)
+		}
+	}},
+	{"Charge/ParallelRetriesChargeOnce", func(t *testing.T, d *demo) {
+		acct, key := newAccount(), newKey()
+		var wg sync.WaitGroup
+		replies := make([]reply, 20)
+		for i := range replies {
+			wg.Go(func() { replies[i] = d.do(t, http.MethodPost, "/v1/charges", acct, key, chargeBody) })
+		}
+		wg.Wait()
+		fresh := 0
+		for _, r := range replies {
+			switch {
+			case r.status == 201 && !r.replayed():
+				fresh++
+			case r.status == 201, r.status == 409:
+			default:
+				t.Fatalf("parallel retry: %d %s", r.status, r.body)
+			}
+		}
+		if b := d.balance(t, acct); fresh != 1 || b["charges"] != 1.0 {
+			t.Fatalf("%d fresh answers, balance %v: want exactly one charge", fresh, b)
+		}
+	}},
+	{"Docs", func(t *testing.T, d *demo) {
+		for _, path := range []string{"/docs/idempotency", "/docs/idempotency/key-reused"} {
+			r := d.do(t, http.MethodGet, path, "", "", "")
+			if r.status != 200 || !strings.HasPrefix(r.header.Get("Content-Type"), "text/html") || !bytes.Contains(r.body, []byte("Idempotency-Key")) || !bytes.Contains(r.body, []byte("24 hours")) {
+				t.Fatalf("%s: %d %s", path, r.status, r.header.Get("Content-Type"))
+			}
+		}
+	}},
+	{"Metrics", func(t *testing.T, d *demo) {
+		r := d.do(t, http.MethodGet, "/metrics", "", "", "")
+		if r.status != 200 || !bytes.Contains(r.body, []byte("idemkit_")) {
+			t.Fatalf("metrics: %d %.300s", r.status, r.body)
+		}
+	}},
+}
+
+// TestProviderFailureIsNotRecorded: a transient provider failure charges
+// nothing and is not stored, so the retry runs again.
+func TestProviderFailureIsNotRecorded(t *testing.T) {
+	cfg := app.DefaultConfig()
+	cfg.DB, cfg.ProviderLatency, cfg.ProviderFailureRate = filepath.Join(t.TempDir(), "p.db"), 0, 1
+	d := start(t, cfg)
+	acct, key := newAccount(), newKey()
+	for range 2 {
+		r := d.do(t, http.MethodPost, "/v1/charges", acct, key, chargeBody)
+		r.problem(t, 503, "provider-unavailable")
+		if r.replayed() {
+			t.Fatal("a provider failure was stored")
+		}
+	}
+	if b := d.balance(t, acct); b["charges"] != 0.0 {
+		t.Fatalf("balance %v", b)
+	}
+}

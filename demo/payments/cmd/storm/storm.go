@@ -1,0 +1,339 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idemkit/idemkit/core/idemclient"
+
+	"github.com/idemkit/idemkit/demo/payments/internal/app"
+)
+
+// Options configure a storm.
+type Options struct {
+	// Target is the base URL of a running demo; empty starts one in this
+	// process on a fresh SQLite file (or on DB, if set).
+	Target    string
+	Framework string
+	DB        string
+
+	Charges     int
+	Concurrency int
+	Faults      Faults
+	// AttemptTimeout is the client's patience per attempt; below
+	// Faults.DelayFor, delayed requests are retried while they still run.
+	AttemptTimeout time.Duration
+	Timeout        time.Duration
+
+	ProviderLatency     time.Duration
+	ProviderFailureRate float64
+
+	// Progress receives a progress bar; nil for none.
+	Progress io.Writer
+}
+
+// DefaultOptions is the storm's default run: 2,000 charges, 30% of requests
+// broken by the proxy.
+func DefaultOptions() Options {
+	return Options{
+		Framework:           "gin",
+		Charges:             2000,
+		Concurrency:         50,
+		Faults:              Faults{Reset: 0.10, Drop: 0.10, Delay: 0.10, DelayFor: 300 * time.Millisecond},
+		AttemptTimeout:      250 * time.Millisecond,
+		Timeout:             5 * time.Minute,
+		ProviderLatency:     5 * time.Millisecond,
+		ProviderFailureRate: 0.05,
+	}
+}
+
+// Report is what a storm found.
+type Report struct {
+	Charges     int
+	Concurrency int
+	Attempts    int64
+	Retries     int64
+	Replays     int64
+	Unsettled   int // charges the client gave up on, settled afterwards without faults
+	Forwarded   int64
+	Resets      int64
+	Drops       int64
+	Delays      int64
+	Expected    balance
+	Found       balance
+	Duplicates  int64
+	Lost        int64
+	Elapsed     time.Duration
+}
+
+type balance struct {
+	Charged int64 `json:"charged"`
+	Charges int64 `json:"charges"`
+}
+
+// OK reports whether every charge happened exactly once.
+func (r Report) OK() bool {
+	return r.Duplicates == 0 && r.Lost == 0 && r.Found == r.Expected
+}
+
+// Print writes the summary.
+func (r Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "charges sent        %d by %d concurrent clients, through a fault-injecting proxy\n", r.Charges, r.Concurrency)
+	fmt.Fprintf(w, "requests sent       %d (%d retries)\n", r.Attempts, r.Retries)
+	fmt.Fprintf(w, "faults injected     %d: %d resets before the server, %d responses dropped after it, %d delays\n",
+		r.Resets+r.Drops+r.Delays, r.Resets, r.Drops, r.Delays)
+	fmt.Fprintf(w, "replays             %d\n", r.Replays)
+	fmt.Fprintf(w, "settled afterwards  %d\n", r.Unsettled)
+	fmt.Fprintf(w, "charges expected    %d totalling %d\n", r.Expected.Charges, r.Expected.Charged)
+	fmt.Fprintf(w, "charges found       %d totalling %d\n", r.Found.Charges, r.Found.Charged)
+	fmt.Fprintf(w, "duplicates          %d\n", r.Duplicates)
+	fmt.Fprintf(w, "lost                %d\n", r.Lost)
+	fmt.Fprintf(w, "elapsed             %s\n", r.Elapsed.Round(time.Millisecond))
+}
+
+type charge struct {
+	key    string
+	amount int64
+	body   []byte
+}
+
+// Run starts (or targets) the server, puts the proxy in front, sends the
+// charges and compares the account's balance with what was sent.
+func Run(ctx context.Context, o Options) (Report, error) {
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	start := time.Now()
+	rep := Report{Charges: o.Charges, Concurrency: o.Concurrency}
+
+	backend := strings.TrimSuffix(o.Target, "/")
+	if backend == "" {
+		url, stop, err := startServer(ctx, o)
+		if err != nil {
+			return rep, err
+		}
+		defer stop()
+		backend = url
+	}
+	px := newProxy(backend, o.Faults)
+	pxURL, stopProxy, err := serve(px)
+	if err != nil {
+		return rep, err
+	}
+	defer stopProxy()
+
+	account := "storm_" + rand.Text()[:12]
+	auth := "Bearer " + account
+	charges := make([]charge, o.Charges)
+	for i := range charges {
+		amount := int64(100 + (i*7919)%9900)
+		charges[i] = charge{
+			key:    idemclient.NewKey(),
+			amount: amount,
+			body:   fmt.Appendf(nil, `{"amount":%d,"currency":"usd","customer":"cus_%d","description":"storm charge %d"}`, amount, i, i),
+		}
+		rep.Expected.Charges++
+		rep.Expected.Charged += amount
+	}
+
+	client := idemclient.NewClient(idemclient.Config{
+		Base:           &http.Transport{MaxIdleConnsPerHost: o.Concurrency},
+		MaxAttempts:    12,
+		BaseBackoff:    10 * time.Millisecond,
+		MaxBackoff:     300 * time.Millisecond,
+		Budget:         time.Minute,
+		AttemptTimeout: o.AttemptTimeout,
+	})
+	var attempts, replays, done atomic.Int64
+	var mu sync.Mutex
+	var unsettled []int
+	stopBar := progress(o.Progress, &done, o.Charges)
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for range o.Concurrency {
+		wg.Go(func() {
+			for i := range jobs {
+				res, ok := post(ctx, client, pxURL, auth, charges[i])
+				attempts.Add(int64(res.Attempts))
+				if res.Replayed {
+					replays.Add(1)
+				}
+				if !ok {
+					mu.Lock()
+					unsettled = append(unsettled, i)
+					mu.Unlock()
+				}
+				done.Add(1)
+			}
+		})
+	}
+	for i := range charges {
+		select {
+		case jobs <- i:
+		case <-ctx.Done():
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	stopBar()
+	if err := ctx.Err(); err != nil {
+		return rep, fmt.Errorf("storm did not finish within %s: %w", o.Timeout, err)
+	}
+
+	// Charges whose client gave up are settled straight at the server, with
+	// their own keys: each then happened once, or happens now.
+	direct := idemclient.NewClient(idemclient.Config{MaxAttempts: 20, Budget: time.Minute})
+	for _, i := range unsettled {
+		if _, ok := post(ctx, direct, backend, auth, charges[i]); !ok {
+			return rep, fmt.Errorf("charge %d could not be settled even without faults", i)
+		}
+	}
+
+	found, err := fetchBalance(ctx, backend, auth)
+	if err != nil {
+		return rep, err
+	}
+	rep.Found = found
+	rep.Attempts, rep.Replays = attempts.Load(), replays.Load()
+	rep.Retries = rep.Attempts - int64(o.Charges)
+	rep.Unsettled = len(unsettled)
+	rep.Forwarded = px.counts.forwarded.Load()
+	rep.Resets, rep.Drops, rep.Delays = px.counts.resets.Load(), px.counts.drops.Load(), px.counts.delays.Load()
+	rep.Duplicates = max(0, found.Charges-rep.Expected.Charges)
+	rep.Lost = max(0, rep.Expected.Charges-found.Charges)
+	rep.Elapsed = time.Since(start)
+	return rep, nil
+}
+
+// post sends one charge; ok means the server confirmed it with a 201.
+func post(ctx context.Context, c *http.Client, base, auth string, ch charge) (idemclient.Result, bool) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/charges", bytes.NewReader(ch.body))
+	if err != nil {
+		return idemclient.Result{}, false
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", auth)
+	req.Header.Set("Idempotency-Key", ch.key)
+	resp, err := c.Do(req)
+	if err != nil {
+		return idemclient.Result{Attempts: 1}, false
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, resp.Body)
+	res, _ := idemclient.Outcome(resp)
+	return res, resp.StatusCode == http.StatusCreated
+}
+
+func fetchBalance(ctx context.Context, base, auth string) (balance, error) {
+	var b balance
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/balance", nil)
+	if err != nil {
+		return b, err
+	}
+	req.Header.Set("Authorization", auth)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return b, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return b, fmt.Errorf("GET /v1/balance: %s", resp.Status)
+	}
+	return b, json.NewDecoder(resp.Body).Decode(&b)
+}
+
+// startServer runs the demo in this process on a loopback port.
+func startServer(ctx context.Context, o Options) (string, func(), error) {
+	db := o.DB
+	var dir string
+	if db == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "storm-"); err != nil {
+			return "", nil, err
+		}
+		db = filepath.Join(dir, "payments.db")
+	}
+	cfg := app.DefaultConfig()
+	cfg.Addr, cfg.Framework, cfg.DB = "127.0.0.1:0", o.Framework, db
+	cfg.ProviderLatency, cfg.ProviderFailureRate = o.ProviderLatency, o.ProviderFailureRate
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	a, err := app.Open(ctx, cfg, quiet)
+	if err != nil {
+		return "", nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		a.Close()
+		return "", nil, err
+	}
+	served := make(chan error, 1)
+	go func() { served <- a.Server.Serve(ln) }()
+	stop := func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		a.Server.Shutdown(sctx)
+		<-served
+		a.Close()
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
+	}
+	return "http://" + ln.Addr().String(), stop, nil
+}
+
+// serve runs h on a loopback port.
+func serve(h http.Handler) (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: h, ErrorLog: nil}
+	go srv.Serve(ln)
+	return "http://" + ln.Addr().String(), func() { srv.Close() }, nil
+}
+
+// progress draws a bar on w until the returned function is called.
+func progress(w io.Writer, done *atomic.Int64, total int) func() {
+	if w == nil {
+		return func() {}
+	}
+	stop := make(chan struct{})
+	finished := make(chan struct{})
+	draw := func() {
+		n := int(done.Load())
+		const width = 40
+		filled := width * n / max(total, 1)
+		fmt.Fprintf(w, "\r[%s%s] %d/%d charges", strings.Repeat("#", filled), strings.Repeat(".", width-filled), n, total)
+	}
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				draw()
+				fmt.Fprintln(w)
+				return
+			case <-t.C:
+				draw()
+			}
+		}
+	}()
+	return func() { close(stop); <-finished }
+}
+
+var errFailed = errors.New("storm found duplicated or lost charges")

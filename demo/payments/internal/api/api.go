@@ -1,0 +1,216 @@
+// Package api is the demo's HTTP API, written once as net/http handlers and
+// mounted by every framework behind that framework's idemkit middleware.
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+	gormstore "github.com/idemkit/idemkit/stores/gorm"
+	"gorm.io/gorm"
+
+	"github.com/idemkit/idemkit/demo/payments/internal/payments"
+)
+
+// DocsPath serves the published idempotency policy; every problem type URI,
+// idemkit's and the demo's own, is a path under it.
+const DocsPath = "/docs/idempotency"
+
+// API serves the /v1 endpoints. Requests reach it authenticated: Account
+// reads the account the auth middleware already checked.
+type API struct {
+	DB       *gorm.DB
+	Provider payments.Provider
+	Now      func() time.Time
+	Logger   *slog.Logger
+	// ProblemBase prefixes problem type names, e.g. "http://127.0.0.1:8080/docs/idempotency/".
+	ProblemBase string
+}
+
+// Handler returns the /v1 routes.
+func (a *API) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/charges", a.createCharge)
+	mux.HandleFunc("POST /v1/refunds", a.createRefund)
+	mux.HandleFunc("GET /v1/charges/{id}", a.getCharge)
+	mux.HandleFunc("GET /v1/charges", a.listCharges)
+	mux.HandleFunc("GET /v1/balance", a.balance)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		a.writeProblem(w, 404, "not-found", "Not found", "No such endpoint.")
+	})
+	return mux
+}
+
+// Account returns the account named by an "Authorization: Bearer <token>"
+// header: any non-empty token names an account, created on first use.
+func Account(authorization string) (string, bool) {
+	token, ok := strings.CutPrefix(authorization, "Bearer ")
+	token = strings.TrimSpace(token)
+	return token, ok && token != ""
+}
+
+func account(r *http.Request) string {
+	acct, _ := Account(r.Header.Get("Authorization"))
+	return acct
+}
+
+// tx returns the request's business transaction: committed by the GORM
+// store together with the stored response, rolled back if none is stored.
+func (a *API) tx(ctx context.Context) func() (*gorm.DB, error) {
+	return func() (*gorm.DB, error) { return gormstore.Tx(ctx, a.DB) }
+}
+
+const maxBody = 64 << 10
+
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if dec.More() {
+		return errors.New("trailing data after the JSON object")
+	}
+	return nil
+}
+
+type chargeView struct {
+	ID          string `json:"id"`
+	Object      string `json:"object"`
+	Amount      int64  `json:"amount"`
+	Refunded    int64  `json:"amount_refunded"`
+	Currency    string `json:"currency"`
+	Customer    string `json:"customer"`
+	Description string `json:"description"`
+	Status      string `json:"status"`
+	Created     string `json:"created"`
+}
+
+func viewCharge(c payments.Charge) chargeView {
+	return chargeView{ID: c.ID, Object: "charge", Amount: c.Amount, Refunded: c.Refunded, Currency: c.Currency,
+		Customer: c.Customer, Description: c.Description, Status: c.Status, Created: c.Created.UTC().Format(time.RFC3339)}
+}
+
+func (a *API) createCharge(w http.ResponseWriter, r *http.Request) {
+	var req payments.ChargeRequest
+	if err := decode(r, &req); err != nil {
+		a.writeProblem(w, 400, "invalid-request", "Invalid request", "The body must be a JSON object with amount, currency, customer and an optional description: "+err.Error())
+		return
+	}
+	c, err := payments.CreateCharge(r.Context(), a.tx(r.Context()), a.Provider, account(r), req, a.Now())
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Location", "/v1/charges/"+c.ID)
+	writeJSON(w, http.StatusCreated, viewCharge(c))
+}
+
+func (a *API) createRefund(w http.ResponseWriter, r *http.Request) {
+	var req payments.RefundRequest
+	if err := decode(r, &req); err != nil {
+		a.writeProblem(w, 400, "invalid-request", "Invalid request", "The body must be a JSON object with charge and amount: "+err.Error())
+		return
+	}
+	ref, err := payments.CreateRefund(r.Context(), a.tx(r.Context()), account(r), req, a.Now())
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{
+		"id": ref.ID, "object": "refund", "charge": ref.Charge, "amount": ref.Amount,
+		"status": ref.Status, "created": ref.Created.UTC().Format(time.RFC3339),
+	})
+}
+
+func (a *API) getCharge(w http.ResponseWriter, r *http.Request) {
+	c, err := payments.GetCharge(r.Context(), a.DB, account(r), r.PathValue("id"))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, viewCharge(c))
+}
+
+func (a *API) listCharges(w http.ResponseWriter, r *http.Request) {
+	charges, err := payments.ListCharges(r.Context(), a.DB, account(r), 100)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	views := make([]chargeView, len(charges))
+	for i, c := range charges {
+		views[i] = viewCharge(c)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": views})
+}
+
+func (a *API) balance(w http.ResponseWriter, r *http.Request) {
+	b, err := payments.GetBalance(r.Context(), a.DB, account(r))
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, b)
+}
+
+// fail maps business errors to problems. Only a transient provider failure
+// and unexpected errors are 5xx: those are not stored, so a retry runs again.
+func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
+	switch {
+	case errors.Is(err, payments.ErrInvalid):
+		a.writeProblem(w, 400, "invalid-request", "Invalid request", err.Error())
+	case errors.Is(err, payments.ErrDeclined):
+		a.writeProblem(w, 402, "card-declined", "Card declined", "The customer's card was declined. No charge was made.")
+	case errors.Is(err, payments.ErrNotFound):
+		a.writeProblem(w, 404, "not-found", "Not found", "No such charge for this account.")
+	case errors.Is(err, payments.ErrOverRefund):
+		a.writeProblem(w, 400, "refund-too-large", "Refund too large", err.Error()+".")
+	case errors.Is(err, payments.ErrProviderDown):
+		a.writeProblem(w, 503, "provider-unavailable", "Payment provider unavailable", "The payment provider failed transiently. No charge was made; retry with the same Idempotency-Key.")
+	default:
+		a.Logger.ErrorContext(r.Context(), "request failed", slog.String("error", err.Error()))
+		a.writeProblem(w, 500, "internal-error", "Internal error", "The request failed. No charge was made; retry with the same Idempotency-Key.")
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only plain structs and maps of them are encoded here
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+// Problem renders one of the demo's own problems.
+func (a *API) Problem(status int, name, title, detail string) idem.Response {
+	return idem.Problem{Type: a.ProblemBase + name, Title: title, Status: status, Detail: detail}.Response()
+}
+
+// Unauthorized is the answer to a /v1 request without a bearer token.
+func (a *API) Unauthorized() idem.Response {
+	return a.Problem(401, "unauthorized", "Unauthorized", "Send an Authorization: Bearer <token> header; any non-empty token names an account.")
+}
+
+func (a *API) writeProblem(w http.ResponseWriter, status int, name, title, detail string) {
+	WriteResponse(w, a.Problem(status, name, title, detail))
+}
+
+// WriteResponse writes a rendered response to a net/http writer.
+func WriteResponse(w http.ResponseWriter, resp idem.Response) {
+	h := w.Header()
+	for _, f := range resp.Header {
+		h[f.Name] = f.Values
+	}
+	w.WriteHeader(resp.Status)
+	w.Write(resp.Body)
+}

@@ -1,0 +1,176 @@
+// Package app wires the demo together from its configuration: database,
+// idempotency store and engine, metrics, API and framework server. The
+// command, its tests and the storm all start the demo through Open.
+package app
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+	gormstore "github.com/idemkit/idemkit/stores/gorm"
+	"github.com/idemkit/idemkit/stores/gorm/sqlitedb"
+	"gorm.io/driver/mysql"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/idemkit/idemkit/demo/payments/internal/api"
+	"github.com/idemkit/idemkit/demo/payments/internal/docs"
+	"github.com/idemkit/idemkit/demo/payments/internal/payments"
+	"github.com/idemkit/idemkit/demo/payments/internal/server"
+)
+
+// Config holds the demo's settings; each has a flag of the same name.
+type Config struct {
+	Addr                string
+	Framework           string
+	DB                  string
+	TTL                 time.Duration
+	Lease               time.Duration
+	ProviderLatency     time.Duration
+	ProviderFailureRate float64
+}
+
+// DefaultConfig returns the flags' defaults.
+func DefaultConfig() Config {
+	return Config{
+		Addr:            "127.0.0.1:8080",
+		Framework:       "gin",
+		DB:              "payments.db",
+		TTL:             24 * time.Hour,
+		Lease:           30 * time.Second,
+		ProviderLatency: 50 * time.Millisecond,
+	}
+}
+
+// EnvName is the environment variable that sets a flag: PAYMENTS_ and the
+// flag's name in upper case with dashes as underscores.
+func EnvName(flag string) string {
+	return "PAYMENTS_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// DBLabel names the database for logs, without any password.
+func (c Config) DBLabel() string {
+	u, err := url.Parse(c.DB)
+	if err != nil || u.Scheme == "" {
+		return "sqlite:" + c.DB
+	}
+	u.User = url.User(u.User.Username())
+	return u.Redacted()
+}
+
+// App is a started demo: its server is built but not yet serving.
+type App struct {
+	Server  server.Server
+	Engine  *idem.Engine
+	DB      *gorm.DB
+	Store   *gormstore.Store
+	metrics *metrics
+}
+
+// Open connects to the database, migrates it and builds the server.
+func Open(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
+	db, err := openDB(cfg.DB)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	if err := payments.Migrate(ctx, db); err != nil {
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	store, err := gormstore.New(db)
+	if err != nil {
+		return nil, err
+	}
+	if err := store.AutoMigrate(ctx); err != nil {
+		store.Close()
+		return nil, fmt.Errorf("migrate idempotency table: %w", err)
+	}
+	m, err := newMetrics()
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	problemBase := api.DocsPath + "/"
+	engine := idem.New(idem.Config{
+		Store:       store,
+		TTL:         cfg.TTL,
+		Lease:       cfg.Lease,
+		ProblemBase: problemBase,
+		Logger:      log,
+		OnEvent:     m.onEvent,
+	})
+	a := &api.API{
+		DB:          db,
+		Provider:    payments.Provider{Latency: cfg.ProviderLatency, FailureRate: cfg.ProviderFailureRate},
+		Now:         time.Now,
+		Logger:      log,
+		ProblemBase: problemBase,
+	}
+	srv, err := server.New(server.Config{
+		Framework: cfg.Framework,
+		Engine:    engine,
+		API:       a,
+		Metrics:   m.handler,
+		Docs:      docs.Handler(docs.Policy{TTL: cfg.TTL, Lease: cfg.Lease}),
+		Logger:    log,
+	})
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	return &App{Server: srv, Engine: engine, DB: db, Store: store, metrics: m}, nil
+}
+
+// Close stops the store's purger and the metrics, and closes the database.
+func (a *App) Close() error {
+	a.Store.Close()
+	a.metrics.prom.Shutdown(context.Background())
+	if sqlDB, err := a.DB.DB(); err == nil {
+		return sqlDB.Close()
+	}
+	return nil
+}
+
+// openDB opens a SQLite file, or PostgreSQL or MySQL for a postgres:// or
+// mysql:// DSN.
+func openDB(dsn string) (*gorm.DB, error) {
+	quiet := &gorm.Config{Logger: logger.Discard}
+	switch {
+	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
+		return gorm.Open(postgres.Open(dsn), quiet)
+	case strings.HasPrefix(dsn, "mysql://"):
+		goDSN, err := mysqlDSN(dsn)
+		if err != nil {
+			return nil, err
+		}
+		return gorm.Open(mysql.Open(goDSN), quiet)
+	case strings.Contains(dsn, "://"):
+		return nil, fmt.Errorf("unsupported database %q: use a SQLite file path, postgres:// or mysql://", dsn)
+	}
+	return sqlitedb.Open(dsn, quiet)
+}
+
+// mysqlDSN turns mysql://user:pass@host:port/db?params into the Go MySQL
+// driver's user:pass@tcp(host:port)/db?params form.
+func mysqlDSN(dsn string) (string, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "", fmt.Errorf("mysql DSN: %w", err)
+	}
+	q := u.Query()
+	q.Set("parseTime", "true")
+	auth := ""
+	if u.User != nil {
+		auth = u.User.Username()
+		if p, ok := u.User.Password(); ok {
+			auth += ":" + p
+		}
+		auth += "@"
+	}
+	return fmt.Sprintf("%stcp(%s)/%s?%s", auth, u.Host, strings.TrimPrefix(u.Path, "/"), q.Encode()), nil
+}

@@ -1,0 +1,29 @@
+package app
+
+import (
+	"context"
+	"net/http"
+
+	idem "github.com/idemkit/idemkit/core"
+	idemotel "github.com/idemkit/idemkit/observability/otel"
+)
+
+// metrics turns the engine's events into OpenTelemetry metrics served in
+// the Prometheus format at /metrics.
+type metrics struct {
+	prom    *idemotel.Prometheus
+	onEvent func(context.Context, idem.Event)
+	handler http.Handler
+}
+
+func newMetrics() (*metrics, error) {
+	prom, err := idemotel.NewPrometheus()
+	if err != nil {
+		return nil, err
+	}
+	m, err := idemotel.New(idemotel.WithMeterProvider(prom.MeterProvider))
+	if err != nil {
+		return nil, err
+	}
+	return &metrics{prom: prom, onEvent: m.OnEvent, handler: prom.Handler()}, nil
+}

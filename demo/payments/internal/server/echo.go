@@ -1,0 +1,57 @@
+package server
+
+import (
+	"net/http"
+
+	idemecho "github.com/idemkit/idemkit/adapters/echo"
+	gormstore "github.com/idemkit/idemkit/stores/gorm"
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+
+	"github.com/idemkit/idemkit/demo/payments/internal/api"
+)
+
+func newEcho(cfg Config) http.Handler {
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.Use(middleware.Recover())
+	e.HTTPErrorHandler = func(err error, c echo.Context) {
+		if c.Response().Committed {
+			return
+		}
+		status := http.StatusInternalServerError
+		if he, ok := err.(*echo.HTTPError); ok {
+			status = he.Code
+		}
+		api.WriteResponse(c.Response(), frameworkError(cfg.API, status))
+	}
+	e.GET("/healthz", echo.WrapHandler(http.HandlerFunc(healthz)))
+	e.GET("/metrics", echo.WrapHandler(cfg.Metrics))
+	e.GET(api.DocsPath, echo.WrapHandler(cfg.Docs))
+	e.GET(api.DocsPath+"/:name", echo.WrapHandler(cfg.Docs))
+
+	v1 := e.Group("/v1",
+		func(next echo.HandlerFunc) echo.HandlerFunc {
+			return func(c echo.Context) error {
+				if _, ok := api.Account(c.Request().Header.Get("Authorization")); !ok {
+					api.WriteResponse(c.Response(), cfg.API.Unauthorized())
+					return nil
+				}
+				return next(c)
+			}
+		},
+		func(next echo.HandlerFunc) echo.HandlerFunc {
+			return func(c echo.Context) error {
+				ctx, done := gormstore.WithTxSlot(c.Request().Context())
+				defer done()
+				c.SetRequest(c.Request().WithContext(ctx))
+				return next(c)
+			}
+		},
+		idemecho.Middleware(cfg.Engine, idemecho.WithScope(func(c echo.Context) string {
+			return scope(c.Request().Header.Get("Authorization"))
+		})),
+	)
+	v1.Any("/*", echo.WrapHandler(cfg.API.Handler()))
+	return e
+}

@@ -1,0 +1,46 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/gin-gonic/gin"
+	idemgin "github.com/idemkit/idemkit/adapters/gin"
+	idem "github.com/idemkit/idemkit/core"
+	gormstore "github.com/idemkit/idemkit/stores/gorm"
+
+	"github.com/idemkit/idemkit/demo/payments/internal/api"
+)
+
+func newGin(cfg Config) http.Handler {
+	gin.SetMode(gin.ReleaseMode)
+	r := gin.New()
+	r.Use(gin.CustomRecovery(func(c *gin.Context, _ any) {
+		writeGin(c, frameworkError(cfg.API, 500))
+	}))
+	r.GET("/healthz", gin.WrapF(healthz))
+	r.GET("/metrics", gin.WrapH(cfg.Metrics))
+	r.GET(api.DocsPath, gin.WrapH(cfg.Docs))
+	r.GET(api.DocsPath+"/:name", gin.WrapH(cfg.Docs))
+
+	v1 := r.Group("/v1",
+		func(c *gin.Context) {
+			if _, ok := api.Account(c.GetHeader("Authorization")); !ok {
+				writeGin(c, cfg.API.Unauthorized())
+				c.Abort()
+			}
+		},
+		func(c *gin.Context) {
+			ctx, done := gormstore.WithTxSlot(c.Request.Context())
+			defer done()
+			c.Request = c.Request.WithContext(ctx)
+			c.Next()
+		},
+		idemgin.Middleware(cfg.Engine, idemgin.WithScope(func(c *gin.Context) string {
+			return scope(c.GetHeader("Authorization"))
+		})),
+	)
+	v1.Any("/*path", gin.WrapH(cfg.API.Handler()))
+	return r
+}
+
+func writeGin(c *gin.Context, resp idem.Response) { api.WriteResponse(c.Writer, resp) }

@@ -1,0 +1,52 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/idemkit/idemkit/core/idemhttp"
+	gormstore "github.com/idemkit/idemkit/stores/gorm"
+
+	"github.com/idemkit/idemkit/demo/payments/internal/api"
+)
+
+func newNetHTTP(cfg Config) http.Handler {
+	guarded := idemhttp.Middleware(cfg.Engine, idemhttp.WithScope(func(r *http.Request) string {
+		return scope(r.Header.Get("Authorization"))
+	}))(cfg.API.Handler())
+	v1 := authenticate(cfg.API, gormstore.TxMiddleware(guarded))
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", healthz)
+	mux.Handle("GET /metrics", cfg.Metrics)
+	mux.Handle("GET "+api.DocsPath, cfg.Docs)
+	mux.Handle("GET "+api.DocsPath+"/", cfg.Docs)
+	mux.Handle("/v1/", v1)
+	return recoverPanics(cfg.API, mux)
+}
+
+func authenticate(a *api.API, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := api.Account(r.Header.Get("Authorization")); !ok {
+			api.WriteResponse(w, a.Unauthorized())
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// recoverPanics turns a panic into a 500 problem, as the other frameworks'
+// recovery middleware does; idemkit has already released the key.
+func recoverPanics(a *api.API, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if p := recover(); p != nil {
+				if p == http.ErrAbortHandler {
+					panic(p)
+				}
+				a.Logger.Error("panic", "panic", p)
+				api.WriteResponse(w, frameworkError(a, 500))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}

@@ -1,0 +1,134 @@
+// Package server assembles the demo API on one of the four frameworks. Each
+// framework gets the same chain, in this order: request log, panic
+// recovery, then for /v1: authentication (a 401 records nothing), the
+// transaction slot (so the handler's writes commit with the stored
+// response), idemkit's middleware for that framework, and the API.
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+
+	"github.com/idemkit/idemkit/demo/payments/internal/api"
+)
+
+// Frameworks lists the values of the -framework flag.
+var Frameworks = []string{"gin", "echo", "fiber", "nethttp"}
+
+// Config is what every framework's server is built from.
+type Config struct {
+	Framework string
+	Engine    *idem.Engine
+	API       *api.API
+	// Metrics serves GET /metrics; Docs serves GET /docs/idempotency and
+	// the problem type pages under it.
+	Metrics http.Handler
+	Docs    http.Handler
+	Logger  *slog.Logger
+}
+
+// Server is a running framework server.
+type Server interface {
+	Serve(ln net.Listener) error
+	Shutdown(ctx context.Context) error
+}
+
+// New builds the server for cfg.Framework.
+func New(cfg Config) (Server, error) {
+	switch cfg.Framework {
+	case "nethttp":
+		return newHTTPServer(logRequests(cfg.Logger, "nethttp", newNetHTTP(cfg))), nil
+	case "gin":
+		return newHTTPServer(logRequests(cfg.Logger, "gin", newGin(cfg))), nil
+	case "echo":
+		return newHTTPServer(logRequests(cfg.Logger, "echo", newEcho(cfg))), nil
+	case "fiber":
+		return newFiber(cfg), nil
+	}
+	return nil, fmt.Errorf("unknown framework %q (want one of %v)", cfg.Framework, Frameworks)
+}
+
+// scope is the tenant of a request: its account.
+func scope(authorization string) string {
+	acct, _ := api.Account(authorization)
+	return acct
+}
+
+// frameworkError is the problem for an error a framework reports itself
+// (no route, wrong method, a recovered panic).
+func frameworkError(a *api.API, status int) idem.Response {
+	switch status {
+	case http.StatusNotFound:
+		return a.Problem(status, "not-found", "Not found", "No such endpoint.")
+	case http.StatusMethodNotAllowed:
+		return a.Problem(status, "method-not-allowed", "Method not allowed", "This endpoint does not accept that method.")
+	}
+	if status < 500 {
+		return a.Problem(status, "invalid-request", http.StatusText(status), "The request was rejected.")
+	}
+	return a.Problem(status, "internal-error", "Internal error", "The request failed. No charge was made; retry with the same Idempotency-Key.")
+}
+
+func healthz(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Write([]byte(`{"status":"ok"}`))
+}
+
+type httpServer struct{ srv *http.Server }
+
+func newHTTPServer(h http.Handler) *httpServer {
+	return &httpServer{srv: &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}}
+}
+
+func (s *httpServer) Serve(ln net.Listener) error {
+	if err := s.srv.Serve(ln); err != http.ErrServerClosed {
+		return err
+	}
+	return nil
+}
+
+func (s *httpServer) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+
+// statusWriter remembers the status for the request log.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(p []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// logRequests writes one structured line per request.
+func logRequests(log *slog.Logger, framework string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		logLine(log, framework, r.Method, r.URL.Path, sw.status, w.Header().Get(idem.ReplayedHeader) == "true", time.Since(start))
+	})
+}
+
+func logLine(log *slog.Logger, framework, method, path string, status int, replayed bool, d time.Duration) {
+	log.LogAttrs(context.Background(), slog.LevelInfo, "request",
+		slog.String("framework", framework), slog.String("method", method), slog.String("path", path),
+		slog.Int("status", status), slog.Bool("replayed", replayed), slog.Duration("duration", d))
+}

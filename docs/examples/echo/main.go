@@ -1,0 +1,53 @@
+// Command echo is the tutorial's endpoint on Echo.
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	idemecho "github.com/idemkit/idemkit/adapters/echo"
+	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/memstore"
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+)
+
+type order struct {
+	Item     string `json:"item"`
+	Quantity int    `json:"quantity"`
+}
+
+var orders atomic.Int64
+
+func createOrder(c echo.Context) error {
+	var o order
+	if err := c.Bind(&o); err != nil || o.Item == "" || o.Quantity < 1 {
+		return echo.NewHTTPError(http.StatusBadRequest, "item and a positive quantity are required")
+	}
+	time.Sleep(time.Second) // a slow payment provider, say
+	id := orders.Add(1)
+	c.Response().Header().Set("Location", fmt.Sprintf("/orders/%d", id))
+	return c.JSON(http.StatusCreated, map[string]any{"id": id, "item": o.Item, "quantity": o.Quantity})
+}
+
+func main() {
+	store := memstore.New()
+	defer store.Close()
+	engine := idem.New(idem.Config{Store: store})
+
+	e := echo.New()
+	e.Use(middleware.Recover(), idemecho.Middleware(engine))
+	e.POST("/orders", createOrder)
+	e.Logger.Fatal(e.Start(addr()))
+}
+
+// addr is where the server listens: $ADDR, or 127.0.0.1:8080.
+func addr() string {
+	if a := os.Getenv("ADDR"); a != "" {
+		return a
+	}
+	return "127.0.0.1:8080"
+}

@@ -1,0 +1,53 @@
+// Command fiber is the tutorial's endpoint on Fiber.
+package main
+
+import (
+	"fmt"
+	"log"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/recover"
+	idemfiber "github.com/idemkit/idemkit/adapters/fiber"
+	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/memstore"
+)
+
+type order struct {
+	Item     string `json:"item"`
+	Quantity int    `json:"quantity"`
+}
+
+var orders atomic.Int64
+
+func createOrder(c *fiber.Ctx) error {
+	var o order
+	if err := c.BodyParser(&o); err != nil || o.Item == "" || o.Quantity < 1 {
+		return fiber.NewError(fiber.StatusBadRequest, "item and a positive quantity are required")
+	}
+	time.Sleep(time.Second) // a slow payment provider, say
+	id := orders.Add(1)
+	c.Location(fmt.Sprintf("/orders/%d", id))
+	return c.Status(fiber.StatusCreated).JSON(fiber.Map{"id": id, "item": o.Item, "quantity": o.Quantity})
+}
+
+func main() {
+	store := memstore.New()
+	defer store.Close()
+	engine := idem.New(idem.Config{Store: store})
+
+	app := fiber.New()
+	app.Use(recover.New(), idemfiber.New(engine))
+	app.Post("/orders", createOrder)
+	log.Fatal(app.Listen(addr()))
+}
+
+// addr is where the server listens: $ADDR, or 127.0.0.1:8080.
+func addr() string {
+	if a := os.Getenv("ADDR"); a != "" {
+		return a
+	}
+	return "127.0.0.1:8080"
+}
