@@ -10,6 +10,7 @@ import (
 
 	idemfiber "github.com/idemkit/idemkit/adapters/fiber"
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
@@ -20,36 +21,15 @@ import (
 //
 //	go test -run XXX -bench . -benchmem ./adapters/fiber/
 
-// benchBody is a ~100-byte charge request.
-var benchBody = []byte(`{"amount":1999,"currency":"usd","customer":"cus_8f3a","description":"Order #1234 for two items"}`)
-
-type chargeRequest struct {
-	Amount      int64  `json:"amount"`
-	Currency    string `json:"currency"`
-	Customer    string `json:"customer"`
-	Description string `json:"description"`
-}
-
-type chargeResponse struct {
-	ID       string `json:"id"`
-	Object   string `json:"object"`
-	Amount   int64  `json:"amount"`
-	Currency string `json:"currency"`
-	Customer string `json:"customer"`
-	Status   string `json:"status"`
-	Created  string `json:"created"`
-}
-
 // createCharge binds the body and answers a ~150-byte 201 JSON response,
 // like a typical create endpoint.
 func createCharge(c *fiber.Ctx) error {
-	var req chargeRequest
+	var req idemtest.BenchCharge
 	if err := c.BodyParser(&req); err != nil {
 		return fiber.NewError(fiber.StatusBadRequest, err.Error())
 	}
 	c.Set(fiber.HeaderLocation, "/v1/charges/ch_1")
-	return c.Status(fiber.StatusCreated).JSON(chargeResponse{"ch_3MmlLrLkdIwHu7ix0snN0B15", "charge",
-		req.Amount, req.Currency, req.Customer, "succeeded", "2026-11-22T13:21:41Z"})
+	return c.Status(fiber.StatusCreated).JSON(req.Result())
 }
 
 func benchApp(b *testing.B, wrap bool, h fiber.Handler) fasthttp.RequestHandler {
@@ -73,7 +53,7 @@ func serve(h fasthttp.RequestHandler, fctx *fasthttp.RequestCtx, key []byte) {
 	if key != nil {
 		req.Header.SetBytesV(idem.DefaultHeaderName, key)
 	}
-	req.SetBody(benchBody)
+	req.SetBody(idemtest.BenchBody)
 	fctx.Response.Reset()
 	h(fctx)
 }

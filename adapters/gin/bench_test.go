@@ -12,6 +12,7 @@ import (
 	"github.com/gin-gonic/gin"
 	idemgin "github.com/idemkit/idemkit/adapters/gin"
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
@@ -20,53 +21,16 @@ import (
 //
 //	go test -run XXX -bench . -benchmem ./adapters/gin/
 
-// benchBody is a ~100-byte charge request.
-var benchBody = []byte(`{"amount":1999,"currency":"usd","customer":"cus_8f3a","description":"Order #1234 for two items"}`)
-
-type chargeRequest struct {
-	Amount      int64  `json:"amount"`
-	Currency    string `json:"currency"`
-	Customer    string `json:"customer"`
-	Description string `json:"description"`
-}
-
-type chargeResponse struct {
-	ID       string `json:"id"`
-	Object   string `json:"object"`
-	Amount   int64  `json:"amount"`
-	Currency string `json:"currency"`
-	Customer string `json:"customer"`
-	Status   string `json:"status"`
-	Created  string `json:"created"`
-}
-
 // createCharge binds the body and writes a ~150-byte 201 JSON response,
 // like a typical create endpoint.
 func createCharge(c *gin.Context) {
-	var req chargeRequest
+	var req idemtest.BenchCharge
 	if err := c.ShouldBindJSON(&req); err != nil {
 		c.AbortWithStatusJSON(http.StatusBadRequest, gin.H{"error": err.Error()})
 		return
 	}
 	c.Header("Location", "/v1/charges/ch_1")
-	c.JSON(http.StatusCreated, chargeResponse{"ch_3MmlLrLkdIwHu7ix0snN0B15", "charge",
-		req.Amount, req.Currency, req.Customer, "succeeded", "2026-11-22T13:21:41Z"})
-}
-
-// benchWriter is a reusable ResponseWriter, so the benchmark measures the
-// middleware and handler rather than a recorder's allocations.
-type benchWriter struct {
-	h      http.Header
-	status int
-	n      int
-}
-
-func (w *benchWriter) Header() http.Header         { return w.h }
-func (w *benchWriter) WriteHeader(code int)        { w.status = code }
-func (w *benchWriter) Write(p []byte) (int, error) { w.n += len(p); return len(p), nil }
-func (w *benchWriter) reset() {
-	clear(w.h)
-	w.status, w.n = 0, 0
+	c.JSON(http.StatusCreated, req.Result())
 }
 
 func BenchmarkMiddleware(b *testing.B) {
@@ -100,9 +64,9 @@ func BenchmarkMiddleware(b *testing.B) {
 			}
 			r.POST("/v1/charges", createCharge)
 			if c.prepare {
-				serve(r, fixedKey(0, nil), &benchWriter{h: http.Header{}})
+				serve(r, fixedKey(0, nil), idemtest.NewBenchWriter())
 			}
-			w := &benchWriter{h: http.Header{}}
+			w := idemtest.NewBenchWriter()
 			var keyBuf []byte
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
@@ -111,10 +75,10 @@ func BenchmarkMiddleware(b *testing.B) {
 					keyBuf = c.key(i, keyBuf)
 					key = keyBuf
 				}
-				w.reset()
+				w.Reset()
 				serve(r, key, w)
-				if w.status != c.status {
-					b.Fatalf("status %d, want %d", w.status, c.status)
+				if w.Status != c.status {
+					b.Fatalf("status %d, want %d", w.Status, c.status)
 				}
 			}
 		})
@@ -129,8 +93,8 @@ func serve(h http.Handler, key []byte, w http.ResponseWriter) {
 		URL:           benchURL,
 		RequestURI:    "/v1/charges",
 		Header:        http.Header{"Content-Type": {"application/json"}},
-		Body:          io.NopCloser(bytes.NewReader(benchBody)),
-		ContentLength: int64(len(benchBody)),
+		Body:          io.NopCloser(bytes.NewReader(idemtest.BenchBody)),
+		ContentLength: int64(len(idemtest.BenchBody)),
 	}
 	if key != nil {
 		r.Header["Idempotency-Key"] = []string{string(key)}

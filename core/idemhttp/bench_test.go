@@ -11,6 +11,7 @@ import (
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemhttp"
+	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
@@ -19,20 +20,10 @@ import (
 //
 //	go test -run XXX -bench . -benchmem ./core/idemhttp/
 
-// benchBody is a ~100-byte charge request.
-var benchBody = []byte(`{"amount":1999,"currency":"usd","customer":"cus_8f3a","description":"Order #1234 for two items"}`)
-
-type chargeRequest struct {
-	Amount      int64  `json:"amount"`
-	Currency    string `json:"currency"`
-	Customer    string `json:"customer"`
-	Description string `json:"description"`
-}
-
 // createCharge decodes the body and writes a ~150-byte 201 JSON response,
 // like a typical create endpoint.
 var createCharge = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-	var req chargeRequest
+	var req idemtest.BenchCharge
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -40,33 +31,9 @@ var createCharge = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Location", "/v1/charges/ch_1")
 	w.WriteHeader(http.StatusCreated)
-	body, _ := json.Marshal(struct {
-		ID       string `json:"id"`
-		Object   string `json:"object"`
-		Amount   int64  `json:"amount"`
-		Currency string `json:"currency"`
-		Customer string `json:"customer"`
-		Status   string `json:"status"`
-		Created  string `json:"created"`
-	}{"ch_3MmlLrLkdIwHu7ix0snN0B15", "charge", req.Amount, req.Currency, req.Customer, "succeeded", "2026-11-22T13:21:41Z"})
+	body, _ := json.Marshal(req.Result())
 	w.Write(body)
 })
-
-// benchWriter is a reusable ResponseWriter, so the benchmark measures the
-// middleware and handler rather than a recorder's allocations.
-type benchWriter struct {
-	h      http.Header
-	status int
-	n      int
-}
-
-func (w *benchWriter) Header() http.Header         { return w.h }
-func (w *benchWriter) WriteHeader(code int)        { w.status = code }
-func (w *benchWriter) Write(p []byte) (int, error) { w.n += len(p); return len(p), nil }
-func (w *benchWriter) reset() {
-	clear(w.h)
-	w.status, w.n = 0, 0
-}
 
 type benchCase struct {
 	name    string
@@ -87,7 +54,7 @@ func BenchmarkMiddleware(b *testing.B) {
 		{name: "HandlerAlone", key: uniqueKey, status: 201},
 		{name: "FirstRequest", wrap: true, key: uniqueKey, status: 201},
 		{name: "Replay", wrap: true, key: fixedKey, status: 201,
-			prepare: func(h http.Handler) { serve(h, fixedKey(0, nil), &benchWriter{h: http.Header{}}) }},
+			prepare: func(h http.Handler) { serve(h, fixedKey(0, nil), idemtest.NewBenchWriter()) }},
 		{name: "NoKey", wrap: true, status: 400},
 	}
 	for _, c := range cases {
@@ -102,7 +69,7 @@ func BenchmarkMiddleware(b *testing.B) {
 			if c.prepare != nil {
 				c.prepare(h)
 			}
-			w := &benchWriter{h: http.Header{}}
+			w := idemtest.NewBenchWriter()
 			var keyBuf []byte
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
@@ -111,10 +78,10 @@ func BenchmarkMiddleware(b *testing.B) {
 					keyBuf = c.key(i, keyBuf)
 					key = keyBuf
 				}
-				w.reset()
+				w.Reset()
 				serve(h, key, w)
-				if w.status != c.status {
-					b.Fatalf("status %d, want %d", w.status, c.status)
+				if w.Status != c.status {
+					b.Fatalf("status %d, want %d", w.Status, c.status)
 				}
 			}
 		})
@@ -138,16 +105,16 @@ func BenchmarkConflict(b *testing.B) {
 		}
 		createCharge(w, r)
 	}))
-	go serve(h, key, &benchWriter{h: http.Header{}})
+	go serve(h, key, idemtest.NewBenchWriter())
 	<-held
 	defer close(release)
-	w := &benchWriter{h: http.Header{}}
+	w := idemtest.NewBenchWriter()
 	b.ReportAllocs()
 	for b.Loop() {
-		w.reset()
+		w.Reset()
 		serve(h, key, w)
-		if w.status != http.StatusConflict {
-			b.Fatalf("status %d", w.status)
+		if w.Status != http.StatusConflict {
+			b.Fatalf("status %d", w.Status)
 		}
 	}
 }
@@ -157,8 +124,8 @@ func serve(h http.Handler, key []byte, w http.ResponseWriter) {
 		Method:        http.MethodPost,
 		RequestURI:    "/v1/charges",
 		Header:        http.Header{"Content-Type": {"application/json"}},
-		Body:          io.NopCloser(bytes.NewReader(benchBody)),
-		ContentLength: int64(len(benchBody)),
+		Body:          io.NopCloser(bytes.NewReader(idemtest.BenchBody)),
+		ContentLength: int64(len(idemtest.BenchBody)),
 	}
 	if key != nil {
 		r.Header["Idempotency-Key"] = []string{string(key)}
