@@ -382,3 +382,51 @@ func TestRenewalProblemsAreEvents(t *testing.T) {
 		})
 	}
 }
+
+// ownWriterStore blocks renewals until the request completes, as SQLite
+// does when the request itself holds the database's only write lock in the
+// transaction that Complete commits.
+type ownWriterStore struct {
+	idem.Store
+	renewing  chan struct{} // closed when the first renewal is waiting
+	committed chan struct{} // closed by Complete
+	once      sync.Once
+}
+
+func (s *ownWriterStore) Renew(ctx context.Context, id idem.ID, token string, until time.Time) error {
+	s.once.Do(func() { close(s.renewing) })
+	<-s.committed // ignores ctx, like a busy wait inside the database driver
+	return s.Store.Renew(ctx, id, token, until)
+}
+
+func (s *ownWriterStore) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
+	err := s.Store.Complete(ctx, id, token, c)
+	close(s.committed)
+	return err
+}
+
+func TestFinishDoesNotWaitForABlockedRenewal(t *testing.T) {
+	store := &ownWriterStore{Store: newStore(t), renewing: make(chan struct{}), committed: make(chan struct{})}
+	cfg := quietConfig(store)
+	cfg.Lease, cfg.RenewEvery = 3*time.Second, 10*time.Millisecond
+	e := idem.New(cfg)
+	d := e.Begin(context.Background(), charge("k", `{}`))
+	select {
+	case <-store.renewing:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no renewal started")
+	}
+	done := make(chan error, 1)
+	go func() { done <- finish(t, d.Lock, `{"ok":true}`) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("Finish waited for a renewal that waits for Finish")
+	}
+	if r := e.Begin(context.Background(), charge("k", `{}`)); !r.Replayed {
+		t.Fatalf("after Finish: %+v, want the replay", r)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -32,9 +33,8 @@ type Lock struct {
 	bodyBuf  *[]byte // pooled backing of body, returned when the lock ends
 	overflow bool
 
-	mu    sync.Mutex // serialises renewals with the end of the lock
-	ended bool
-	lost  bool // another request took the key over: renewing is pointless
+	ended atomic.Bool
+	lost  atomic.Bool // another request took the key over: renewing is pointless
 
 	// Guarded by the renewer's mutex.
 	renewAt    time.Time
@@ -167,45 +167,45 @@ func (l *Lock) recycleBody() {
 	l.body, l.bodyBuf = nil, nil
 }
 
-// end stops the renewals, waiting for one in progress, and reports whether
-// this call was the first to end the Lock.
+// end stops the renewals and reports whether this call was the first to
+// end the Lock. It does not wait for a renewal in progress: that renewal
+// is fenced by the token and the in-flight state, so once the record is
+// completed, released or taken over it changes nothing, and waiting for it
+// could deadlock with a store whose single writer is this very request
+// (SQLite, holding the transaction that Complete is about to commit).
 func (l *Lock) end() bool {
-	l.mu.Lock()
-	first := !l.ended
-	l.ended = true
-	l.mu.Unlock()
-	if first {
-		l.e.renewer.remove(l)
+	if !l.ended.CompareAndSwap(false, true) {
+		return false
 	}
-	return first
+	l.e.renewer.remove(l)
+	return true
 }
 
-// renew moves the lease on; the renewer calls it when it is due. Holding mu
-// across the store call makes end wait for it, so no renewal outlives the
-// request.
+// renew moves the lease on; the renewer calls it when it is due. No mutex
+// is held across the store call or the event hooks.
 func (l *Lock) renew() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.ended || l.lost {
+	if l.ended.Load() || l.lost.Load() {
 		return
 	}
 	e := l.e
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RenewEvery)
+	start := time.Now()
 	err := e.cfg.Store.Renew(ctx, l.id, l.token, e.cfg.Now().Add(e.cfg.Lease))
+	latency := time.Since(start)
 	cancel()
-	switch {
-	case errors.Is(err, ErrLockLost):
+	if err == nil || l.ended.Load() {
+		return // the request has finished meanwhile: what the renewal found no longer matters
+	}
+	kind := EventStoreError // a transient failure is retried at the next renewal while the lease lasts
+	if errors.Is(err, ErrLockLost) {
 		// Another request took the key over; Finish will find out and
 		// store nothing.
-		l.lost = true
-		ev := e.event(EventLeaseLost, l.method, l.path, l.id.Key, l.began)
-		e.emit(context.Background(), &ev, slog.LevelWarn)
-	case err != nil:
-		// A transient failure is retried at the next renewal while the lease lasts.
-		ev := e.event(EventStoreError, l.method, l.path, l.id.Key, l.began)
-		ev.Err = err
-		e.emit(context.Background(), &ev, slog.LevelWarn)
+		l.lost.Store(true)
+		kind, err = EventLeaseLost, nil
 	}
+	ev := e.event(kind, l.method, l.path, l.id.Key, l.began)
+	ev.Err, ev.StoreLatency = err, latency
+	e.emit(context.Background(), &ev, slog.LevelWarn)
 }
 
 // storedHeader copies the replayable headers. Each value slice is clipped

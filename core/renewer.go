@@ -9,7 +9,8 @@ import (
 // serves every lock of the Engine, and only while there is one: it starts
 // with the first lock and exits at the first tick that finds none, so an
 // idle Engine runs nothing and needs no Close. Registering a lock is a list
-// insertion, cheaper than arming a timer per request.
+// insertion, cheaper than arming a timer per request. Renewals run one after
+// another: a slow store delays the others, never the requests themselves.
 type renewer struct {
 	every time.Duration // Config.RenewEvery
 	tick  time.Duration
