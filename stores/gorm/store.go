@@ -277,7 +277,7 @@ func (s *Store) Renew(ctx context.Context, id idem.ID, token string, leaseUntil 
 		// MySQL counts changed rows, not matched ones: renewing to the
 		// lease already stored changes nothing, yet the token holds.
 		var one int
-		switch err := db.Raw(s.sql.checkOwner, id.Scope, id.Key, token).Row().Scan(&one); {
+		switch err := scanRow(db.Raw(s.sql.checkOwner, id.Scope, id.Key, token).Row(), db, &one); {
 		case err == nil:
 			return nil
 		case !errors.Is(err, sql.ErrNoRows):
@@ -300,7 +300,11 @@ func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.C
 	}
 	args := []any{c.Response.Status, appendHeader(nil, c.Response.Header), c.Response.Body,
 		nanos(c.CompletedAt), nanos(c.ExpiresAt), id.Scope, id.Key, token}
-	if tx := takeTx(ctx, token); tx != nil {
+	tx, err := takeTx(ctx, token)
+	if err != nil {
+		return err
+	}
+	if tx != nil {
 		return s.completeInTx(ctx, tx, args)
 	}
 	res := s.db.WithContext(ctx).Exec(s.sql.complete, args...)
@@ -340,7 +344,7 @@ func (s *Store) Release(ctx context.Context, id idem.ID, token string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if tx := takeTx(ctx, token); tx != nil {
+	if tx, _ := takeTx(ctx, token); tx != nil {
 		tx.Rollback()
 	}
 	res := s.db.WithContext(ctx).Exec(s.sql.release, id.Scope, id.Key, token)

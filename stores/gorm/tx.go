@@ -23,6 +23,11 @@ var (
 	// ErrTxDone: the request's transaction was already committed or rolled
 	// back (Tx called after the response was recorded).
 	ErrTxDone = errors.New("gormstore: the request's transaction has ended")
+	// ErrTxAborted: Complete found the request's transaction rolled back by
+	// the slot's cleanup (the request ended before its response was
+	// recorded, e.g. under a timeout handler). Nothing is stored, the key is
+	// released, and a retry runs the handler again.
+	ErrTxAborted = errors.New("gormstore: the request's transaction was rolled back before its response was recorded")
 )
 
 // txSlot is one request's place for its business transaction. It lives in
@@ -34,6 +39,10 @@ type txSlot struct {
 	token string   // the idempotency lock the request holds; set by Acquire
 	tx    *gorm.DB // begun by Tx, ended by Complete, Release or the cleanup
 	ended bool
+	// aborted: the cleanup rolled back a transaction the handler had begun
+	// before the response was recorded. Its writes are gone, so the
+	// response must not be stored as if they had happened.
+	aborted bool
 }
 
 type slotKey struct{}
@@ -55,20 +64,27 @@ func (sl *txSlot) arm(token string) {
 
 // takeTx hands the transaction begun for the lock held by token to the
 // store, which ends it, and closes the slot. It returns nil if ctx has no
-// slot, the slot serves another lock, or no transaction was begun.
-func takeTx(ctx context.Context, token string) *gorm.DB {
+// slot, the slot serves another lock, or no transaction was begun; and
+// ErrTxAborted if the slot's cleanup already rolled that transaction back.
+func takeTx(ctx context.Context, token string) (*gorm.DB, error) {
 	sl := slotFrom(ctx)
 	if sl == nil {
-		return nil
+		return nil, nil
 	}
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
-	if sl.token != token || sl.ended {
-		return nil
+	if sl.token != token {
+		return nil, nil
+	}
+	if sl.aborted {
+		return nil, ErrTxAborted
+	}
+	if sl.ended {
+		return nil, nil
 	}
 	tx := sl.tx
 	sl.tx, sl.ended = nil, true
-	return tx
+	return tx, nil
 }
 
 // WithTxSlot returns a copy of ctx carrying an empty transaction slot, and a
@@ -87,6 +103,7 @@ func WithTxSlot(ctx context.Context) (context.Context, func()) {
 		sl.mu.Lock()
 		tx := sl.tx
 		sl.tx, sl.ended = nil, true
+		sl.aborted = sl.aborted || tx != nil
 		sl.mu.Unlock()
 		if tx != nil {
 			tx.Rollback()

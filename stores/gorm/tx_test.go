@@ -306,9 +306,28 @@ func TestTxErrors(t *testing.T) {
 	if rec, err := s.Get(ctx, idem.ID{Key: "k"}); err != nil || rec.State != idem.InFlight {
 		t.Fatalf("record after the cleanup: %v, %v", rec.State, err)
 	}
-	// A slot only serves the lock it was armed for.
-	if err := s.Complete(ctx, idem.ID{Key: "k"}, "tok", idem.Completion{Response: idem.Response{Status: 200}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
-		t.Fatalf("Complete after the cleanup (no transaction left): %v", err)
+	// Its writes are gone, so its response must not be recorded as if they
+	// had happened: Complete refuses, and the record stays in flight for
+	// the Engine to release.
+	err = s.Complete(ctx, idem.ID{Key: "k"}, "tok", idem.Completion{Response: idem.Response{Status: 200}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)})
+	if !errors.Is(err, ErrTxAborted) {
+		t.Fatalf("Complete after the cleanup rolled back the handler's writes: %v, want ErrTxAborted", err)
+	}
+	if rec, err := s.Get(ctx, idem.ID{Key: "k"}); err != nil || rec.State != idem.InFlight {
+		t.Fatalf("record after the refused Complete: %v, %v", rec.State, err)
+	}
+	if err := s.Release(ctx, idem.ID{Key: "k"}, "tok"); err != nil {
+		t.Fatalf("Release after the refused Complete: %v", err)
+	}
+	// A slot only serves the lock it was armed for: another lock completes
+	// without a transaction.
+	ctx2, done2 := WithTxSlot(testCtx(t))
+	defer done2()
+	if _, _, err := s.Acquire(ctx2, acquireAt(idem.ID{Key: "k2"}, "tok2", t0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx2, idem.ID{Key: "k2"}, "other-token", idem.Completion{Response: idem.Response{Status: 200}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}); !errors.Is(err, idem.ErrLockLost) {
+		t.Fatalf("Complete with another token: %v, want ErrLockLost", err)
 	}
 }
 
@@ -329,5 +348,50 @@ func TestTxPassThrough(t *testing.T) {
 	resp.Body.Close()
 	if !errors.Is(got, ErrNotGuarded) {
 		t.Fatalf("Tx on a request without a key (KeyOptional): %v, want ErrNotGuarded", got)
+	}
+}
+
+// TestTxAbortedBeforeComplete: when the slot's cleanup rolls the handler's
+// transaction back before the response is recorded (the request was cut
+// off, say by a timeout handler), the response must not be stored as if
+// the rolled-back writes had happened: the key is released and a retry
+// runs the handler again.
+func TestTxAbortedBeforeComplete(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			db := b.open(t)
+			s := newStore(t, db)
+			charges := createCharges(t, db)
+			e := quietEngine(s, time.Now)
+			req := func() *idem.Request {
+				return &idem.Request{Method: http.MethodPost, Path: "/charges", KeyLines: []string{`"aborted"`}, Body: []byte(`{}`)}
+			}
+			ctx, done := WithTxSlot(testCtx(t))
+			d := e.Begin(ctx, req())
+			if d.Action != idem.Run {
+				t.Fatalf("first request: %+v", d)
+			}
+			tx, err := Tx(ctx, db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Exec("INSERT INTO " + charges + " (charge_key, amount) VALUES ('aborted', 1)").Error; err != nil {
+				t.Fatal(err)
+			}
+			done() // the request is over before its response is recorded
+			d.Lock.Write([]byte(`{"charged":true}`))
+			if err := d.Lock.Finish(ctx, 201, nil); !errors.Is(err, ErrTxAborted) {
+				t.Fatalf("Finish = %v, want ErrTxAborted", err)
+			}
+			if n := countCharges(t, db, charges); n != 0 {
+				t.Fatalf("%d charges after the rollback", n)
+			}
+			if d := e.Begin(testCtx(t), req()); d.Action != idem.Run {
+				t.Fatalf("retry: %+v, want the handler to run again (no false replay)", d)
+			} else {
+				d.Lock.Abandon(testCtx(t), idem.ReasonPanic)
+			}
+		})
 	}
 }
