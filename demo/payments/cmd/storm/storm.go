@@ -229,7 +229,11 @@ func post(ctx context.Context, c *http.Client, base, auth string, ch charge) (id
 	req.Header.Set("Idempotency-Key", ch.key)
 	resp, err := c.Do(req)
 	if err != nil {
-		return idemclient.Result{Attempts: 1}, false
+		res := idemclient.Result{Attempts: 1}
+		if e := (*idemclient.Error)(nil); errors.As(err, &e) {
+			res.Attempts = e.Attempts
+		}
+		return res, false
 	}
 	defer resp.Body.Close()
 	io.Copy(io.Discard, resp.Body)

@@ -79,6 +79,16 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
+	a, err := build(ctx, cfg, log, db)
+	if err != nil {
+		closeDB(db)
+		return nil, err
+	}
+	return a, nil
+}
+
+// build migrates db and assembles the App on it.
+func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App, error) {
 	if err := payments.Migrate(ctx, db); err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
@@ -121,6 +131,7 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 	})
 	if err != nil {
 		store.Close()
+		m.prom.Shutdown(ctx)
 		return nil, err
 	}
 	return &App{Server: srv, Engine: engine, DB: db, Store: store, metrics: m}, nil
@@ -130,10 +141,15 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 func (a *App) Close() error {
 	a.Store.Close()
 	a.metrics.prom.Shutdown(context.Background())
-	if sqlDB, err := a.DB.DB(); err == nil {
-		return sqlDB.Close()
+	return closeDB(a.DB)
+}
+
+func closeDB(db *gorm.DB) error {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return err
 	}
-	return nil
+	return sqlDB.Close()
 }
 
 // openDB opens a SQLite file, or PostgreSQL or MySQL for a postgres:// or
