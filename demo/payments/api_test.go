@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -23,17 +24,25 @@ import (
 	"github.com/idemkit/idemkit/demo/payments/internal/server"
 )
 
-// databases are the stores the demo's API is tested on. PostgreSQL comes
-// from `make test`, which starts a throwaway server and exports its DSN.
+// databases are the stores the demo's API is tested on. PostgreSQL and
+// MariaDB come from `make test`, which starts throwaway servers and exports
+// their DSNs (MariaDB's in the Go driver's form, given to the demo as the
+// mysql:// URL a user would pass to -db).
 func databases(t *testing.T) map[string]string {
 	dbs := map[string]string{"sqlite": filepath.Join(t.TempDir(), "payments.db")}
-	dsn := os.Getenv("IDEMKIT_TEST_POSTGRES_DSN")
-	switch {
-	case dsn != "":
-		dbs["postgres"] = dsn
-	case !testing.Short():
-		t.Fatal("IDEMKIT_TEST_POSTGRES_DSN is not set: run the tests with `make test`, which starts PostgreSQL (or use -short for SQLite only)")
+	pg, my := os.Getenv("IDEMKIT_TEST_POSTGRES_DSN"), os.Getenv("IDEMKIT_TEST_MYSQL_DSN")
+	if pg == "" || my == "" {
+		if testing.Short() {
+			return dbs
+		}
+		t.Fatal("IDEMKIT_TEST_POSTGRES_DSN or IDEMKIT_TEST_MYSQL_DSN is not set: run the tests with `make test`, which starts the servers (or use -short for SQLite only)")
 	}
+	dbs["postgres"] = pg
+	m := regexp.MustCompile(`^([^@]*)@tcp\(([^)]*)\)/([^?]*)`).FindStringSubmatch(my)
+	if m == nil {
+		t.Fatalf("IDEMKIT_TEST_MYSQL_DSN %q is not user:pass@tcp(host:port)/db", my)
+	}
+	dbs["mysql"] = "mysql://" + m[1] + "@" + m[2] + "/" + m[3]
 	return dbs
 }
 
