@@ -1,25 +1,21 @@
 package idemgin_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/gin-gonic/gin"
 	idemgin "github.com/idemkit/idemkit/adapters/gin"
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemtest"
-	"github.com/idemkit/idemkit/core/memstore"
 )
 
 func TestMain(m *testing.M) {
@@ -48,77 +44,6 @@ func start(tb testing.TB, r http.Handler) string {
 	return srv.URL
 }
 
-func newEngine(tb testing.TB, configure ...func(*idem.Config)) *idem.Engine {
-	store := memstore.New(memstore.WithPurgeInterval(0))
-	tb.Cleanup(func() { store.Close() })
-	cfg := idem.Config{Store: store, Logger: slog.New(slog.DiscardHandler)}
-	for _, f := range configure {
-		f(&cfg)
-	}
-	return idem.New(cfg)
-}
-
-// outcomes returns configuration that reports the end of each run lock, so
-// a test can wait for the key's release rather than race it: a hijacked
-// connection reaches the client before the handler returns.
-func outcomes() (func(*idem.Config), <-chan idem.Event) {
-	ch := make(chan idem.Event, 16)
-	return func(c *idem.Config) {
-		c.OnEvent = func(_ context.Context, ev idem.Event) {
-			if ev.Kind == idem.EventStored || ev.Kind == idem.EventNotStored {
-				ch <- ev
-			}
-		}
-	}, ch
-}
-
-func wantOutcome(t *testing.T, events <-chan idem.Event, kind idem.EventKind, reason idem.Reason) {
-	t.Helper()
-	select {
-	case ev := <-events:
-		if ev.Kind != kind || ev.Reason != reason {
-			t.Fatalf("outcome %s (reason %q), want %s (reason %q)", ev.Kind, ev.Reason, kind, reason)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("no %s event", kind)
-	}
-}
-
-type response struct {
-	status int
-	header http.Header
-	body   string
-}
-
-func (r response) replayed() bool { return r.header.Get(idem.ReplayedHeader) == "true" }
-
-// post sends a JSON POST; an empty key sends no Idempotency-Key, and
-// header holds extra name, value pairs.
-func post(t *testing.T, url, key, body string, header ...string) response {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return response{resp.StatusCode, resp.Header, string(b)}
-}
-
 // counted is a handler creating a charge, counting its runs.
 func counted(calls *atomic.Int64) gin.HandlerFunc {
 	return func(c *gin.Context) {
@@ -126,28 +51,6 @@ func counted(calls *atomic.Int64) gin.HandlerFunc {
 		c.Header("Location", fmt.Sprintf("/v1/charges/ch_%d", n))
 		c.JSON(http.StatusCreated, gin.H{"id": fmt.Sprintf("ch_%d", n)})
 	}
-}
-
-// wantStored sends the retry and checks that it replays first, or that
-// the handler ran again for it.
-func wantStored(t *testing.T, first response, retry func() response, stored bool, calls *atomic.Int64) response {
-	t.Helper()
-	before := calls.Load()
-	second := retry()
-	ran := calls.Load() - before
-	if first.replayed() {
-		t.Fatalf("first response is marked replayed: %v", first.header)
-	}
-	if second.status != first.status {
-		t.Fatalf("retry status %d, want %d as the first", second.status, first.status)
-	}
-	switch {
-	case stored && (!second.replayed() || second.body != first.body || ran != 0):
-		t.Fatalf("want a replay of %q; got replayed=%v %q, handler ran %d more times", first.body, second.replayed(), second.body, ran)
-	case !stored && (second.replayed() || ran != 1):
-		t.Fatalf("want the handler to run again; got replayed=%v, handler ran %d more times", second.replayed(), ran)
-	}
-	return second
 }
 
 func TestRegistration(t *testing.T) {
@@ -182,33 +85,33 @@ func TestRegistration(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var calls atomic.Int64
 			r := gin.New()
-			c.register(r, idemgin.Middleware(newEngine(t)), counted(&calls))
+			c.register(r, idemgin.Middleware(idemtest.NewEngine(t)), counted(&calls))
 			url := start(t, r)
-			first := post(t, url+"/v1/charges", "k1", `{"amount":1}`)
-			if first.status != http.StatusCreated || first.header.Get("Location") != "/v1/charges/ch_1" {
-				t.Fatalf("first: %d %v %s", first.status, first.header, first.body)
+			first := idemtest.Post(t, url+"/v1/charges", "k1", `{"amount":1}`)
+			if first.Status != http.StatusCreated || first.Header.Get("Location") != "/v1/charges/ch_1" {
+				t.Fatalf("first: %d %v %s", first.Status, first.Header, first.Body)
 			}
-			wantStored(t, first, func() response { return post(t, url+"/v1/charges", "k1", `{"amount":1}`) }, true, &calls)
-			if r := post(t, url+"/v1/charges", "", `{}`); r.status != http.StatusBadRequest {
-				t.Fatalf("guarded route without a key: %d, want 400", r.status)
+			idemtest.WantStored(t, first, func() idemtest.Response { return idemtest.Post(t, url+"/v1/charges", "k1", `{"amount":1}`) }, true, &calls)
+			if r := idemtest.Post(t, url+"/v1/charges", "", `{}`); r.Status != http.StatusBadRequest {
+				t.Fatalf("guarded route without a key: %d, want 400", r.Status)
 			}
 			want := http.StatusCreated
 			if c.otherGuarded {
 				want = http.StatusBadRequest
 			}
-			if r := post(t, url+"/other", "", `{}`); r.status != want {
-				t.Fatalf("POST /other without a key: %d, want %d", r.status, want)
+			if r := idemtest.Post(t, url+"/other", "", `{}`); r.Status != want {
+				t.Fatalf("POST /other without a key: %d, want %d", r.Status, want)
 			}
 		})
 	}
 }
 
 // renderErrors is the usual Gin error middleware: it turns the errors a
-// handler attached with c.Error into a JSON response.
+// handler attached with c.Error into a JSON idemtest.Response.
 func renderErrors(c *gin.Context) {
 	c.Next()
 	if len(c.Errors) == 0 || c.Writer.Size() > 0 {
-		return // no error, or a response already sent: log-only errors
+		return // no error, or a idemtest.Response already sent: log-only errors
 	}
 	status := http.StatusInternalServerError
 	if errors.Is(c.Errors.Last().Err, errNotFound) {
@@ -233,32 +136,32 @@ func TestErrors(t *testing.T) {
 		name         string
 		outer, inner []gin.HandlerFunc // registered before and after idemkit
 		handler      func(*gin.Context)
-		status       int
+		Status       int
 		stored       bool
 		reason       idem.Reason // why not stored
 	}{
-		{name: "AbortWithStatusJSON/4xx", status: 422, stored: true,
+		{name: "AbortWithStatusJSON/4xx", Status: 422, stored: true,
 			handler: func(c *gin.Context) { c.AbortWithStatusJSON(422, gin.H{"error": "invalid amount"}) }},
-		{name: "AbortWithStatusJSON/5xx", status: 503, reason: idem.ReasonStatus,
+		{name: "AbortWithStatusJSON/5xx", Status: 503, reason: idem.ReasonStatus,
 			handler: func(c *gin.Context) { c.AbortWithStatusJSON(503, gin.H{"error": "try later"}) }},
-		{name: "AbortWithStatus", status: 404, stored: true,
+		{name: "AbortWithStatus", Status: 404, stored: true,
 			handler: func(c *gin.Context) { c.AbortWithStatus(404) }},
-		{name: "Error/RenderedInside/4xx", inner: []gin.HandlerFunc{renderErrors}, status: 404, stored: true,
+		{name: "Error/RenderedInside/4xx", inner: []gin.HandlerFunc{renderErrors}, Status: 404, stored: true,
 			handler: func(c *gin.Context) { _ = c.Error(errNotFound) }},
-		{name: "Error/RenderedInside/5xx", inner: []gin.HandlerFunc{renderErrors}, status: 500, reason: idem.ReasonStatus,
+		{name: "Error/RenderedInside/5xx", inner: []gin.HandlerFunc{renderErrors}, Status: 500, reason: idem.ReasonStatus,
 			handler: func(c *gin.Context) { _ = c.Error(errDatabase) }},
-		{name: "AbortWithError/RenderedInside", inner: []gin.HandlerFunc{renderErrors}, status: 404, stored: true,
+		{name: "AbortWithError/RenderedInside", inner: []gin.HandlerFunc{renderErrors}, Status: 404, stored: true,
 			handler: func(c *gin.Context) { _ = c.AbortWithError(404, errNotFound) }},
-		// Rendered after idemkit's turn: the stored response would not be
+		// Rendered after idemkit's turn: the stored idemtest.Response would not be
 		// what the client got, so nothing is stored.
-		{name: "Error/RenderedOutside/4xx", outer: []gin.HandlerFunc{renderErrors}, status: 404, reason: unrendered,
+		{name: "Error/RenderedOutside/4xx", outer: []gin.HandlerFunc{renderErrors}, Status: 404, reason: unrendered,
 			handler: func(c *gin.Context) { _ = c.Error(errNotFound) }},
-		{name: "Error/RenderedOutside/5xx", outer: []gin.HandlerFunc{renderErrors}, status: 500, reason: unrendered,
+		{name: "Error/RenderedOutside/5xx", outer: []gin.HandlerFunc{renderErrors}, Status: 500, reason: unrendered,
 			handler: func(c *gin.Context) { _ = c.Error(errDatabase) }},
-		{name: "AbortWithError/RenderedOutside", outer: []gin.HandlerFunc{renderErrors}, status: 404, reason: unrendered,
+		{name: "AbortWithError/RenderedOutside", outer: []gin.HandlerFunc{renderErrors}, Status: 404, reason: unrendered,
 			handler: func(c *gin.Context) { _ = c.AbortWithError(404, errNotFound) }},
-		// An error attached beside a written response is only logged.
-		{name: "Error/WithResponse", outer: []gin.HandlerFunc{renderErrors}, status: 201, stored: true,
+		// An error attached beside a written idemtest.Response is only logged.
+		{name: "Error/WithResponse", outer: []gin.HandlerFunc{renderErrors}, Status: 201, stored: true,
 			handler: func(c *gin.Context) {
 				c.JSON(201, gin.H{"id": "ch_1"})
 				_ = c.Error(errDatabase)
@@ -267,26 +170,26 @@ func TestErrors(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var calls atomic.Int64
-			configure, events := outcomes()
+			configure, events := idemtest.Outcomes()
 			r := gin.New()
 			r.Use(c.outer...)
-			r.Use(idemgin.Middleware(newEngine(t, configure)))
+			r.Use(idemgin.Middleware(idemtest.NewEngine(t, configure)))
 			r.Use(c.inner...)
 			r.POST("/v1/charges", func(ctx *gin.Context) {
 				calls.Add(1)
 				c.handler(ctx)
 			})
 			url := start(t, r)
-			first := post(t, url+"/v1/charges", "k1", `{}`)
-			if first.status != c.status {
-				t.Fatalf("status %d, want %d; body %s", first.status, c.status, first.body)
+			first := idemtest.Post(t, url+"/v1/charges", "k1", `{}`)
+			if first.Status != c.Status {
+				t.Fatalf("status %d, want %d; body %s", first.Status, c.Status, first.Body)
 			}
 			if c.stored {
-				wantOutcome(t, events, idem.EventStored, "")
+				idemtest.WantOutcome(t, events, idem.EventStored, "")
 			} else {
-				wantOutcome(t, events, idem.EventNotStored, c.reason)
+				idemtest.WantOutcome(t, events, idem.EventNotStored, c.reason)
 			}
-			wantStored(t, first, func() response { return post(t, url+"/v1/charges", "k1", `{}`) }, c.stored, &calls)
+			idemtest.WantStored(t, first, func() idemtest.Response { return idemtest.Post(t, url+"/v1/charges", "k1", `{}`) }, c.stored, &calls)
 		})
 	}
 }
@@ -332,19 +235,19 @@ func TestStreaming(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			var calls atomic.Int64
-			configure, events := outcomes()
+			configure, events := idemtest.Outcomes()
 			r := gin.New()
-			r.Use(idemgin.Middleware(newEngine(t, configure)))
+			r.Use(idemgin.Middleware(idemtest.NewEngine(t, configure)))
 			r.POST("/events", func(ctx *gin.Context) { c.handler(ctx, calls.Add(1)) })
 			url := start(t, r)
-			first := post(t, url+"/events", "k1", `{}`)
-			if first.status != 200 || !strings.Contains(first.body, c.want) || !strings.Contains(first.body, "call 1") {
-				t.Fatalf("first: %d %q, want %q from call 1", first.status, first.body, c.want)
+			first := idemtest.Post(t, url+"/events", "k1", `{}`)
+			if first.Status != 200 || !strings.Contains(first.Body, c.want) || !strings.Contains(first.Body, "call 1") {
+				t.Fatalf("first: %d %q, want %q from call 1", first.Status, first.Body, c.want)
 			}
-			wantOutcome(t, events, idem.EventNotStored, idem.ReasonStreamed)
-			second := wantStored(t, first, func() response { return post(t, url+"/events", "k1", `{}`) }, false, &calls)
-			if !strings.Contains(second.body, "call 2") {
-				t.Fatalf("second body %q is not from call 2", second.body)
+			idemtest.WantOutcome(t, events, idem.EventNotStored, idem.ReasonStreamed)
+			second := idemtest.WantStored(t, first, func() idemtest.Response { return idemtest.Post(t, url+"/events", "k1", `{}`) }, false, &calls)
+			if !strings.Contains(second.Body, "call 2") {
+				t.Fatalf("second body %q is not from call 2", second.Body)
 			}
 		})
 	}
@@ -353,7 +256,7 @@ func TestStreaming(t *testing.T) {
 func TestPanic(t *testing.T) {
 	var calls atomic.Int64
 	r := gin.New()
-	r.Use(gin.RecoveryWithWriter(io.Discard), idemgin.Middleware(newEngine(t)))
+	r.Use(gin.RecoveryWithWriter(io.Discard), idemgin.Middleware(idemtest.NewEngine(t)))
 	r.POST("/v1/charges", func(c *gin.Context) {
 		if calls.Add(1) == 1 {
 			panic("card network timeout")
@@ -361,14 +264,14 @@ func TestPanic(t *testing.T) {
 		c.JSON(201, gin.H{"id": "ch_2"})
 	})
 	url := start(t, r)
-	if r := post(t, url+"/v1/charges", "k1", `{}`); r.status != 500 {
-		t.Fatalf("panicking handler: %d, want gin.Recovery's 500", r.status)
+	if r := idemtest.Post(t, url+"/v1/charges", "k1", `{}`); r.Status != 500 {
+		t.Fatalf("panicking handler: %d, want gin.Recovery's 500", r.Status)
 	}
-	retry := post(t, url+"/v1/charges", "k1", `{}`)
-	if retry.status != 201 || retry.replayed() || calls.Load() != 2 {
-		t.Fatalf("retry after a panic: %d replayed=%v after %d runs, want a fresh 201", retry.status, retry.replayed(), calls.Load())
+	retry := idemtest.Post(t, url+"/v1/charges", "k1", `{}`)
+	if retry.Status != 201 || retry.Replayed() || calls.Load() != 2 {
+		t.Fatalf("retry after a panic: %d replayed=%v after %d runs, want a fresh 201", retry.Status, retry.Replayed(), calls.Load())
 	}
-	wantStored(t, retry, func() response { return post(t, url+"/v1/charges", "k1", `{}`) }, true, &calls)
+	idemtest.WantStored(t, retry, func() idemtest.Response { return idemtest.Post(t, url+"/v1/charges", "k1", `{}`) }, true, &calls)
 }
 
 type charge struct {
@@ -391,7 +294,7 @@ func TestBinding(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			var calls atomic.Int64
 			r := gin.New()
-			r.Use(idemgin.Middleware(newEngine(t, func(c *idem.Config) { c.MaxRequestBody = limit })))
+			r.Use(idemgin.Middleware(idemtest.NewEngine(t, func(c *idem.Config) { c.MaxRequestBody = limit })))
 			r.POST("/v1/charges", func(c *gin.Context) {
 				calls.Add(1)
 				var ch charge
@@ -402,17 +305,19 @@ func TestBinding(t *testing.T) {
 				c.JSON(201, gin.H{"charged": ch.Amount, "currency": ch.Currency})
 			})
 			url := start(t, r)
-			first := post(t, url+"/v1/charges", "k1", `{"amount":1999,"currency":"usd"}`)
-			if first.status != 201 || first.body != `{"charged":1999,"currency":"usd"}` {
-				t.Fatalf("handler did not bind the body: %d %s", first.status, first.body)
+			first := idemtest.Post(t, url+"/v1/charges", "k1", `{"amount":1999,"currency":"usd"}`)
+			if first.Status != 201 || first.Body != `{"charged":1999,"currency":"usd"}` {
+				t.Fatalf("handler did not bind the body: %d %s", first.Status, first.Body)
 			}
 			// Reordered JSON is the same request.
-			retry := func() response { return post(t, url+"/v1/charges", "k1", `{"currency":"usd", "amount":1999}`) }
-			wantStored(t, first, retry, true, &calls)
+			retry := func() idemtest.Response {
+				return idemtest.Post(t, url+"/v1/charges", "k1", `{"currency":"usd", "amount":1999}`)
+			}
+			idemtest.WantStored(t, first, retry, true, &calls)
 
-			big := post(t, url+"/v1/charges", "k2", `{"amount":1,"pad":"`+strings.Repeat("x", limit)+`"}`)
-			if big.status != http.StatusRequestEntityTooLarge || big.header.Get("Content-Type") != idem.ProblemContentType {
-				t.Fatalf("body over the limit: %d %s %s, want a 413 problem", big.status, big.header.Get("Content-Type"), big.body)
+			big := idemtest.Post(t, url+"/v1/charges", "k2", `{"amount":1,"pad":"`+strings.Repeat("x", limit)+`"}`)
+			if big.Status != http.StatusRequestEntityTooLarge || big.Header.Get("Content-Type") != idem.ProblemContentType {
+				t.Fatalf("body over the limit: %d %s %s, want a 413 problem", big.Status, big.Header.Get("Content-Type"), big.Body)
 			}
 			if calls.Load() != 1 {
 				t.Fatalf("handler ran %d times, want once: not for the oversized body", calls.Load())
@@ -435,25 +340,27 @@ func TestScope(t *testing.T) {
 	}
 	account := idemgin.WithScope(func(c *gin.Context) string { return c.GetString("account") })
 	r := gin.New()
-	r.Use(authenticate, idemgin.Middleware(newEngine(t), account))
+	r.Use(authenticate, idemgin.Middleware(idemtest.NewEngine(t), account))
 	r.POST("/v1/charges", counted(&calls))
 	url := start(t, r)
 
-	if r := post(t, url+"/v1/charges", "k1", `{"amount":1}`); r.status != 401 {
-		t.Fatalf("unauthenticated: %d, want 401", r.status)
+	if r := idemtest.Post(t, url+"/v1/charges", "k1", `{"amount":1}`); r.Status != 401 {
+		t.Fatalf("unauthenticated: %d, want 401", r.Status)
 	}
-	a := post(t, url+"/v1/charges", "k1", `{"amount":1}`, "Authorization", "Bearer acct_a")
-	b := post(t, url+"/v1/charges", "k1", `{"amount":2}`, "Authorization", "Bearer acct_b")
-	if a.status != 201 || b.status != 201 || a.replayed() || b.replayed() || calls.Load() != 2 {
+	a := idemtest.Post(t, url+"/v1/charges", "k1", `{"amount":1}`, "Authorization", "Bearer acct_a")
+	b := idemtest.Post(t, url+"/v1/charges", "k1", `{"amount":2}`, "Authorization", "Bearer acct_b")
+	if a.Status != 201 || b.Status != 201 || a.Replayed() || b.Replayed() || calls.Load() != 2 {
 		t.Fatalf("two accounts, one key: %d %d (replayed %v %v), %d runs; want two fresh 201s",
-			a.status, b.status, a.replayed(), b.replayed(), calls.Load())
+			a.Status, b.Status, a.Replayed(), b.Replayed(), calls.Load())
 	}
 	for _, c := range []struct {
 		account, body string
-		first         response
+		first         idemtest.Response
 	}{{"acct_a", `{"amount":1}`, a}, {"acct_b", `{"amount":2}`, b}} {
-		retry := func() response { return post(t, url+"/v1/charges", "k1", c.body, "Authorization", "Bearer "+c.account) }
-		wantStored(t, c.first, retry, true, &calls)
+		retry := func() idemtest.Response {
+			return idemtest.Post(t, url+"/v1/charges", "k1", c.body, "Authorization", "Bearer "+c.account)
+		}
+		idemtest.WantStored(t, c.first, retry, true, &calls)
 	}
 }
 
@@ -473,18 +380,18 @@ func TestWriters(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			var calls atomic.Int64
 			r := gin.New()
-			r.Use(idemgin.Middleware(newEngine(t)))
+			r.Use(idemgin.Middleware(idemtest.NewEngine(t)))
 			r.POST("/v1/charges", func(ctx *gin.Context) {
 				calls.Add(1)
 				ctx.Status(201)
 				c.write(ctx)
 			})
 			url := start(t, r)
-			first := post(t, url+"/v1/charges", "k1", `{}`)
-			if first.status != 201 || first.body != `{"id":"ch_1"}` {
-				t.Fatalf("first: %d %q", first.status, first.body)
+			first := idemtest.Post(t, url+"/v1/charges", "k1", `{}`)
+			if first.Status != 201 || first.Body != `{"id":"ch_1"}` {
+				t.Fatalf("first: %d %q", first.Status, first.Body)
 			}
-			wantStored(t, first, func() response { return post(t, url+"/v1/charges", "k1", `{}`) }, true, &calls)
+			idemtest.WantStored(t, first, func() idemtest.Response { return idemtest.Post(t, url+"/v1/charges", "k1", `{}`) }, true, &calls)
 		})
 	}
 }
@@ -502,12 +409,12 @@ func TestOuterWriterRestored(t *testing.T) {
 		restored.Store(c.Writer == gin.ResponseWriter(w))
 	}
 	r := gin.New()
-	r.Use(wrap, idemgin.Middleware(newEngine(t)))
+	r.Use(wrap, idemgin.Middleware(idemtest.NewEngine(t)))
 	r.POST("/v1/charges", counted(&calls))
 	url := start(t, r)
 	for _, key := range []string{"k1", "k1", ""} { // run, replay, problem
 		restored.Store(false)
-		post(t, url+"/v1/charges", key, `{}`)
+		idemtest.Post(t, url+"/v1/charges", key, `{}`)
 		if !restored.Load() {
 			t.Fatalf("key %q: the middleware before idemkit lost its writer", key)
 		}

@@ -1,0 +1,118 @@
+package idemtest
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/memstore"
+)
+
+// A small kit for an adapter's own tests, beside the suites: the pieces
+// every adapter's framework-specific tests need.
+
+// NewEngine returns an Engine on a fresh memory store, quiet, with configure
+// applied to its Config; the store is closed when tb ends.
+func NewEngine(tb testing.TB, configure ...func(*idem.Config)) *idem.Engine {
+	store := memstore.New(memstore.WithPurgeInterval(0))
+	tb.Cleanup(func() { store.Close() })
+	cfg := idem.Config{Store: store, Logger: slog.New(slog.DiscardHandler)}
+	for _, f := range configure {
+		f(&cfg)
+	}
+	return idem.New(cfg)
+}
+
+// Outcomes returns a configuration for NewEngine that reports the end of
+// every lock (EventStored and EventNotStored), so a test can wait for a
+// key's release instead of racing it: a hijacked or streamed response
+// reaches the client before its handler returns.
+func Outcomes() (func(*idem.Config), <-chan idem.Event) {
+	ch := make(chan idem.Event, 16)
+	return func(c *idem.Config) {
+		c.OnEvent = func(_ context.Context, ev idem.Event) {
+			if ev.Kind == idem.EventStored || ev.Kind == idem.EventNotStored {
+				ch <- ev
+			}
+		}
+	}, ch
+}
+
+// WantOutcome waits for the next outcome from Outcomes and checks it.
+func WantOutcome(t *testing.T, events <-chan idem.Event, kind idem.EventKind, reason idem.Reason) {
+	t.Helper()
+	select {
+	case ev := <-events:
+		if ev.Kind != kind || ev.Reason != reason {
+			t.Fatalf("outcome %s (reason %q), want %s (reason %q)", ev.Kind, ev.Reason, kind, reason)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no %s event", kind)
+	}
+}
+
+// Response is what Post got back.
+type Response struct {
+	Status int
+	Header http.Header
+	Body   string
+}
+
+// Replayed reports whether the response is a replay.
+func (r Response) Replayed() bool { return r.Header.Get(idem.ReplayedHeader) == "true" }
+
+// Post sends a JSON POST to url. An empty key sends no Idempotency-Key;
+// header holds extra name, value pairs.
+func Post(t *testing.T, url, key, body string, header ...string) Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set(idem.DefaultHeaderName, key)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Response{resp.StatusCode, resp.Header, string(b)}
+}
+
+// WantStored sends retry after first and checks that it was replayed
+// (stored) or ran the handler again (not stored), calls counting the
+// handler's runs. It returns the retry's response.
+func WantStored(t *testing.T, first Response, retry func() Response, stored bool, calls *atomic.Int64) Response {
+	t.Helper()
+	before := calls.Load()
+	second := retry()
+	ran := calls.Load() - before
+	if first.Replayed() {
+		t.Fatalf("first response is marked replayed: %v", first.Header)
+	}
+	if second.Status != first.Status {
+		t.Fatalf("retry status %d, want %d as the first", second.Status, first.Status)
+	}
+	switch {
+	case stored && (!second.Replayed() || second.Body != first.Body || ran != 0):
+		t.Fatalf("want a replay of %q; got replayed=%v %q, handler ran %d more times", first.Body, second.Replayed(), second.Body, ran)
+	case !stored && (second.Replayed() || ran != 1):
+		t.Fatalf("want the handler to run again; got replayed=%v, handler ran %d more times", second.Replayed(), ran)
+	}
+	return second
+}
