@@ -1,6 +1,17 @@
 package idemtest
 
-import "net/http"
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"testing"
+
+	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/memstore"
+)
 
 // The benchmark fixture every adapter's benchmarks share, so that their
 // handler-alone baselines, and so their ratios, are comparable: a ~100-byte
@@ -68,4 +79,80 @@ func (w *BenchWriter) Write(p []byte) (int, error) {
 func (w *BenchWriter) Reset() {
 	clear(w.H)
 	w.Status, w.N = 0, 0
+}
+
+// BenchHTTP runs the benchmark cases every net/http-based adapter reports,
+// as sub-benchmarks of b: HandlerAlone (newHandler(nil), the baseline),
+// FirstRequest (a new key each time), Replay and NoKey (the 400), the
+// others with newHandler(e) for an Engine on a memory store that grows as
+// real traffic would make it. newHandler must serve POST /v1/charges with
+// the benchmark handler (decode BenchBody, answer BenchCharge.Result with
+// 201), wrapped in the adapter's middleware for e when e is not nil.
+func BenchHTTP(b *testing.B, newHandler func(e *idem.Engine) http.Handler) {
+	fixedKey := func(int, []byte) []byte { return []byte(`"8e03978e-40d5-43e8-bc93-6894a57f9324"`) }
+	uniqueKey := func(i int, buf []byte) []byte {
+		buf = append(buf[:0], `"bench-`...)
+		buf = strconv.AppendInt(buf, int64(i), 10)
+		return append(buf, '"')
+	}
+	cases := []struct {
+		name    string
+		wrap    bool
+		key     func(i int, buf []byte) []byte // nil: no key header
+		prepare bool                           // serve the fixed key once before the timer
+		status  int
+	}{
+		{name: "HandlerAlone", key: uniqueKey, status: 201},
+		{name: "FirstRequest", wrap: true, key: uniqueKey, status: 201},
+		{name: "Replay", wrap: true, key: fixedKey, prepare: true, status: 201},
+		{name: "NoKey", wrap: true, status: 400},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			var e *idem.Engine
+			if c.wrap {
+				store := memstore.New(memstore.WithMaxRecords(1<<30), memstore.WithPurgeInterval(0))
+				defer store.Close()
+				e = idem.New(idem.Config{Store: store, Logger: slog.New(slog.DiscardHandler)})
+			}
+			h := newHandler(e)
+			if c.prepare {
+				BenchServe(h, fixedKey(0, nil), NewBenchWriter())
+			}
+			w := NewBenchWriter()
+			var keyBuf []byte
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				var key []byte
+				if c.key != nil {
+					keyBuf = c.key(i, keyBuf)
+					key = keyBuf
+				}
+				w.Reset()
+				BenchServe(h, key, w)
+				if w.Status != c.status {
+					b.Fatalf("status %d, want %d", w.Status, c.status)
+				}
+			}
+		})
+	}
+}
+
+var benchURL = &url.URL{Path: "/v1/charges"}
+
+// BenchServe sends h one benchmark request, with the key header if key is
+// not nil.
+func BenchServe(h http.Handler, key []byte, w http.ResponseWriter) {
+	r := &http.Request{
+		Method:        http.MethodPost,
+		URL:           benchURL,
+		RequestURI:    "/v1/charges",
+		Header:        http.Header{"Content-Type": {"application/json"}},
+		Body:          io.NopCloser(bytes.NewReader(BenchBody)),
+		ContentLength: int64(len(BenchBody)),
+	}
+	if key != nil {
+		r.Header[idem.DefaultHeaderName] = []string{string(key)}
+	}
+	h.ServeHTTP(w, r)
 }
