@@ -2,7 +2,6 @@ package idemfiber_test
 
 import (
 	"log/slog"
-	"strconv"
 	"testing"
 
 	"github.com/gofiber/fiber/v2"
@@ -32,12 +31,10 @@ func createCharge(c *fiber.Ctx) error {
 	return c.Status(fiber.StatusCreated).JSON(req.Result())
 }
 
-func benchApp(b *testing.B, wrap bool, h fiber.Handler) fasthttp.RequestHandler {
+// benchApp serves h, behind idemkit for e when e is not nil.
+func benchApp(b *testing.B, e *idem.Engine, h fiber.Handler) fasthttp.RequestHandler {
 	app := fiber.New()
-	if wrap {
-		store := memstore.New(memstore.WithMaxRecords(1<<30), memstore.WithPurgeInterval(0))
-		b.Cleanup(func() { _ = store.Close() })
-		e := idem.New(idem.Config{Store: store, Logger: slog.New(slog.DiscardHandler)})
+	if e != nil {
 		app.Use(idemfiber.New(e))
 	}
 	app.Post("/v1/charges", h)
@@ -59,46 +56,14 @@ func serve(h fasthttp.RequestHandler, fctx *fasthttp.RequestCtx, key []byte) {
 }
 
 func BenchmarkMiddleware(b *testing.B) {
-	fixedKey := func(int, []byte) []byte { return []byte(`"8e03978e-40d5-43e8-bc93-6894a57f9324"`) }
-	uniqueKey := func(i int, buf []byte) []byte {
-		buf = append(buf[:0], `"bench-`...)
-		buf = strconv.AppendInt(buf, int64(i), 10)
-		return append(buf, '"')
-	}
-	cases := []struct {
-		name    string
-		wrap    bool
-		key     func(i int, buf []byte) []byte // nil: no key header
-		prepare bool                           // send the key once before the timer
-		status  int
-	}{
-		{name: "HandlerAlone", key: uniqueKey, status: 201},
-		{name: "FirstRequest", wrap: true, key: uniqueKey, status: 201},
-		{name: "Replay", wrap: true, key: fixedKey, prepare: true, status: 201},
-		{name: "NoKey", wrap: true, status: 400},
-	}
-	for _, c := range cases {
-		b.Run(c.name, func(b *testing.B) {
-			h := benchApp(b, c.wrap, createCharge)
-			var fctx fasthttp.RequestCtx
-			if c.prepare {
-				serve(h, &fctx, c.key(0, nil))
-			}
-			var keyBuf []byte
-			b.ReportAllocs()
-			for i := 0; b.Loop(); i++ {
-				var key []byte
-				if c.key != nil {
-					keyBuf = c.key(i, keyBuf)
-					key = keyBuf
-				}
-				serve(h, &fctx, key)
-				if got := fctx.Response.StatusCode(); got != c.status {
-					b.Fatalf("status %d, want %d: %s", got, c.status, fctx.Response.Body())
-				}
-			}
-		})
-	}
+	idemtest.BenchCases(b, func(b *testing.B, e *idem.Engine) func(key []byte) int {
+		h := benchApp(b, e, createCharge)
+		var fctx fasthttp.RequestCtx
+		return func(key []byte) int {
+			serve(h, &fctx, key)
+			return fctx.Response.StatusCode()
+		}
+	})
 }
 
 // BenchmarkConflict measures the 409 path: the key is held by a request
@@ -106,7 +71,10 @@ func BenchmarkMiddleware(b *testing.B) {
 func BenchmarkConflict(b *testing.B) {
 	held := make(chan struct{})
 	release := make(chan struct{})
-	h := benchApp(b, true, func(c *fiber.Ctx) error {
+	store := memstore.New(memstore.WithPurgeInterval(0))
+	b.Cleanup(func() { _ = store.Close() })
+	e := idem.New(idem.Config{Store: store, Logger: slog.New(slog.DiscardHandler)})
+	h := benchApp(b, e, func(c *fiber.Ctx) error {
 		select {
 		case held <- struct{}{}:
 			<-release

@@ -81,14 +81,15 @@ func (w *BenchWriter) Reset() {
 	w.Status, w.N = 0, 0
 }
 
-// BenchHTTP runs the benchmark cases every net/http-based adapter reports,
-// as sub-benchmarks of b: HandlerAlone (newHandler(nil), the baseline),
+// BenchCases runs the benchmark cases every adapter reports, as
+// sub-benchmarks of b: HandlerAlone (newServe(nil), the baseline),
 // FirstRequest (a new key each time), Replay and NoKey (the 400), the
-// others with newHandler(e) for an Engine on a memory store that grows as
-// real traffic would make it. newHandler must serve POST /v1/charges with
-// the benchmark handler (decode BenchBody, answer BenchCharge.Result with
-// 201), wrapped in the adapter's middleware for e when e is not nil.
-func BenchHTTP(b *testing.B, newHandler func(e *idem.Engine) http.Handler) {
+// others with newServe(e) for an Engine on a memory store that grows as
+// real traffic would make it. newServe returns a function that sends one
+// benchmark request (key nil: no key header) to the benchmark handler
+// (decode BenchBody, answer BenchCharge.Result with 201), wrapped in the
+// adapter's middleware for e when e is not nil, and returns its status.
+func BenchCases(b *testing.B, newServe func(b *testing.B, e *idem.Engine) func(key []byte) int) {
 	fixedKey := func(int, []byte) []byte { return []byte(`"8e03978e-40d5-43e8-bc93-6894a57f9324"`) }
 	uniqueKey := func(i int, buf []byte) []byte {
 		buf = append(buf[:0], `"bench-`...)
@@ -99,7 +100,7 @@ func BenchHTTP(b *testing.B, newHandler func(e *idem.Engine) http.Handler) {
 		name    string
 		wrap    bool
 		key     func(i int, buf []byte) []byte // nil: no key header
-		prepare bool                           // serve the fixed key once before the timer
+		prepare bool                           // send the fixed key once before the timer
 		status  int
 	}{
 		{name: "HandlerAlone", key: uniqueKey, status: 201},
@@ -112,14 +113,13 @@ func BenchHTTP(b *testing.B, newHandler func(e *idem.Engine) http.Handler) {
 			var e *idem.Engine
 			if c.wrap {
 				store := memstore.New(memstore.WithMaxRecords(1<<30), memstore.WithPurgeInterval(0))
-				defer store.Close()
+				b.Cleanup(func() { store.Close() })
 				e = idem.New(idem.Config{Store: store, Logger: slog.New(slog.DiscardHandler)})
 			}
-			h := newHandler(e)
+			send := newServe(b, e)
 			if c.prepare {
-				BenchServe(h, fixedKey(0, nil), NewBenchWriter())
+				send(fixedKey(0, nil))
 			}
-			w := NewBenchWriter()
 			var keyBuf []byte
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
@@ -128,14 +128,25 @@ func BenchHTTP(b *testing.B, newHandler func(e *idem.Engine) http.Handler) {
 					keyBuf = c.key(i, keyBuf)
 					key = keyBuf
 				}
-				w.Reset()
-				BenchServe(h, key, w)
-				if w.Status != c.status {
-					b.Fatalf("status %d, want %d", w.Status, c.status)
+				if status := send(key); status != c.status {
+					b.Fatalf("status %d, want %d", status, c.status)
 				}
 			}
 		})
 	}
+}
+
+// BenchHTTP is BenchCases for an adapter built on net/http: newHandler
+// returns the benchmark handler, wrapped for e when e is not nil.
+func BenchHTTP(b *testing.B, newHandler func(e *idem.Engine) http.Handler) {
+	BenchCases(b, func(_ *testing.B, e *idem.Engine) func(key []byte) int {
+		h, w := newHandler(e), NewBenchWriter()
+		return func(key []byte) int {
+			w.Reset()
+			BenchServe(h, key, w)
+			return w.Status
+		}
+	})
 }
 
 var benchURL = &url.URL{Path: "/v1/charges"}
