@@ -153,7 +153,7 @@ func TestCloseNoLeak(t *testing.T) {
 	if err := off.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if n := purgers(); n != before {
-		t.Fatalf("%d purge loops after Close returned, want %d", n, before)
-	}
+	// Close returns once each loop has signalled its exit; the goroutine may
+	// still be unwinding its frame for a moment, so allow it that.
+	waitPurgers(t, before)
 }
