@@ -145,7 +145,11 @@ func (e *Engine) Begin(ctx context.Context, r *Request) Decision {
 	}
 
 	fp := e.cfg.Fingerprint(*r)
-	now := began
+	// One clock reading serves as the record's time and the start of the
+	// store call; one more, after it, ends both the store latency and the
+	// event's duration.
+	storeStart := time.Now()
+	now := storeStart
 	if !e.realClock {
 		now = e.cfg.Now()
 	}
@@ -157,11 +161,11 @@ func (e *Engine) Begin(ctx context.Context, r *Request) Decision {
 		LeaseUntil:  now.Add(e.cfg.Lease),
 		ExpiresAt:   now.Add(e.cfg.TTL),
 	}
-	storeStart := time.Now()
 	rec, outcome, err := e.cfg.Store.Acquire(ctx, a)
-	storeLatency := time.Since(storeStart)
+	storeDone := time.Now()
+	storeLatency := storeDone.Sub(storeStart)
 	if err != nil {
-		ev := e.event(EventStoreError, r.Method, r.Path, key, began)
+		ev := e.event(EventStoreError, r.Method, r.Path, key, began, storeDone)
 		ev.Err, ev.StoreLatency = err, storeLatency
 		if e.cfg.FailOpen {
 			e.emit(ctx, &ev, slog.LevelError)
@@ -179,7 +183,7 @@ func (e *Engine) Begin(ctx context.Context, r *Request) Decision {
 		if outcome == TookOver {
 			kind, level = EventTakeover, slog.LevelWarn
 		}
-		ev := e.event(kind, r.Method, r.Path, key, began)
+		ev := e.event(kind, r.Method, r.Path, key, began, storeDone)
 		ev.StoreLatency = storeLatency
 		e.emit(ctx, &ev, level)
 		return Decision{Action: Run, Lock: e.newLock(r, a, began), Body: read}
@@ -202,7 +206,7 @@ func (e *Engine) Begin(ctx context.Context, r *Request) Decision {
 		kind = EventReplay
 		d.Response, d.Replayed = rec.Response, true
 	}
-	ev := e.event(kind, r.Method, r.Path, key, began)
+	ev := e.event(kind, r.Method, r.Path, key, began, storeDone)
 	ev.Status, ev.StoreLatency = d.Response.Status, storeLatency
 	e.emit(ctx, &ev, slog.LevelDebug)
 	return d
@@ -221,7 +225,7 @@ func Storable(status int) bool {
 
 func (e *Engine) reject(ctx context.Context, r *Request, key string, kind EventKind, problem string, began time.Time, detail string) Decision {
 	d := Decision{Action: Respond, Response: e.problem(problem, detail)}
-	ev := e.event(kind, r.Method, r.Path, key, began)
+	ev := e.event(kind, r.Method, r.Path, key, began, time.Now())
 	ev.Status = d.Response.Status
 	e.emit(ctx, &ev, slog.LevelDebug)
 	return d

@@ -90,20 +90,26 @@ func (l *Lock) Finish(ctx context.Context, status int, header HeaderReader) erro
 	case l.overflow:
 		return l.release(ctx, ReasonTooLarge, status)
 	}
-	resp := Response{Status: status, Header: l.e.storedHeader(header), Body: slices.Clone(l.body)}
+	// The store copies what it keeps, so the captured body is lent to it and
+	// recycled once Complete returns.
+	resp := Response{Status: status, Header: l.e.storedHeader(header), Body: l.body}
 	if resp.Body == nil {
 		resp.Body = []byte{}
 	}
-	l.recycleBody()
 	now := l.e.cfg.Now()
-	start := time.Now()
+	start := now
+	if !l.e.realClock {
+		start = time.Now()
+	}
 	err := l.e.cfg.Store.Complete(ctx, l.id, l.token, Completion{
 		Response:    resp,
 		CompletedAt: now,
 		ExpiresAt:   now.Add(l.e.cfg.TTL),
 	})
-	ev := l.e.event(EventStored, l.method, l.path, l.id.Key, l.began)
-	ev.Status, ev.StoreLatency = status, time.Since(start)
+	l.recycleBody()
+	done := time.Now()
+	ev := l.e.event(EventStored, l.method, l.path, l.id.Key, l.began, done)
+	ev.Status, ev.StoreLatency = status, done.Sub(start)
 	switch {
 	case err == nil:
 		l.e.emit(ctx, &ev, slog.LevelDebug)
@@ -144,8 +150,9 @@ func (l *Lock) release(ctx context.Context, reason Reason, status int) error {
 	l.recycleBody()
 	start := time.Now()
 	err := l.e.cfg.Store.Release(ctx, l.id, l.token)
-	ev := l.e.event(EventNotStored, l.method, l.path, l.id.Key, l.began)
-	ev.Status, ev.Reason, ev.StoreLatency = status, reason, time.Since(start)
+	done := time.Now()
+	ev := l.e.event(EventNotStored, l.method, l.path, l.id.Key, l.began, done)
+	ev.Status, ev.Reason, ev.StoreLatency = status, reason, done.Sub(start)
 	level := slog.LevelDebug
 	if err != nil && !errors.Is(err, ErrLockLost) {
 		ev.Err, level = err, slog.LevelError
@@ -191,7 +198,7 @@ func (l *Lock) renew() {
 	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RenewEvery)
 	start := time.Now()
 	err := e.cfg.Store.Renew(ctx, l.id, l.token, e.cfg.Now().Add(e.cfg.Lease))
-	latency := time.Since(start)
+	done := time.Now()
 	cancel()
 	if err == nil || l.ended.Load() {
 		return // the request has finished meanwhile: what the renewal found no longer matters
@@ -203,21 +210,19 @@ func (l *Lock) renew() {
 		l.lost.Store(true)
 		kind, err = EventLeaseLost, nil
 	}
-	ev := e.event(kind, l.method, l.path, l.id.Key, l.began)
-	ev.Err, ev.StoreLatency = err, latency
+	ev := e.event(kind, l.method, l.path, l.id.Key, l.began, done)
+	ev.Err, ev.StoreLatency = err, done.Sub(start)
 	e.emit(context.Background(), &ev, slog.LevelWarn)
 }
 
-// storedHeader copies the replayable headers. Each value slice is clipped
-// so that a middleware appending to a replayed header never writes into the
-// stored record's array.
+// storedHeader lists the replayable headers. The values are the handler's
+// own: the store copies them in Complete.
 func (e *Engine) storedHeader(h HeaderReader) []HeaderField {
 	if h == nil {
 		return nil
 	}
 	var fields [8]HeaderField // enough for the usual few, on the stack
 	found := fields[:0]
-	count := 0
 	hh, direct := h.(http.Header) // names are canonical already: skip Values' canonicalisation
 	for _, name := range e.replayHeaders {
 		var vs []string
@@ -228,25 +233,16 @@ func (e *Engine) storedHeader(h HeaderReader) []HeaderField {
 		}
 		if len(vs) > 0 {
 			found = append(found, HeaderField{Name: name, Values: vs})
-			count += len(vs)
 		}
 	}
 	if len(found) == 0 {
 		return nil
 	}
-	// One array holds every value; each field's slice is clipped to its own part.
-	values := make([]string, 0, count)
-	out := make([]HeaderField, len(found))
-	for i, f := range found {
-		start := len(values)
-		values = append(values, f.Values...)
-		out[i] = HeaderField{Name: f.Name, Values: values[start:len(values):len(values)]}
-	}
-	return out
+	return slices.Clone(found)
 }
 
-// event starts an Event for a request.
-func (e *Engine) event(kind EventKind, method, path, key string, began time.Time) Event {
+// event starts an Event for a request that began at began, as of at.
+func (e *Engine) event(kind EventKind, method, path, key string, began, at time.Time) Event {
 	route := path
 	for i := 0; i < len(route); i++ {
 		if route[i] == '?' {
@@ -254,7 +250,7 @@ func (e *Engine) event(kind EventKind, method, path, key string, began time.Time
 			break
 		}
 	}
-	return Event{Kind: kind, Method: method, Route: route, Duration: time.Since(began), key: key}
+	return Event{Kind: kind, Method: method, Route: route, Duration: at.Sub(began), key: key}
 }
 
 // emit hands ev to the OnEvent hook and the logger, if they listen.

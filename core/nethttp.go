@@ -35,8 +35,8 @@ func requestTarget(r *http.Request) string {
 var replayedTrue = []string{"true"}
 
 // WriteTo writes the Response of a Respond decision to w, with
-// ReplayedHeader set on a replay. The header values are shared with the
-// stored record, clipped so that appending to them copies.
+// ReplayedHeader set on a replay. The header value slices go to w as the
+// store returned them, each clipped, so appending to one copies.
 func (d *Decision) WriteTo(w http.ResponseWriter) {
 	h := w.Header()
 	for _, f := range d.Response.Header {

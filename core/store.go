@@ -16,9 +16,12 @@ import (
 //
 // Errors: the named errors below are outcomes; any other error is a system
 // error (store unreachable, timeout, cancelled context), which the Engine
-// treats as "store unavailable". Records a store returns are read-only for
-// the caller; a store may keep the Response it receives in Complete, and the
-// Engine does not touch it afterwards.
+// treats as "store unavailable".
+//
+// Memory: Complete must copy whatever it keeps of the Response it receives,
+// as the Engine reuses that memory once Complete returns. Records a store
+// returns are read-only for the caller, so a store may share their slices
+// between callers.
 type Store interface {
 	// Acquire creates an in-flight record for a.ID holding a.Token, unless a
 	// live record already holds the ID. Atomically:

@@ -52,6 +52,7 @@ var storeChecks = []storeCheck{
 	{"Renew/StaleOwner", checkRenewStale},
 	{"Complete/RoundTrip", checkCompleteRoundTrip},
 	{"Complete/RoundTrip-1MiB", checkCompleteLarge},
+	{"Complete/CopiesResponse", checkCompleteCopies},
 	{"Complete/StaleOwner", checkCompleteStale},
 	{"Complete/Twice", checkCompleteTwice},
 	{"Release/AllowsRetry", checkReleaseAllowsRetry},
@@ -371,6 +372,33 @@ func checkCompleteRoundTrip(ctx context.Context, s idem.Store) error {
 		if err := checkResponse(got.Response, want); err != nil {
 			return fmt.Errorf("status %d: %w", want.Status, err)
 		}
+	}
+	return nil
+}
+
+// checkCompleteCopies: the Engine reuses the memory of the response it
+// hands to Complete, so the store must have copied what it keeps.
+func checkCompleteCopies(ctx context.Context, s idem.Store) error {
+	id := idem.ID{Scope: "s", Key: "k-copies"}
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.Created); err != nil {
+		return err
+	}
+	lent := sampleResponse()
+	if err := completeAt(ctx, s, id, "tok", lent, t0); err != nil {
+		return err
+	}
+	for i := range lent.Body {
+		lent.Body[i] = 'x'
+	}
+	for i := range lent.Header {
+		lent.Header[i] = idem.HeaderField{Name: "X-Reused", Values: []string{"reused"}}
+	}
+	got, err := s.Get(ctx, id)
+	if err != nil {
+		return fmt.Errorf("Get: %w", err)
+	}
+	if err := checkResponse(got.Response, sampleResponse()); err != nil {
+		return fmt.Errorf("after the caller reused its memory: %w", err)
 	}
 	return nil
 }

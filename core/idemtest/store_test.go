@@ -22,6 +22,7 @@ func TestStoreSuiteCatchesBrokenStores(t *testing.T) {
 		{"Acquire/TakeoverAfterLease", func(s *memstore.Store) idem.Store { return noTakeover{s} }},
 		{"Context/Canceled", func(s *memstore.Store) idem.Store { return ignoresContext{s} }},
 		{"Purge/Batched", func(s *memstore.Store) idem.Store { return unboundedPurge{s} }},
+		{"Complete/CopiesResponse", func(s *memstore.Store) idem.Store { return &keepsLentResponse{Store: s} }},
 		{"Concurrent/OneWinner", func(*memstore.Store) idem.Store { return &readThenWrite{records: map[idem.ID]idem.Record{}} }},
 	}
 	for _, c := range cases {
@@ -86,6 +87,36 @@ type unboundedPurge struct{ *memstore.Store }
 
 func (s unboundedPurge) Purge(ctx context.Context, now time.Time, _ int) (int, error) {
 	return s.Store.Purge(ctx, now, 1<<30)
+}
+
+// keepsLentResponse keeps the response Complete was given instead of a copy.
+type keepsLentResponse struct {
+	*memstore.Store
+	mu   sync.Mutex
+	kept map[idem.ID]idem.Response
+}
+
+func (s *keepsLentResponse) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
+	if err := s.Store.Complete(ctx, id, token, c); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.kept == nil {
+		s.kept = map[idem.ID]idem.Response{}
+	}
+	s.kept[id] = c.Response
+	return nil
+}
+
+func (s *keepsLentResponse) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
+	rec, err := s.Store.Get(ctx, id)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.kept[id]; ok && err == nil {
+		rec.Response = r
+	}
+	return rec, err
 }
 
 // readThenWrite checks for a record and writes it in two steps.

@@ -35,19 +35,22 @@ type Store struct {
 
 type shard struct {
 	mu      sync.Mutex
-	records map[idem.ID]*entry
+	records map[idem.ID]entry
 }
 
-// entry is a record as kept in memory: times as Unix nanoseconds, so a
-// store holding many records gives the garbage collector little to scan.
+// entry is a record as kept in memory, by value in its shard's map: times as
+// Unix nanoseconds and the response packed into one pointer-free slice (see
+// response.go), so a store holding many records gives the garbage collector
+// little to scan.
 type entry struct {
 	fp          idem.Fingerprint
 	token       string
-	resp        idem.Response
+	resp        []byte // packed response; nil while in flight
 	leaseUntil  int64
 	expiresAt   int64
 	createdAt   int64
 	completedAt int64
+	status      int32
 	state       idem.State
 }
 
@@ -82,7 +85,7 @@ func (e *entry) record(id idem.ID) idem.Record {
 		ExpiresAt:   fromNanos(e.expiresAt),
 		CreatedAt:   fromNanos(e.createdAt),
 		CompletedAt: fromNanos(e.completedAt),
-		Response:    e.resp,
+		Response:    unpackResponse(int(e.status), e.resp),
 	}
 }
 
@@ -109,7 +112,7 @@ func New(opts ...Option) *Store {
 		done:     make(chan struct{}),
 	}
 	for i := range s.shards {
-		s.shards[i].records = make(map[idem.ID]*entry)
+		s.shards[i].records = make(map[idem.ID]entry)
 	}
 	if o.purgeInterval > 0 {
 		go s.purgeLoop(o.purgeInterval)
@@ -177,15 +180,13 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 		if len(sh.records) >= s.perShard && sh.sweep(now, 64) == 0 {
 			return idem.Record{}, 0, idem.ErrStoreFull
 		}
-		e = new(entry)
-		sh.records[a.ID] = e
 	case e.expired(now):
 	case e.state == idem.InFlight && now >= e.leaseUntil && e.fp == a.Fingerprint:
 		outcome = idem.TookOver
 	default:
 		return e.record(a.ID), idem.Existing, nil
 	}
-	*e = entry{
+	e = entry{
 		fp:          a.Fingerprint,
 		state:       idem.InFlight,
 		token:       a.Token,
@@ -194,36 +195,39 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 		createdAt:   now,
 		completedAt: noTime,
 	}
+	sh.records[a.ID] = e
 	return e.record(a.ID), outcome, nil
 }
 
 // Renew implements idem.Store.
 func (s *Store) Renew(ctx context.Context, id idem.ID, token string, leaseUntil time.Time) error {
-	return s.withOwned(ctx, id, token, func(_ *shard, e *entry) {
+	return s.withOwned(ctx, id, token, func(e *entry) bool {
 		e.leaseUntil = nanos(leaseUntil)
+		return true
 	})
 }
 
-// Complete implements idem.Store.
+// Complete implements idem.Store. The response is copied: the caller may
+// reuse its memory once Complete returns.
 func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
-	return s.withOwned(ctx, id, token, func(_ *shard, e *entry) {
-		// In place: readers only ever get copies, taken under the lock.
+	return s.withOwned(ctx, id, token, func(e *entry) bool {
 		e.state = idem.Completed
-		e.resp = c.Response
+		e.status = int32(c.Response.Status)
+		e.resp = packResponse(c.Response)
 		e.completedAt = nanos(c.CompletedAt)
 		e.expiresAt = nanos(c.ExpiresAt)
+		return true
 	})
 }
 
 // Release implements idem.Store.
 func (s *Store) Release(ctx context.Context, id idem.ID, token string) error {
-	return s.withOwned(ctx, id, token, func(sh *shard, _ *entry) {
-		delete(sh.records, id)
-	})
+	return s.withOwned(ctx, id, token, func(*entry) bool { return false })
 }
 
-// withOwned runs f under the shard lock if token holds the in-flight record.
-func (s *Store) withOwned(ctx context.Context, id idem.ID, token string, f func(*shard, *entry)) error {
+// withOwned runs f under the shard lock on the in-flight record that token
+// holds, then keeps the record as f left it, or deletes it if f says so.
+func (s *Store) withOwned(ctx context.Context, id idem.ID, token string, f func(*entry) (keep bool)) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -234,7 +238,11 @@ func (s *Store) withOwned(ctx context.Context, id idem.ID, token string, f func(
 	if !ok || e.state != idem.InFlight || e.token != token {
 		return idem.ErrLockLost
 	}
-	f(sh, e)
+	if f(&e) {
+		sh.records[id] = e
+	} else {
+		delete(sh.records, id)
+	}
 	return nil
 }
 
