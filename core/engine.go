@@ -165,6 +165,7 @@ func (e *Engine) Begin(ctx context.Context, r *Request) Decision {
 	storeDone := time.Now()
 	storeLatency := storeDone.Sub(storeStart)
 	if err != nil {
+		e.releaseOrphan(ctx, a)
 		ev := e.event(EventStoreError, r.Method, r.Path, key, began, storeDone)
 		ev.Err, ev.StoreLatency = err, storeLatency
 		if e.cfg.FailOpen {
@@ -210,6 +211,20 @@ func (e *Engine) Begin(ctx context.Context, r *Request) Decision {
 	ev.Status, ev.StoreLatency = d.Response.Status, storeLatency
 	e.emit(ctx, &ev, slog.LevelDebug)
 	return d
+}
+
+// releaseOrphan frees the in-flight record a failed Acquire may have left
+// behind. A store can fail after its write took effect (the request's
+// context cancelled while the INSERT ran, a connection lost before the
+// reply): the record then holds the key with a token nobody will finish,
+// and every retry would get 409 until its lease ran out. The token is this
+// request's own, so the release is fenced like any other; if nothing was
+// written it changes nothing. It runs even if the client has gone, bounded
+// by RenewEvery like the Engine's other calls on its own behalf.
+func (e *Engine) releaseOrphan(ctx context.Context, a Acquire) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.RenewEvery)
+	defer cancel()
+	_ = e.cfg.Store.Release(ctx, a.ID, a.Token)
 }
 
 // Storable reports whether a response with this status is recorded. Server

@@ -222,6 +222,10 @@ func (brokenStore) Acquire(context.Context, idem.Acquire) (idem.Record, idem.Acq
 	return idem.Record{}, 0, errors.New("connection refused")
 }
 
+func (brokenStore) Release(context.Context, idem.ID, string) error {
+	return errors.New("connection refused")
+}
+
 func TestFinishStoresAfterClientLeft(t *testing.T) {
 	e := idem.New(quietConfig(newStore(t)))
 	ctx, cancel := context.WithCancel(context.Background())
@@ -432,4 +436,43 @@ func TestFinishDoesNotWaitForABlockedRenewal(t *testing.T) {
 	if r := e.Begin(context.Background(), charge("k", `{}`)); !r.Replayed {
 		t.Fatalf("after Finish: %+v, want the replay", r)
 	}
+}
+
+// writeThenFailStore's Acquire takes effect and then reports an error, as a
+// SQL store does when the request's context is cancelled while its INSERT
+// runs.
+type writeThenFailStore struct {
+	idem.Store
+	fail atomic.Bool
+}
+
+func (s *writeThenFailStore) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
+	rec, outcome, err := s.Store.Acquire(context.WithoutCancel(ctx), a)
+	if s.fail.Load() {
+		return idem.Record{}, 0, context.Canceled
+	}
+	return rec, outcome, err
+}
+
+// TestFailedAcquireLeavesNoOrphan: a record written by an Acquire that then
+// failed is released at once, even though the client has gone, so the
+// retry runs instead of waiting a lease behind 409s.
+func TestFailedAcquireLeavesNoOrphan(t *testing.T) {
+	store := &writeThenFailStore{Store: newStore(t)}
+	e := idem.New(quietConfig(store))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the client went away while the store worked
+	store.fail.Store(true)
+	if d := e.Begin(ctx, charge(`"orphan"`, `{"amount":1}`)); d.Action != idem.Respond || d.Response.Status != 503 {
+		t.Fatalf("failed Acquire: action %v status %d, want a 503 problem", d.Action, d.Response.Status)
+	}
+	if _, err := store.Get(context.Background(), idem.ID{Key: "orphan"}); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("record after the failed Acquire: %v, want it released (ErrNotFound)", err)
+	}
+	store.fail.Store(false)
+	d := e.Begin(context.Background(), charge(`"orphan"`, `{"amount":1}`))
+	if d.Action != idem.Run {
+		t.Fatalf("retry: action %v status %d, want Run", d.Action, d.Response.Status)
+	}
+	d.Lock.Finish(context.Background(), 201, nil)
 }

@@ -25,6 +25,10 @@ func (downStore) Acquire(context.Context, idem.Acquire) (idem.Record, idem.Acqui
 	return idem.Record{}, 0, errors.New("dial tcp 10.0.0.7:6379: connection refused")
 }
 
+func (downStore) Release(context.Context, idem.ID, string) error {
+	return errors.New("dial tcp 10.0.0.7:6379: connection refused")
+}
+
 type spanEvent struct {
 	name  string
 	attrs map[attribute.Key]string
