@@ -166,11 +166,20 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 	if err := ctx.Err(); err != nil {
 		return idem.Record{}, 0, err
 	}
+	// The reads follow the request's context; the writes do not. A write
+	// abandoned half-way when the client goes can still commit on the
+	// server after the caller was told it failed, leaving an in-flight
+	// record nobody holds (every retry would get 409 until its lease ran
+	// out). Writes run to completion instead, bounded by the lease, after
+	// which such a record could be taken over anyway.
 	db := s.db.WithContext(ctx)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.LeaseUntil.Sub(a.Now))
+	defer cancel()
+	wdb := s.db.WithContext(wctx)
 	fp := a.Fingerprint[:]
 	now, lease, expires := nanos(a.Now), nanos(a.LeaseUntil), nanos(a.ExpiresAt)
 	for range maxAttempts {
-		created, rec, err := s.findOrCreate(ctx, db, a.ID, fp, a.Token, lease, now, expires)
+		created, rec, err := s.findOrCreate(wctx, db, a.ID, fp, a.Token, lease, now, expires)
 		if created {
 			return s.acquired(ctx, a), idem.Created, nil
 		}
@@ -186,11 +195,11 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 		)
 		switch {
 		case rec.Expired(a.Now):
-			res = db.Exec(s.sql.replaceExpired, fp, a.Token, lease, now, expires,
+			res = wdb.Exec(s.sql.replaceExpired, fp, a.Token, lease, now, expires,
 				a.ID.Scope, a.ID.Key, now, now)
 		case rec.State == idem.InFlight && !a.Now.Before(rec.LeaseUntil) && rec.Fingerprint == a.Fingerprint:
 			outcome = idem.TookOver
-			res = db.Exec(s.sql.takeOverLapsed, a.Token, lease, now, expires,
+			res = wdb.Exec(s.sql.takeOverLapsed, a.Token, lease, now, expires,
 				a.ID.Scope, a.ID.Key, now, now, fp)
 		default:
 			return rec, idem.Existing, nil
@@ -208,12 +217,13 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 // findOrCreate reports that it created a new in-flight record for id, or
 // returns the record it found, or idem.ErrNotFound if neither: the key was
 // taken after the read, or freed after the INSERT failed.
-func (s *Store) findOrCreate(ctx context.Context, db *gorm.DB, id idem.ID, fp []byte, token string, lease, now, expires int64) (bool, idem.Record, error) {
+// The read runs on db, the INSERT under writeCtx.
+func (s *Store) findOrCreate(writeCtx context.Context, db *gorm.DB, id idem.ID, fp []byte, token string, lease, now, expires int64) (bool, idem.Record, error) {
 	rec, err := s.get(db, id)
 	if !errors.Is(err, idem.ErrNotFound) {
 		return false, rec, err
 	}
-	created, err := s.insert(ctx, id, fp, token, lease, now, expires)
+	created, err := s.insert(writeCtx, id, fp, token, lease, now, expires)
 	if err == nil && !created {
 		err = idem.ErrNotFound
 	}
