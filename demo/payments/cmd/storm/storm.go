@@ -166,12 +166,12 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	for range o.Concurrency {
 		wg.Go(func() {
 			for i := range jobs {
-				res, ok := post(ctx, client, pxURL, auth, charges[i])
+				res, failure := post(ctx, client, pxURL, auth, charges[i])
 				attempts.Add(int64(res.Attempts))
 				if res.Replayed {
 					replays.Add(1)
 				}
-				if !ok {
+				if failure != "" {
 					mu.Lock()
 					unsettled = append(unsettled, i)
 					mu.Unlock()
@@ -197,8 +197,9 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	// their own keys: each then happened once, or happens now.
 	direct := idemclient.NewClient(idemclient.Config{MaxAttempts: 20, Budget: time.Minute})
 	for _, i := range unsettled {
-		if _, ok := post(ctx, direct, backend, auth, charges[i]); !ok {
-			return rep, fmt.Errorf("charge %d could not be settled even without faults", i)
+		if res, failure := post(ctx, direct, backend, auth, charges[i]); failure != "" {
+			return rep, fmt.Errorf("charge %d could not be settled even without faults: %s after %d attempts",
+				i, failure, res.Attempts)
 		}
 	}
 
@@ -218,11 +219,12 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	return rep, nil
 }
 
-// post sends one charge; ok means the server confirmed it with a 201.
-func post(ctx context.Context, c *http.Client, base, auth string, ch charge) (idemclient.Result, bool) {
+// post sends one charge. It returns why the server did not confirm it with
+// a 201, or "" if it did.
+func post(ctx context.Context, c *http.Client, base, auth string, ch charge) (idemclient.Result, string) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/charges", bytes.NewReader(ch.body))
 	if err != nil {
-		return idemclient.Result{}, false
+		return idemclient.Result{}, err.Error()
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", auth)
@@ -233,12 +235,15 @@ func post(ctx context.Context, c *http.Client, base, auth string, ch charge) (id
 		if e := (*idemclient.Error)(nil); errors.As(err, &e) {
 			res.Attempts = e.Attempts
 		}
-		return res, false
+		return res, err.Error()
 	}
 	defer resp.Body.Close()
-	io.Copy(io.Discard, resp.Body)
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
 	res, _ := idemclient.Outcome(resp)
-	return res, resp.StatusCode == http.StatusCreated
+	if resp.StatusCode != http.StatusCreated {
+		return res, fmt.Sprintf("%s: %s", resp.Status, body)
+	}
+	return res, ""
 }
 
 func fetchBalance(ctx context.Context, base, auth string) (balance, error) {
