@@ -166,14 +166,8 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 	if err := ctx.Err(); err != nil {
 		return idem.Record{}, 0, err
 	}
-	// The reads follow the request's context; the writes do not. A write
-	// abandoned half-way when the client goes can still commit on the
-	// server after the caller was told it failed, leaving an in-flight
-	// record nobody holds (every retry would get 409 until its lease ran
-	// out). Writes run to completion instead, bounded by the lease, after
-	// which such a record could be taken over anyway.
 	db := s.db.WithContext(ctx)
-	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.LeaseUntil.Sub(a.Now))
+	wctx, cancel := s.writeContext(ctx, a.LeaseUntil.Sub(a.Now))
 	defer cancel()
 	wdb := s.db.WithContext(wctx)
 	fp := a.Fingerprint[:]
@@ -212,6 +206,24 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 		}
 	}
 	return idem.Record{}, 0, fmt.Errorf("gormstore: acquire: the record kept changing; gave up after %d attempts", maxAttempts)
+}
+
+// writeContext returns the context for Acquire's writes. On a database
+// server (PostgreSQL, MySQL) a statement the client abandons when the
+// request's context ends can still commit on the server after Acquire
+// reported the failure, leaving an in-flight record nobody holds: every
+// retry would get 409 until its lease ran out. There the writes run to
+// completion, detached from the request's cancellation and bounded by the
+// lease, after which such a record could be taken over anyway. SQLite runs
+// in this process: an interrupted statement has rolled back, or committed,
+// by the time the call returns (and the Engine then releases what a failed
+// Acquire wrote), so its writes keep the request's context, and a request
+// whose client left stops waiting for the write lock at once.
+func (s *Store) writeContext(ctx context.Context, bound time.Duration) (context.Context, context.CancelFunc) {
+	if s.dialect == dialectSQLite {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), bound)
 }
 
 // findOrCreate reports that it created a new in-flight record for id, or
