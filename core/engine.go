@@ -161,11 +161,18 @@ func (e *Engine) Begin(ctx context.Context, r *Request) Decision {
 		LeaseUntil:  now.Add(e.cfg.Lease),
 		ExpiresAt:   now.Add(e.cfg.TTL),
 	}
-	rec, outcome, err := e.cfg.Store.Acquire(ctx, a)
+	err = ctx.Err() // a client already gone is not worth a store call
+	var rec Record
+	var outcome AcquireOutcome
+	if err == nil {
+		rec, outcome, err = e.cfg.Store.Acquire(ctx, a)
+		if err != nil && !errors.Is(err, ErrStoreFull) {
+			e.releaseOrphan(ctx, a)
+		}
+	}
 	storeDone := time.Now()
 	storeLatency := storeDone.Sub(storeStart)
 	if err != nil {
-		e.releaseOrphan(ctx, a)
 		ev := e.event(EventStoreError, r.Method, r.Path, key, began, storeDone)
 		ev.Err, ev.StoreLatency = err, storeLatency
 		if e.cfg.FailOpen {
@@ -219,10 +226,11 @@ func (e *Engine) Begin(ctx context.Context, r *Request) Decision {
 // reply): the record then holds the key with a token nobody will finish,
 // and every retry would get 409 until its lease ran out. The token is this
 // request's own, so the release is fenced like any other; if nothing was
-// written it changes nothing. It runs even if the client has gone, bounded
-// by RenewEvery like the Engine's other calls on its own behalf.
+// written it changes nothing. It runs even if the client has gone, within
+// a second (or RenewEvery, if shorter): a store too slow for that is in
+// trouble anyway, and the orphan then frees itself when its lease runs out.
 func (e *Engine) releaseOrphan(ctx context.Context, a Acquire) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.RenewEvery)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(e.cfg.RenewEvery, time.Second))
 	defer cancel()
 	_ = e.cfg.Store.Release(ctx, a.ID, a.Token)
 }

@@ -438,32 +438,29 @@ func TestFinishDoesNotWaitForABlockedRenewal(t *testing.T) {
 	}
 }
 
-// writeThenFailStore's Acquire takes effect and then reports an error, as a
-// SQL store does when the request's context is cancelled while its INSERT
-// runs.
+// writeThenFailStore's Acquire takes effect and then reports an error, as
+// a SQL store does when the connection drops before the reply arrives.
 type writeThenFailStore struct {
 	idem.Store
 	fail atomic.Bool
 }
 
 func (s *writeThenFailStore) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
-	rec, outcome, err := s.Store.Acquire(context.WithoutCancel(ctx), a)
+	rec, outcome, err := s.Store.Acquire(ctx, a)
 	if s.fail.Load() {
-		return idem.Record{}, 0, context.Canceled
+		return idem.Record{}, 0, errors.New("read tcp 127.0.0.1:5432: connection reset by peer")
 	}
 	return rec, outcome, err
 }
 
 // TestFailedAcquireLeavesNoOrphan: a record written by an Acquire that then
-// failed is released at once, even though the client has gone, so the
-// retry runs instead of waiting a lease behind 409s.
+// failed is released at once, so the retry runs instead of waiting a lease
+// behind 409s.
 func TestFailedAcquireLeavesNoOrphan(t *testing.T) {
 	store := &writeThenFailStore{Store: newStore(t)}
 	e := idem.New(quietConfig(store))
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel() // the client went away while the store worked
 	store.fail.Store(true)
-	if d := e.Begin(ctx, charge(`"orphan"`, `{"amount":1}`)); d.Action != idem.Respond || d.Response.Status != 503 {
+	if d := e.Begin(context.Background(), charge(`"orphan"`, `{"amount":1}`)); d.Action != idem.Respond || d.Response.Status != 503 {
 		t.Fatalf("failed Acquire: action %v status %d, want a 503 problem", d.Action, d.Response.Status)
 	}
 	if _, err := store.Get(context.Background(), idem.ID{Key: "orphan"}); !errors.Is(err, idem.ErrNotFound) {
@@ -475,4 +472,34 @@ func TestFailedAcquireLeavesNoOrphan(t *testing.T) {
 		t.Fatalf("retry: action %v status %d, want Run", d.Action, d.Response.Status)
 	}
 	d.Lock.Finish(context.Background(), 201, nil)
+}
+
+// TestGoneClientCostsNoStoreCall: a request whose client left before
+// Begin reached the store neither acquires nor releases anything.
+func TestGoneClientCostsNoStoreCall(t *testing.T) {
+	store := &countingStore{Store: newStore(t)}
+	e := idem.New(quietConfig(store))
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if d := e.Begin(ctx, charge(`"gone"`, `{"amount":1}`)); d.Action != idem.Respond || d.Response.Status != 503 {
+		t.Fatalf("action %v status %d, want a 503 problem", d.Action, d.Response.Status)
+	}
+	if n := store.calls.Load(); n != 0 {
+		t.Fatalf("%d store calls for a request whose client had gone, want 0", n)
+	}
+}
+
+type countingStore struct {
+	idem.Store
+	calls atomic.Int64
+}
+
+func (s *countingStore) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
+	s.calls.Add(1)
+	return s.Store.Acquire(ctx, a)
+}
+
+func (s *countingStore) Release(ctx context.Context, id idem.ID, token string) error {
+	s.calls.Add(1)
+	return s.Store.Release(ctx, id, token)
 }
