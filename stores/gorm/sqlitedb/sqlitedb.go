@@ -21,6 +21,18 @@ import (
 // readers never wait.
 const BusyTimeoutMillis = 10_000
 
+// MaxOpenConns bounds the pool Open returns. SQLite has one writer, so more
+// connections add no write throughput; unbounded, an overloaded server
+// opened one per waiting request, thousands of them, which then contended
+// on the SQLite engine's shared page-cache lock, slowed every request
+// further and ran the process out of file descriptors. With the bound, a
+// request waits for a connection in the pool's queue, which it leaves at
+// once if its client goes away. Change it with the pool's SetMaxOpenConns.
+// A handler using gormstore's transactional completion should do all its
+// database work in that transaction: one that also waits for a second
+// connection can be held up behind requests waiting for the write lock.
+const MaxOpenConns = 16
+
 // Open opens (creating if need be) the SQLite database file at path. Every
 // connection of the pool gets:
 //   - journal_mode=WAL: readers and the writer do not block each other;
@@ -29,7 +41,9 @@ const BusyTimeoutMillis = 10_000
 //     lose the last transactions, never corrupt the file;
 //   - BEGIN IMMEDIATE for transactions: a transaction takes the write lock
 //     when it begins, as it would otherwise have to upgrade a read lock
-//     later, which fails at once with SQLITE_BUSY whatever the timeout.
+//     later, which fails at once with SQLITE_BUSY whatever the timeout;
+//
+// and the pool holds at most MaxOpenConns connections.
 //
 // opts are passed to gorm.Open (a *gorm.Config, say).
 func Open(path string, opts ...gorm.Option) (*gorm.DB, error) {
@@ -49,6 +63,7 @@ func Open(path string, opts ...gorm.Option) (*gorm.DB, error) {
 	if err != nil {
 		return nil, err
 	}
+	sqlDB.SetMaxOpenConns(MaxOpenConns)
 	// Keep a few connections open between bursts: each new one re-runs the
 	// pragmas.
 	sqlDB.SetMaxIdleConns(8)

@@ -124,4 +124,7 @@ func TestPragmas(t *testing.T) {
 	for _, c := range conns {
 		_ = c.Close()
 	}
+	if got := sqlDB.Stats().MaxOpenConnections; got != MaxOpenConns {
+		t.Fatalf("pool bound %d, want %d: an unbounded pool opens a connection per waiting request", got, MaxOpenConns)
+	}
 }
