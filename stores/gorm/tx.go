@@ -139,8 +139,14 @@ func TxMiddleware(next http.Handler) http.Handler {
 // must not stay with SavePoint and RollbackTo, or validate before writing.
 //
 // The transaction is not cancelled with the request, like the completion
-// that commits it; pass the request context per statement with
-// tx.WithContext(ctx) if a client that went away should stop a query.
+// that commits it. Run the handler's statements in it as they are: a write
+// that has begun is best finished and committed with the stored response,
+// for the client's retry to find. Passing the request's context per
+// statement (tx.WithContext(ctx)) lets a client that went away stop a
+// query, but on SQLite the driver may deliver that interrupt late, to the
+// next statement on the connection, which can be the completion: it then
+// fails after the handler's response was written, and that response
+// describes work that was rolled back.
 //
 // Tx returns ErrNoTxSlot, ErrNotGuarded or ErrTxDone when there is no
 // transaction to give, and the error of BEGIN if it fails.

@@ -158,17 +158,38 @@ func openDB(dsn string) (*gorm.DB, error) {
 	quiet := &gorm.Config{Logger: logger.Discard}
 	switch {
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		return gorm.Open(postgres.Open(dsn), quiet)
+		return serverPool(gorm.Open(postgres.Open(dsn), quiet))
 	case strings.HasPrefix(dsn, "mysql://"):
 		goDSN, err := mysqlDSN(dsn)
 		if err != nil {
 			return nil, err
 		}
-		return gorm.Open(mysql.Open(goDSN), quiet)
+		return serverPool(gorm.Open(mysql.Open(goDSN), quiet))
 	case strings.Contains(dsn, "://"):
 		return nil, fmt.Errorf("unsupported database %q: use a SQLite file path, postgres:// or mysql://", dsn)
 	}
 	return sqlitedb.Open(dsn, quiet)
+}
+
+// ServerConns is the size of the demo's pool on a database server. The
+// standard library keeps 2 idle connections by default, so a busy server
+// would dial and drop a connection for most requests; an unbounded pool
+// would exhaust the server's connection slots under overload. Several
+// instances sharing one server each take this many.
+const ServerConns = 25
+
+// serverPool sizes the pool of a database server connection.
+func serverPool(db *gorm.DB, err error) (*gorm.DB, error) {
+	if err != nil {
+		return nil, err
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, err
+	}
+	sqlDB.SetMaxOpenConns(ServerConns)
+	sqlDB.SetMaxIdleConns(ServerConns)
+	return db, nil
 }
 
 // mysqlDSN turns mysql://user:pass@host:port/db?params into the Go MySQL

@@ -1,6 +1,13 @@
 package app
 
-import "testing"
+import (
+	"context"
+	"database/sql"
+	"os"
+	"regexp"
+	"testing"
+	"time"
+)
 
 func TestMySQLDSN(t *testing.T) {
 	for in, want := range map[string]string{
@@ -29,5 +36,58 @@ func TestDBLabelHidesPassword(t *testing.T) {
 func TestEnvName(t *testing.T) {
 	if got := EnvName("provider-failure-rate"); got != "PAYMENTS_PROVIDER_FAILURE_RATE" {
 		t.Fatalf("EnvName = %q", got)
+	}
+}
+
+// TestServerPoolSized: on a database server the demo keeps a bounded pool
+// with as many idle connections as open ones, so a busy server neither
+// dials a connection per request nor takes every slot of the database.
+func TestServerPoolSized(t *testing.T) {
+	pg, my := os.Getenv("IDEMKIT_TEST_POSTGRES_DSN"), os.Getenv("IDEMKIT_TEST_MYSQL_DSN")
+	if pg == "" || my == "" {
+		if testing.Short() {
+			return
+		}
+		t.Fatal("IDEMKIT_TEST_POSTGRES_DSN or IDEMKIT_TEST_MYSQL_DSN is not set: run the tests with `make test`, which starts the servers")
+	}
+	// The MariaDB DSN is in the Go driver's form; the demo takes a URL.
+	m := regexp.MustCompile(`^([^@]*)@tcp\(([^)]*)\)/([^?]*)`).FindStringSubmatch(my)
+	if m == nil {
+		t.Fatalf("IDEMKIT_TEST_MYSQL_DSN %q is not user:pass@tcp(host:port)/db", my)
+	}
+	for name, dsn := range map[string]string{"postgres": pg, "mysql": "mysql://" + m[1] + "@" + m[2] + "/" + m[3]} {
+		t.Run(name, func(t *testing.T) {
+			db, err := openDB(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sqlDB, err := db.DB()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sqlDB.Close()
+			// Hold every connection the pool allows, give them back, and
+			// count how many stay open for the next burst.
+			var conns []*sql.Conn
+			for range ServerConns {
+				c, err := sqlDB.Conn(t.Context())
+				if err != nil {
+					t.Fatal(err)
+				}
+				conns = append(conns, c)
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+			defer cancel()
+			if c, err := sqlDB.Conn(ctx); err == nil {
+				c.Close()
+				t.Fatalf("the pool opened connection %d, past its bound", ServerConns+1)
+			}
+			for _, c := range conns {
+				c.Close()
+			}
+			if idle := sqlDB.Stats().Idle; idle != ServerConns {
+				t.Fatalf("%d idle connections kept after a burst, want %d", idle, ServerConns)
+			}
+		})
 	}
 }

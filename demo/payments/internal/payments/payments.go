@@ -144,7 +144,12 @@ func CreateCharge(ctx context.Context, tx func() (*gorm.DB, error), p Provider, 
 		ID: newID("ch_"), Account: account, Amount: r.Amount, Currency: r.Currency,
 		Customer: r.Customer, Description: r.Description, Status: "succeeded", Created: now.UTC().Truncate(time.Second),
 	}
-	if err := db.WithContext(ctx).Create(&c).Error; err != nil {
+	// The transaction's own context, not the request's: a write that has
+	// begun is finished and committed with the stored response, for the
+	// client's retry to find. Cancelling it midway would gain nothing, and on
+	// SQLite the driver's late interrupt can hit the next statement on the
+	// connection (the completion), failing it after the 201 was written.
+	if err := db.Create(&c).Error; err != nil {
 		return Charge{}, err
 	}
 	return c, nil
@@ -159,7 +164,7 @@ type RefundRequest struct {
 // CreateRefund refunds part of a charge of account. The charge's refunded
 // total moves in one conditional UPDATE, so two concurrent refunds can never
 // together exceed the charge.
-func CreateRefund(ctx context.Context, tx func() (*gorm.DB, error), account string, r RefundRequest, now time.Time) (Refund, error) {
+func CreateRefund(_ context.Context, tx func() (*gorm.DB, error), account string, r RefundRequest, now time.Time) (Refund, error) {
 	if r.Charge == "" || r.Amount <= 0 {
 		return Refund{}, fmt.Errorf("%w: charge must be a charge id and amount a positive integer", ErrInvalid)
 	}
@@ -167,7 +172,7 @@ func CreateRefund(ctx context.Context, tx func() (*gorm.DB, error), account stri
 	if err != nil {
 		return Refund{}, err
 	}
-	db = db.WithContext(ctx)
+	// The transaction's own context, as in CreateCharge.
 	res := db.Model(&Charge{}).
 		Where("id = ? AND account = ? AND amount - refunded >= ?", r.Charge, account, r.Amount).
 		Update("refunded", gorm.Expr("refunded + ?", r.Amount))
