@@ -2,7 +2,6 @@ package gormstore
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"testing"
 
@@ -30,24 +29,22 @@ func ownServerPool(env string, dial func(string) gorm.Dialector) func(testing.TB
 }
 
 // TestAcquireWhenTheClientLeavesMidWrite: a client that goes away while
-// Acquire writes must not leave a record behind that nobody holds. Here
-// the request's context is cancelled just before the INSERT runs.
-//   - On a database server, a statement abandoned half-way could still
-//     commit after Acquire reported the failure (seen under load in the
-//     storm: 409 to every retry until the lease ran out), so the INSERT
-//     runs to completion: Acquire reports Created, held by the request's
-//     token, and the Engine runs or releases it.
-//   - SQLite runs in the process: the INSERT follows the request's context,
-//     Acquire fails and nothing is written.
+// Acquire writes must not leave a record behind that nobody holds. Here the
+// request's context is cancelled just before the INSERT runs; the INSERT
+// runs to completion anyway, Acquire reports Created, held by the request's
+// token, and the Engine runs or releases it. Had the INSERT followed the
+// request's context, a database server could commit the statement its
+// client abandoned after Acquire had failed (seen under load in the storm:
+// 409 to every retry until the lease ran out), and SQLite's driver could
+// deliver the interrupt late, to another statement on the connection.
 func TestAcquireWhenTheClientLeavesMidWrite(t *testing.T) {
 	cases := []struct {
-		name    string
-		open    func(testing.TB) *gorm.DB
-		written bool
+		name string
+		open func(testing.TB) *gorm.DB
 	}{
-		{"sqlite", openSQLite, false},
-		{"postgres", ownServerPool(postgresEnv, dialPostgres), true},
-		{"mysql", ownServerPool(mysqlEnv, dialMySQL), true},
+		{"sqlite", openSQLite},
+		{"postgres", ownServerPool(postgresEnv, dialPostgres)},
+		{"mysql", ownServerPool(mysqlEnv, dialMySQL)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -71,12 +68,6 @@ func TestAcquireWhenTheClientLeavesMidWrite(t *testing.T) {
 				t.Fatal("the callback did not cancel the request's context: the test proves nothing")
 			}
 			rec, getErr := s.Get(context.Background(), id)
-			if !c.written {
-				if !errors.Is(err, context.Canceled) || !errors.Is(getErr, idem.ErrNotFound) {
-					t.Fatalf("Acquire: %v, %v; record: %v; want context.Canceled and no record", outcome, err, getErr)
-				}
-				return
-			}
 			if err != nil || outcome != idem.Created {
 				t.Fatalf("Acquire with the client gone mid-write: %v, %v; want Created", outcome, err)
 			}

@@ -166,7 +166,7 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 	if err := ctx.Err(); err != nil {
 		return idem.Record{}, 0, err
 	}
-	db := s.db.WithContext(ctx)
+	db := s.db.WithContext(s.stmtContext(ctx))
 	wctx, cancel := s.writeContext(ctx, a.LeaseUntil.Sub(a.Now))
 	defer cancel()
 	wdb := s.db.WithContext(wctx)
@@ -208,20 +208,32 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 	return idem.Record{}, 0, fmt.Errorf("gormstore: acquire: the record kept changing; gave up after %d attempts", maxAttempts)
 }
 
-// writeContext returns the context for Acquire's writes. On a database
-// server (PostgreSQL, MySQL) a statement the client abandons when the
-// request's context ends can still commit on the server after Acquire
-// reported the failure, leaving an in-flight record nobody holds: every
-// retry would get 409 until its lease ran out. There the writes run to
-// completion, detached from the request's cancellation and bounded by the
-// lease, after which such a record could be taken over anyway. SQLite runs
-// in this process: an interrupted statement has rolled back, or committed,
-// by the time the call returns (and the Engine then releases what a failed
-// Acquire wrote), so its writes keep the request's context, and a request
-// whose client left stops waiting for the write lock at once.
+// stmtContext returns the context a statement runs under. On SQLite it
+// cannot be cancelled: the driver interrupts a statement whose context
+// ends from another goroutine, and that interrupt can arrive late, after
+// the statement finished and its connection went back to the pool, and
+// abort whatever statement runs there next, perhaps another request's
+// completion or commit. Callers' cancellation is still honoured before a
+// statement starts (every method checks ctx first), and SQLite's busy
+// timeout bounds how long a statement waits for the write lock.
+func (s *Store) stmtContext(ctx context.Context) context.Context {
+	if s.dialect == dialectSQLite {
+		return context.WithoutCancel(ctx)
+	}
+	return ctx
+}
+
+// writeContext returns the context for Acquire's writes. A write the client
+// abandons when the request's context ends can still take effect after
+// Acquire reported the failure (a database server commits a statement its
+// client gave up on; SQLite, see stmtContext), leaving an in-flight record
+// nobody holds: every retry would get 409 until its lease ran out. So the
+// writes run to completion, detached from the request's cancellation, and
+// on a database server bounded by the lease, after which such a record
+// could be taken over anyway.
 func (s *Store) writeContext(ctx context.Context, bound time.Duration) (context.Context, context.CancelFunc) {
 	if s.dialect == dialectSQLite {
-		return ctx, func() {}
+		return context.WithoutCancel(ctx), func() {}
 	}
 	return context.WithTimeout(context.WithoutCancel(ctx), bound)
 }
@@ -290,7 +302,7 @@ func (s *Store) Renew(ctx context.Context, id idem.ID, token string, leaseUntil 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	db := s.db.WithContext(ctx)
+	db := s.db.WithContext(s.stmtContext(ctx))
 	res := db.Exec(s.sql.renew, nanos(leaseUntil), id.Scope, id.Key, token)
 	if res.Error != nil {
 		return fmt.Errorf("gormstore: renew: %w", res.Error)
@@ -329,7 +341,7 @@ func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.C
 	if tx != nil {
 		return s.completeInTx(ctx, tx, args)
 	}
-	res := s.db.WithContext(ctx).Exec(s.sql.complete, args...)
+	res := s.db.WithContext(s.stmtContext(ctx)).Exec(s.sql.complete, args...)
 	if res.Error != nil {
 		return fmt.Errorf("gormstore: complete: %w", res.Error)
 	}
@@ -340,7 +352,7 @@ func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.C
 }
 
 func (s *Store) completeInTx(ctx context.Context, tx *gorm.DB, args []any) error {
-	res := tx.WithContext(ctx).Exec(s.sql.complete, args...)
+	res := tx.WithContext(s.stmtContext(ctx)).Exec(s.sql.complete, args...)
 	if res.Error != nil {
 		tx.Rollback()
 		return fmt.Errorf("gormstore: complete: %w", res.Error)
@@ -369,7 +381,7 @@ func (s *Store) Release(ctx context.Context, id idem.ID, token string) error {
 	if tx, _ := takeTx(ctx, token); tx != nil {
 		tx.Rollback()
 	}
-	res := s.db.WithContext(ctx).Exec(s.sql.release, id.Scope, id.Key, token)
+	res := s.db.WithContext(s.stmtContext(ctx)).Exec(s.sql.release, id.Scope, id.Key, token)
 	if res.Error != nil {
 		return fmt.Errorf("gormstore: release: %w", res.Error)
 	}
@@ -384,7 +396,7 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return idem.Record{}, err
 	}
-	rec, err := s.get(s.db.WithContext(ctx), id)
+	rec, err := s.get(s.db.WithContext(s.stmtContext(ctx)), id)
 	if err != nil && !errors.Is(err, idem.ErrNotFound) {
 		return rec, fmt.Errorf("gormstore: get: %w", err)
 	}
@@ -473,7 +485,7 @@ func (s *Store) Purge(ctx context.Context, now time.Time, limit int) (int, error
 		return 0, nil
 	}
 	n := nanos(now)
-	res := s.db.WithContext(ctx).Exec(s.sql.purge, n, n, limit)
+	res := s.db.WithContext(s.stmtContext(ctx)).Exec(s.sql.purge, n, n, limit)
 	if res.Error != nil {
 		return 0, fmt.Errorf("gormstore: purge: %w", res.Error)
 	}
