@@ -18,4 +18,10 @@ var (
 	ErrLockLost = errors.New("idempotency lock lost")
 	// ErrStoreFull: a bounded store has no room for another record.
 	ErrStoreFull = errors.New("idempotency store full")
+	// ErrRolledBack: Store.Complete failed and took the handler's own
+	// writes down with it (they were part of the store's transaction), so
+	// the response the handler wrote describes work that did not happen.
+	// Lock.Finish passes it on; adapters then withhold that response (see
+	// AbortResponse) and the client's retry runs the handler again.
+	ErrRolledBack = errors.New("the handler's writes were rolled back with the failed completion")
 )

@@ -1,6 +1,9 @@
 package idem
 
-import "net/http"
+import (
+	"net/http"
+	"time"
+)
 
 // The adapters built on net/http types (idemhttp, Gin, Echo) describe
 // requests and write decisions the same way; these two helpers are that
@@ -47,4 +50,20 @@ func (d *Decision) WriteTo(w http.ResponseWriter) {
 	}
 	w.WriteHeader(d.Response.Status)
 	_, _ = w.Write(d.Response.Body) // commits the status even for an empty body
+}
+
+// AbortResponse withholds the response written to w so far and ends the
+// connection, for a Finish that returned ErrRolledBack: the client then
+// sees a broken connection, not a success for work that was rolled back,
+// and retries with its key. It sets a write deadline in the past, so that
+// net/http's buffered response (the status line included, for a response
+// of up to about 2 KB) never reaches the client, whatever recovery
+// middleware runs around the handler; a writer without deadlines is
+// aborted with http.ErrAbortHandler. A larger response whose beginning
+// was already sent arrives cut short, which clients report as an error.
+func AbortResponse(w http.ResponseWriter) {
+	if http.NewResponseController(w).SetWriteDeadline(time.Unix(1, 0)) == nil {
+		return
+	}
+	panic(http.ErrAbortHandler)
 }

@@ -14,6 +14,7 @@ package idemecho
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"net"
 	"net/http"
 
@@ -95,7 +96,9 @@ func serveLocked(c echo.Context, next echo.HandlerFunc, d idem.Decision) error {
 		_ = lock.Abandon(ctx, idem.ReasonStreamed)
 		return nil
 	}
-	_ = lock.Finish(ctx, cw.status, orig.Header())
+	if err := lock.Finish(ctx, cw.status, orig.Header()); errors.Is(err, idem.ErrRolledBack) {
+		idem.AbortResponse(orig) // a success for work that was rolled back must not reach the client
+	}
 	return nil
 }
 

@@ -13,6 +13,7 @@
 package idemfiber
 
 import (
+	"errors"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
@@ -96,7 +97,11 @@ func run(c *fiber.Ctx, lock *idem.Lock) error {
 		return nil
 	}
 	_, _ = lock.Write(resp.Body()) // Write copies
-	_ = lock.Finish(ctx, resp.StatusCode(), (*responseHeader)(&resp.Header))
+	if err := lock.Finish(ctx, resp.StatusCode(), (*responseHeader)(&resp.Header)); errors.Is(err, idem.ErrRolledBack) {
+		// A success for work that was rolled back must not reach the client:
+		// nothing is sent yet, and the closed connection makes it retry.
+		_ = c.Context().Conn().Close()
+	}
 	return nil
 }
 

@@ -17,6 +17,7 @@ package idemgin
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"net"
 	"net/http"
 	"unsafe"
@@ -95,7 +96,9 @@ func serveLocked(c *gin.Context, d idem.Decision) {
 	default:
 		// An unwritten status (c.Status without a body) is still pending
 		// in Gin's writer, which sends it after the chain.
-		_ = lock.Finish(ctx, orig.Status(), orig.Header())
+		if err := lock.Finish(ctx, orig.Status(), orig.Header()); errors.Is(err, idem.ErrRolledBack) {
+			idem.AbortResponse(orig) // a success for work that was rolled back must not reach the client
+		}
 	}
 }
 

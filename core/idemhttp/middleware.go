@@ -82,7 +82,9 @@ func serveLocked(w http.ResponseWriter, r *http.Request, next http.Handler, d id
 		_ = lock.Abandon(r.Context(), idem.ReasonStreamed)
 		return
 	}
-	_ = lock.Finish(r.Context(), cw.status, w.Header())
+	if err := lock.Finish(r.Context(), cw.status, w.Header()); errors.Is(err, idem.ErrRolledBack) {
+		idem.AbortResponse(w) // a success for work that was rolled back must not reach the client
+	}
 }
 
 // captureWriter passes the response through to the client and copies its

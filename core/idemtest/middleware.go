@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -558,6 +559,17 @@ var httpCases = []httpCase{
 		e.wantCalls(t, 0)
 		e.must(t, call{method: http.MethodGet, key: "k1"}, 200)
 	}},
+	{name: "Store/RolledBackNotDelivered", config: func(c *idem.Config) { c.Store = &rollsBackOnce{Store: c.Store} }, run: func(t *testing.T, e *env) {
+		// The store's transaction, holding the handler's writes, fails to
+		// commit: the 201 the handler wrote describes nothing, so the
+		// client must not receive it, and its retry runs the handler again.
+		if r := e.send(call{key: "k1", body: `{"a":1}`}); r.err == nil {
+			t.Fatalf("got %d %s for a request whose work was rolled back, want a broken connection", r.status, r.body)
+		}
+		e.wantCalls(t, 1)
+		e.must(t, call{key: "k1", body: `{"a":1}`}, 201)
+		e.wantCalls(t, 2)
+	}},
 	{name: "Store/FailOpen", config: func(c *idem.Config) { c.Store, c.FailOpen = failingStore{}, true }, run: func(t *testing.T, e *env) {
 		e.must(t, call{key: "k1", body: `{"a":1}`}, 201)
 		e.must(t, call{key: "k1", body: `{"a":1}`}, 201)
@@ -572,6 +584,20 @@ func waitEntered(t *testing.T, e *env) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("the slow handler never started")
 	}
+}
+
+// rollsBackOnce fails its first Complete as a transactional store does
+// when the commit fails: the handler's writes are gone with it.
+type rollsBackOnce struct {
+	idem.Store
+	failed atomic.Bool
+}
+
+func (s *rollsBackOnce) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
+	if s.failed.CompareAndSwap(false, true) {
+		return fmt.Errorf("idemtest: commit failed: %w", idem.ErrRolledBack)
+	}
+	return s.Store.Complete(ctx, id, token, c)
 }
 
 // failingStore is a store that cannot be reached.
