@@ -352,22 +352,25 @@ func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.C
 }
 
 func (s *Store) completeInTx(ctx context.Context, tx *gorm.DB, args []any) error {
+	// Every failure here rolls the handler's writes back with the
+	// completion: the error says so (idem.ErrRolledBack), so that the
+	// adapter withholds the response that describes them.
 	res := tx.WithContext(s.stmtContext(ctx)).Exec(s.sql.complete, args...)
 	if res.Error != nil {
 		tx.Rollback()
-		return fmt.Errorf("gormstore: complete: %w", res.Error)
+		return fmt.Errorf("gormstore: complete: %w: %w", idem.ErrRolledBack, res.Error)
 	}
 	if res.RowsAffected == 0 {
 		// Another request took the key over: the handler's writes must not
 		// land beside its successor's.
 		tx.Rollback()
-		return idem.ErrLockLost
+		return fmt.Errorf("gormstore: complete: %w: %w", idem.ErrRolledBack, idem.ErrLockLost)
 	}
 	if s.beforeCommit != nil {
 		s.beforeCommit(tx)
 	}
 	if err := tx.Commit().Error; err != nil {
-		return fmt.Errorf("gormstore: complete: commit: %w", err)
+		return fmt.Errorf("gormstore: complete: commit: %w: %w", idem.ErrRolledBack, err)
 	}
 	return nil
 }

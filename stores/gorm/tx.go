@@ -3,9 +3,11 @@ package gormstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync"
 
+	idem "github.com/idemkit/idemkit/core"
 	"gorm.io/gorm"
 )
 
@@ -27,7 +29,8 @@ var (
 	// the slot's cleanup (the request ended before its response was
 	// recorded, e.g. under a timeout handler). Nothing is stored, the key is
 	// released, and a retry runs the handler again.
-	ErrTxAborted = errors.New("gormstore: the request's transaction was rolled back before its response was recorded")
+	// It wraps idem.ErrRolledBack.
+	ErrTxAborted = fmt.Errorf("gormstore: the request's transaction was rolled back before its response was recorded: %w", idem.ErrRolledBack)
 )
 
 // txSlot is one request's place for its business transaction. It lives in

@@ -137,6 +137,9 @@ func quietEngine(s idem.Store, now func() time.Time) *idem.Engine {
 
 // TestTransactionalCompletion: the handler's writes commit if and only if
 // its response is recorded.
+// withheld: the client must get no response at all.
+const withheld = -1
+
 func TestTransactionalCompletion(t *testing.T) {
 	cases := []struct {
 		name        string
@@ -174,7 +177,7 @@ func TestTransactionalCompletion(t *testing.T) {
 					t.Errorf("takeover = %v, %v", o, err)
 				}
 			}}
-		}, http.StatusCreated, 0, idem.InFlight},
+		}, withheld, 0, idem.InFlight},
 	}
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
@@ -190,11 +193,18 @@ func TestTransactionalCompletion(t *testing.T) {
 					}
 					url := serve(t, quietEngine(s, nil), chargeHandler(db, charges, nil, h))
 					r, err := post(t, http.DefaultClient, url, "key-1")
-					if c.wantStatus == 0 {
+					switch {
+					case c.wantStatus == withheld:
+						// The handler's 201 describes a charge that was rolled
+						// back: the client gets a broken connection instead.
+						if err == nil {
+							t.Fatalf("POST = %d, want the response withheld: its charge was rolled back", r.status)
+						}
+					case c.wantStatus == 0:
 						if err == nil && r.status < 500 {
 							t.Fatalf("a panicking handler answered %d", r.status)
 						}
-					} else if err != nil || r.status != c.wantStatus {
+					case err != nil || r.status != c.wantStatus:
 						t.Fatalf("POST = %d (%v), want %d", r.status, err, c.wantStatus)
 					}
 					if n := countCharges(t, db, charges); n != c.wantCharges {
@@ -310,8 +320,8 @@ func TestTxErrors(t *testing.T) {
 	// had happened: Complete refuses, and the record stays in flight for
 	// the Engine to release.
 	err = s.Complete(ctx, idem.ID{Key: "k"}, "tok", idem.Completion{Response: idem.Response{Status: 200}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)})
-	if !errors.Is(err, ErrTxAborted) {
-		t.Fatalf("Complete after the cleanup rolled back the handler's writes: %v, want ErrTxAborted", err)
+	if !errors.Is(err, ErrTxAborted) || !errors.Is(err, idem.ErrRolledBack) {
+		t.Fatalf("Complete after the cleanup rolled back the handler's writes: %v, want ErrTxAborted (an idem.ErrRolledBack)", err)
 	}
 	if rec, err := s.Get(ctx, idem.ID{Key: "k"}); err != nil || rec.State != idem.InFlight {
 		t.Fatalf("record after the refused Complete: %v, %v", rec.State, err)
@@ -326,8 +336,23 @@ func TestTxErrors(t *testing.T) {
 	if _, _, err := s.Acquire(ctx2, acquireAt(idem.ID{Key: "k2"}, "tok2", t0)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(ctx2, idem.ID{Key: "k2"}, "other-token", idem.Completion{Response: idem.Response{Status: 200}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}); !errors.Is(err, idem.ErrLockLost) {
-		t.Fatalf("Complete with another token: %v, want ErrLockLost", err)
+	if err := s.Complete(ctx2, idem.ID{Key: "k2"}, "other-token", idem.Completion{Response: idem.Response{Status: 200}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}); !errors.Is(err, idem.ErrLockLost) || errors.Is(err, idem.ErrRolledBack) {
+		t.Fatalf("Complete with another token: %v, want ErrLockLost, and nothing rolled back", err)
+	}
+	// A completion that fails inside the request's transaction takes the
+	// handler's writes with it, and says so: the adapter must withhold the
+	// response.
+	ctx3, done3 := WithTxSlot(testCtx(t))
+	defer done3()
+	if _, _, err := s.Acquire(ctx3, acquireAt(idem.ID{Key: "k3"}, "tok3", t0)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Tx(ctx3, s.db); err != nil {
+		t.Fatal(err)
+	}
+	err = s.Complete(ctx3, idem.ID{Key: "k3-gone"}, "tok3", idem.Completion{Response: idem.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)})
+	if !errors.Is(err, idem.ErrRolledBack) || !errors.Is(err, idem.ErrLockLost) {
+		t.Fatalf("Complete in the transaction of a lock no longer held: %v, want ErrRolledBack and ErrLockLost", err)
 	}
 }
 
