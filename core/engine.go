@@ -235,6 +235,16 @@ func (e *Engine) releaseOrphan(ctx context.Context, a Acquire) {
 	_ = e.cfg.Store.Release(ctx, a.ID, a.Token)
 }
 
+// WithheldResponse is what an adapter that can still replace the handler's
+// response sends instead of one whose work was rolled back (Lock.Finish
+// returned ErrRolledBack): a 503 store-unavailable problem with
+// Retry-After, which the client retries with its key. Adapters whose
+// response may already be under way abort it instead (AbortResponse).
+func (e *Engine) WithheldResponse() Response {
+	return e.problem(ProblemStoreUnavailable,
+		"The request's work could not be recorded, so it was undone. Retry with the same key.")
+}
+
 // Storable reports whether a response with this status is recorded. Server
 // errors and the statuses that ask the client to retry (408, 409, 425, 429)
 // are not: their retry must run the handler again.

@@ -55,12 +55,15 @@ func (d *Decision) WriteTo(w http.ResponseWriter) {
 // AbortResponse withholds the response written to w so far and ends the
 // connection, for a Finish that returned ErrRolledBack: the client then
 // sees a broken connection, not a success for work that was rolled back,
-// and retries with its key. It sets a write deadline in the past, so that
-// net/http's buffered response (the status line included, for a response
-// of up to about 2 KB) never reaches the client, whatever recovery
-// middleware runs around the handler; a writer without deadlines is
-// aborted with http.ErrAbortHandler. A larger response whose beginning
-// was already sent arrives cut short, which clients report as an error.
+// and retries with its key. It sets a write deadline in the past through
+// http.ResponseController, so that net/http's buffered response (the
+// status line included, for a body of up to about 4 KB) never leaves the
+// process, whatever recovery middleware runs around the handler. Limits:
+// a larger body has begun to go out (on HTTP/1.1 it arrives cut short; on
+// HTTP/2 it may arrive whole before the stream is reset); and a writer
+// chain that cannot reach the connection (a wrapper without Unwrap) gets a
+// panic with http.ErrAbortHandler, which a recovery middleware that
+// swallows it (gin.Recovery does) turns back into delivery.
 func AbortResponse(w http.ResponseWriter) {
 	if http.NewResponseController(w).SetWriteDeadline(time.Unix(1, 0)) == nil {
 		return

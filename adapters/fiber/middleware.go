@@ -69,7 +69,7 @@ func New(e *idem.Engine, opts ...Option) fiber.Handler {
 			respond(c.Response(), &d.Response, d.Replayed)
 			return nil
 		case idem.Run:
-			return run(c, d.Lock)
+			return run(c, e, d.Lock)
 		default:
 			return c.Next()
 		}
@@ -77,7 +77,7 @@ func New(e *idem.Engine, opts ...Option) fiber.Handler {
 }
 
 // run runs the rest of the chain under lock and records what it answered.
-func run(c *fiber.Ctx, lock *idem.Lock) error {
+func run(c *fiber.Ctx, e *idem.Engine, lock *idem.Lock) error {
 	ctx := c.UserContext()
 	defer func() {
 		if p := recover(); p != nil {
@@ -98,9 +98,11 @@ func run(c *fiber.Ctx, lock *idem.Lock) error {
 	}
 	_, _ = lock.Write(resp.Body()) // Write copies
 	if err := lock.Finish(ctx, resp.StatusCode(), (*responseHeader)(&resp.Header)); errors.Is(err, idem.ErrRolledBack) {
-		// A success for work that was rolled back must not reach the client:
-		// nothing is sent yet, and the closed connection makes it retry.
-		_ = c.Context().Conn().Close()
+		// A success for work that was rolled back must not reach the client.
+		// Nothing is sent yet: answer what happened instead.
+		withheld := e.WithheldResponse()
+		resp.Reset()
+		respond(resp, &withheld, false)
 	}
 	return nil
 }

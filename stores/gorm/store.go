@@ -116,8 +116,9 @@ func checkTableName(name string) error {
 }
 
 // Close stops the background purger and waits for it to exit, cancelling a
-// purge in progress. It does not close the database, which belongs to the
-// caller. The Store stays usable.
+// purge in progress (on SQLite, whose statements are never cancelled, see
+// stmtContext, it waits for the current batch). It does not close the
+// database, which belongs to the caller. The Store stays usable.
 func (s *Store) Close() error {
 	s.closeOnce.Do(s.stopPurge)
 	<-s.purgeDone
