@@ -1,6 +1,8 @@
 package idem
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"time"
 )
@@ -50,6 +52,16 @@ func (d *Decision) WriteTo(w http.ResponseWriter) {
 	}
 	w.WriteHeader(d.Response.Status)
 	_, _ = w.Write(d.Response.Body) // commits the status even for an empty body
+}
+
+// FinishHTTP is Lock.Finish for adapters built on net/http: it records the
+// response the handler wrote to w, and withholds that response (see
+// AbortResponse) when the store rolled the handler's writes back with a
+// failed completion (ErrRolledBack).
+func (l *Lock) FinishHTTP(ctx context.Context, w http.ResponseWriter, status int, header HeaderReader) {
+	if err := l.Finish(ctx, status, header); errors.Is(err, ErrRolledBack) {
+		AbortResponse(w) // a success for work that was rolled back must not reach the client
+	}
 }
 
 // AbortResponse withholds the response written to w so far and ends the

@@ -14,7 +14,6 @@ package idemecho
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"net"
 	"net/http"
 
@@ -96,9 +95,7 @@ func serveLocked(c echo.Context, next echo.HandlerFunc, d idem.Decision) error {
 		_ = lock.Abandon(ctx, idem.ReasonStreamed)
 		return nil
 	}
-	if err := lock.Finish(ctx, cw.status, orig.Header()); errors.Is(err, idem.ErrRolledBack) {
-		idem.AbortResponse(orig) // a success for work that was rolled back must not reach the client
-	}
+	lock.FinishHTTP(ctx, orig, cw.status, orig.Header())
 	return nil
 }
 

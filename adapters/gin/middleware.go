@@ -17,7 +17,6 @@ package idemgin
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"net"
 	"net/http"
 	"unsafe"
@@ -96,9 +95,7 @@ func serveLocked(c *gin.Context, d idem.Decision) {
 	default:
 		// An unwritten status (c.Status without a body) is still pending
 		// in Gin's writer, which sends it after the chain.
-		if err := lock.Finish(ctx, orig.Status(), orig.Header()); errors.Is(err, idem.ErrRolledBack) {
-			idem.AbortResponse(orig) // a success for work that was rolled back must not reach the client
-		}
+		lock.FinishHTTP(ctx, orig, orig.Status(), orig.Header())
 	}
 }
 

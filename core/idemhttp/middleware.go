@@ -82,9 +82,7 @@ func serveLocked(w http.ResponseWriter, r *http.Request, next http.Handler, d id
 		_ = lock.Abandon(r.Context(), idem.ReasonStreamed)
 		return
 	}
-	if err := lock.Finish(r.Context(), cw.status, w.Header()); errors.Is(err, idem.ErrRolledBack) {
-		idem.AbortResponse(w) // a success for work that was rolled back must not reach the client
-	}
+	lock.FinishHTTP(r.Context(), w, cw.status, w.Header())
 }
 
 // captureWriter passes the response through to the client and copies its

@@ -234,7 +234,7 @@ func (s *Store) stmtContext(ctx context.Context) context.Context {
 // could be taken over anyway.
 func (s *Store) writeContext(ctx context.Context, bound time.Duration) (context.Context, context.CancelFunc) {
 	if s.dialect == dialectSQLite {
-		return context.WithoutCancel(ctx), func() {}
+		return s.stmtContext(ctx), func() {} // never cancelled already; the busy timeout bounds it
 	}
 	return context.WithTimeout(context.WithoutCancel(ctx), bound)
 }
