@@ -15,6 +15,7 @@ const (
 	DefaultTTL             = 24 * time.Hour
 	DefaultLease           = 30 * time.Second
 	DefaultRetryAfter      = time.Second
+	DefaultStoreTimeout    = 5 * time.Second
 	DefaultMaxRequestBody  = 1 << 20
 	DefaultMaxResponseBody = 1 << 20
 	DefaultProblemBase     = "https://github.com/idemkit/idemkit/blob/main/docs/problems.md#"
@@ -46,8 +47,25 @@ type Config struct {
 	// Lease is how long an in-flight holder keeps the key without renewing;
 	// a crashed holder's key is free again after at most one lease. Default 30 s.
 	Lease time.Duration
-	// RenewEvery is how often a running handler's lease is renewed. Default Lease/3.
+	// RenewEvery is how often a running handler's lease is renewed. Default
+	// Lease/3; a value above Lease/2 leaves too little time for a failed
+	// renewal to be tried again, and is replaced by the default. See
+	// docs/concepts.md for the sizing rule between Lease, RenewEvery and
+	// the store's latency.
 	RenewEvery time.Duration
+	// StoreTimeout is the deadline of every store call: Acquire (also
+	// bounded by the request's own context), Complete and Release (which
+	// run even if the client has gone), and each renewal (also bounded by
+	// RenewEvery/2). A store that does not answer in time counts as
+	// unavailable: the request gets 503, or its outcome is left to the
+	// lease. Default 5 s.
+	StoreTimeout time.Duration
+	// HandlerTimeout, if set, cancels the handler's context with cause
+	// ErrHandlerTimeout once it has run this long. Unlike a timeout
+	// middleware registered inside idemkit (http.TimeoutHandler, Echo's
+	// Timeout), it keeps the key locked until the handler has really
+	// returned, so a retry can never run beside it. Default: none.
+	HandlerTimeout time.Duration
 	// RetryAfter is sent with 409 responses, rounded up to whole seconds. Default 1 s.
 	RetryAfter time.Duration
 
@@ -69,8 +87,8 @@ type Config struct {
 	Fingerprint func(Request) Fingerprint
 
 	// ProblemBase prefixes the problem type names (key-missing, key-invalid,
-	// key-reused, request-in-progress, payload-too-large, store-unavailable)
-	// to form their type URIs. Default DefaultProblemBase.
+	// key-reused, request-in-progress, payload-too-large, store-unavailable,
+	// store-full, body-unreadable) to form their type URIs. Default DefaultProblemBase.
 	ProblemBase string
 
 	// FailOpen runs handlers unprotected when the store cannot be reached.
@@ -78,7 +96,12 @@ type Config struct {
 	// with 503.
 	FailOpen bool
 
-	// Now is the clock. Default time.Now.
+	// Clock is the source of time for records, leases, renewals, timeouts
+	// and store deadlines. Default SystemClock; Now, if set and Clock is
+	// not, replaces only the reading of the time.
+	Clock Clock
+	// Now is the clock's reading, for tests that move time by hand.
+	// Default time.Now. Ignored when Clock is set.
 	Now func() time.Time
 	// Logger receives one debug line per decision and warnings for store
 	// errors. Default slog.Default().
@@ -114,8 +137,11 @@ func (c *Config) setDefaults() {
 	if c.Lease <= 0 {
 		c.Lease = DefaultLease
 	}
-	if c.RenewEvery <= 0 || c.RenewEvery >= c.Lease {
+	if c.RenewEvery <= 0 || c.RenewEvery > c.Lease/2 {
 		c.RenewEvery = c.Lease / 3
+	}
+	if c.StoreTimeout <= 0 {
+		c.StoreTimeout = DefaultStoreTimeout
 	}
 	if c.RetryAfter <= 0 {
 		c.RetryAfter = DefaultRetryAfter
@@ -132,8 +158,13 @@ func (c *Config) setDefaults() {
 	if c.ProblemBase == "" {
 		c.ProblemBase = DefaultProblemBase
 	}
-	if c.Now == nil {
-		c.Now = time.Now
+	switch {
+	case c.Clock != nil:
+		c.Now = c.Clock.Now
+	case c.Now != nil:
+		c.Clock = nowClock{c.Now}
+	default:
+		c.Clock, c.Now = SystemClock{}, time.Now
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

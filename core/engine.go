@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -18,7 +19,8 @@ import (
 // An Engine is safe for concurrent use.
 type Engine struct {
 	cfg           Config
-	realClock     bool // cfg.Now is time.Now, so one reading serves both uses
+	clock         Clock
+	realClock     bool // the system clock, so one reading serves both the record and the latency
 	replayHeaders []string
 	problems      [len(problemSpecs)]preparedProblem
 	retryAfter    []string
@@ -26,6 +28,8 @@ type Engine struct {
 	tokenPrefix string
 	tokenSeq    atomic.Uint64
 	renewer     *renewer
+
+	fullWarned atomic.Int64 // when a full store was last logged at WARN (Unix ns)
 }
 
 type preparedProblem struct {
@@ -36,9 +40,10 @@ type preparedProblem struct {
 // New returns an Engine for cfg, with defaults for its zero fields. It panics
 // if cfg.Store is nil: that is a programming error, found at start-up.
 func New(cfg Config) *Engine {
-	realClock := cfg.Now == nil
 	cfg.setDefaults()
-	e := &Engine{cfg: cfg, realClock: realClock, replayHeaders: cfg.replayHeaderSet(), renewer: newRenewer(cfg.RenewEvery)}
+	_, realClock := cfg.Clock.(SystemClock)
+	e := &Engine{cfg: cfg, clock: cfg.Clock, realClock: realClock, replayHeaders: cfg.replayHeaderSet()}
+	e.renewer = newRenewer(e)
 	for i, spec := range problemSpecs {
 		e.problems[i] = preparedProblem{spec, cfg.ProblemBase + spec.name}
 	}
@@ -151,7 +156,7 @@ func (e *Engine) Begin(ctx context.Context, r *Request) Decision {
 	storeStart := time.Now()
 	now := storeStart
 	if !e.realClock {
-		now = e.cfg.Now()
+		now = e.clock.Now()
 	}
 	a := Acquire{
 		ID:          ID{Scope: r.Scope, Key: key},
@@ -165,13 +170,18 @@ func (e *Engine) Begin(ctx context.Context, r *Request) Decision {
 	var rec Record
 	var outcome AcquireOutcome
 	if err == nil {
-		rec, outcome, err = e.cfg.Store.Acquire(ctx, a)
+		actx, cancel := e.storeContext(ctx)
+		rec, outcome, err = e.cfg.Store.Acquire(actx, a)
+		cancel()
 		if err != nil && !errors.Is(err, ErrStoreFull) {
 			e.releaseOrphan(ctx, a)
 		}
 	}
 	storeDone := time.Now()
 	storeLatency := storeDone.Sub(storeStart)
+	if errors.Is(err, ErrStoreFull) {
+		return e.storeFull(ctx, r, key, began, storeDone, storeLatency)
+	}
 	if err != nil {
 		ev := e.event(EventStoreError, r.Method, r.Path, key, began, storeDone)
 		ev.Err, ev.StoreLatency = err, storeLatency
@@ -194,7 +204,7 @@ func (e *Engine) Begin(ctx context.Context, r *Request) Decision {
 		ev := e.event(kind, r.Method, r.Path, key, began, storeDone)
 		ev.StoreLatency = storeLatency
 		e.emit(ctx, &ev, level)
-		return Decision{Action: Run, Lock: e.newLock(r, a, began), Body: read}
+		return Decision{Action: Run, Lock: e.newLock(ctx, r, a, began), Body: read}
 	}
 
 	// Another request holds the key. The fingerprint is compared before the
@@ -230,9 +240,49 @@ func (e *Engine) Begin(ctx context.Context, r *Request) Decision {
 // a second (or RenewEvery, if shorter): a store too slow for that is in
 // trouble anyway, and the orphan then frees itself when its lease runs out.
 func (e *Engine) releaseOrphan(ctx context.Context, a Acquire) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(e.cfg.RenewEvery, time.Second))
+	ctx, cancel := e.timeoutContext(context.WithoutCancel(ctx), min(e.cfg.RenewEvery, e.cfg.StoreTimeout, time.Second))
 	defer cancel()
 	_ = e.cfg.Store.Release(ctx, a.ID, a.Token)
+}
+
+// storeFull answers a new key that a bounded store had no room for (the
+// tenant's share, or the whole store, is full): 429 store-full with
+// Retry-After, not the 503 of a store that cannot be reached. Every refusal
+// is an event; the log gets one WARN line a minute, not one per request.
+func (e *Engine) storeFull(ctx context.Context, r *Request, key string, began, at time.Time, latency time.Duration) Decision {
+	d := Decision{Action: Respond, Response: e.problem(ProblemStoreFull,
+		"The idempotency store holds as many records as it may for this tenant, so no new key is accepted now. Retry later.")}
+	ev := e.event(EventStoreFull, r.Method, r.Path, key, began, at)
+	ev.Status, ev.StoreLatency = d.Response.Status, latency
+	level := slog.LevelDebug
+	if last := e.fullWarned.Load(); at.UnixNano()-last >= int64(time.Minute) && e.fullWarned.CompareAndSwap(last, at.UnixNano()) {
+		level = slog.LevelWarn
+	}
+	e.emit(ctx, &ev, level)
+	return d
+}
+
+// storeContext bounds a store call made for a request by
+// Config.StoreTimeout, on the Engine's clock.
+func (e *Engine) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return e.timeoutContext(ctx, e.cfg.StoreTimeout)
+}
+
+// timeoutContext is context.WithTimeout on the Engine's clock: with a clock
+// of its own (tests, the simulation), deadlines pass in that clock's time.
+func (e *Engine) timeoutContext(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if e.realClock {
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
+			return ctx, func() {} // an earlier deadline already bounds the call
+		}
+		return context.WithTimeout(ctx, d)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	t := e.clock.AfterFunc(d, func() { cancel(context.DeadlineExceeded) })
+	return ctx, func() {
+		t.Stop()
+		cancel(context.Canceled)
+	}
 }
 
 // WithheldResponse is what an adapter that can still replace the handler's
@@ -272,7 +322,7 @@ func (e *Engine) problem(name, detail string) Response {
 			continue
 		}
 		resp := Problem{Type: p.typeURI, Title: p.title, Status: p.status, Detail: detail}.Response()
-		if p.status == 409 || p.status == 503 {
+		if p.status == 409 || p.status == 429 || p.status == 503 {
 			resp.Header = append(resp.Header, HeaderField{Name: "Retry-After", Values: e.retryAfter})
 		}
 		return resp
@@ -289,19 +339,23 @@ func (e *Engine) newToken() string {
 }
 
 // readBody reads at most limit bytes, failing with ErrBodyTooLarge as soon as
-// the body is known to be longer, so an oversized body is never buffered whole.
+// the body is known to be longer, so an oversized body is never buffered
+// whole. The buffer grows as bytes arrive, never ahead of them: a declared
+// Content-Length is only a bound to check, so clients that announce large
+// bodies and send nothing cost nothing. A limit enforced by a reader
+// outside idemkit (http.MaxBytesReader) is reported as ErrBodyTooLarge too.
 func readBody(r io.Reader, contentLength, limit int64) ([]byte, error) {
 	if contentLength > limit {
 		return nil, ErrBodyTooLarge
 	}
 	size := int64(512)
 	if contentLength >= 0 {
-		size = contentLength + 1 // room for the read that reports EOF
+		size = min(contentLength+1, size) // +1: room for the read that reports EOF
 	}
 	buf := make([]byte, 0, size)
 	for {
 		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)]
+			buf = append(buf, 0)[:len(buf)] // grows by doubling, as bytes arrive
 		}
 		n, err := r.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
@@ -312,7 +366,17 @@ func readBody(r io.Reader, contentLength, limit int64) ([]byte, error) {
 			return buf, nil
 		}
 		if err != nil {
+			if tooLarge(err) {
+				return nil, ErrBodyTooLarge
+			}
 			return nil, err
 		}
 	}
+}
+
+// tooLarge reports whether a body reader's error says the body exceeded a
+// limit set outside idemkit.
+func tooLarge(err error) bool {
+	var mb *http.MaxBytesError
+	return errors.As(err, &mb) || errors.Is(err, ErrBodyTooLarge)
 }

@@ -361,7 +361,7 @@ func TestRenewalProblemsAreEvents(t *testing.T) {
 		want idem.EventKind
 	}{
 		{idem.ErrLockLost, idem.EventLeaseLost},
-		{errors.New("connection reset"), idem.EventStoreError},
+		{errors.New("connection reset"), idem.EventRenewError}, // not store-error: no request was refused
 	} {
 		t.Run(c.want.String(), func(t *testing.T) {
 			events := make(chan idem.Event, 16)

@@ -24,4 +24,13 @@ var (
 	// Lock.Finish passes it on; adapters then withhold that response (see
 	// AbortResponse) and the client's retry runs the handler again.
 	ErrRolledBack = errors.New("the handler's writes were rolled back with the failed completion")
+	// ErrLeaseLost is the cause (context.Cause) with which the Engine
+	// cancels a running handler's context once its lease on the key is
+	// lost, or about to run out because renewals failed: another request
+	// may run the key's handler from then on, so this one must stop and not
+	// commit its work.
+	ErrLeaseLost = errors.New("idempotency lease lost: another request may now run this key's handler")
+	// ErrHandlerTimeout is the cause with which the Engine cancels a
+	// handler's context after Config.HandlerTimeout.
+	ErrHandlerTimeout = errors.New("idempotency handler timeout")
 )

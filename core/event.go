@@ -1,8 +1,10 @@
 package idem
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"log/slog"
 	"time"
 )
 
@@ -12,7 +14,8 @@ type EventKind uint8
 // The events, one per decision. Every guarded request yields exactly one of
 // the first group; a request whose handler ran then yields one of Stored or
 // NotStored. While a handler runs, a failed lease renewal yields
-// EventStoreError and a lease lost to another request EventLeaseLost.
+// EventRenewError and a lease lost (taken over, or run out while renewals
+// failed) EventLeaseLost; these two are not decisions.
 const (
 	EventFirst          EventKind = iota + 1 // new key: the handler runs
 	EventTakeover                            // a crashed holder's key taken over: the handler runs
@@ -26,7 +29,9 @@ const (
 	EventStoreError                          // the store failed (503, or pass-through when failing open)
 	EventStored                              // the handler's response was stored
 	EventNotStored                           // the handler's response was not stored; see Event.Reason
-	EventLeaseLost                           // while the handler ran, another request took the key over
+	EventLeaseLost                           // while the handler ran, its lease was lost: its context is cancelled
+	EventRenewError                          // a lease renewal failed; it is retried while the lease lasts
+	EventStoreFull                           // the store had no room for a new key: 429 store-full
 )
 
 var eventNames = [...]string{
@@ -34,6 +39,7 @@ var eventNames = [...]string{
 	EventConflict: "conflict", EventMismatch: "mismatch", EventKeyMissing: "key-missing",
 	EventKeyInvalid: "key-invalid", EventTooLarge: "too-large", EventBodyUnreadable: "body-unreadable", EventStoreError: "store-error",
 	EventStored: "stored", EventNotStored: "not-stored", EventLeaseLost: "lease-lost",
+	EventRenewError: "renew-error", EventStoreFull: "store-full",
 }
 
 // String returns the event's stable lower-case name, usable as a metric label.
@@ -71,7 +77,8 @@ type Event struct {
 	Status int
 	// Reason is set on EventNotStored.
 	Reason Reason
-	// Err is the store error on EventStoreError, or on EventNotStored with ReasonStore.
+	// Err is the store error on EventStoreError and EventRenewError, or on
+	// EventNotStored with ReasonStore.
 	Err error
 	// Duration is the time from the start of the request's processing by the
 	// Engine to this event.
@@ -90,4 +97,45 @@ func (e *Event) KeyHash() string {
 	}
 	sum := sha256.Sum256([]byte(e.key))
 	return hex.EncodeToString(sum[:6])
+}
+
+// event starts an Event for a request that began at began, as of at.
+func (e *Engine) event(kind EventKind, method, path, key string, began, at time.Time) Event {
+	route := path
+	for i := 0; i < len(route); i++ {
+		if route[i] == '?' {
+			route = route[:i]
+			break
+		}
+	}
+	return Event{Kind: kind, Method: method, Route: route, Duration: at.Sub(began), key: key}
+}
+
+// emit hands ev to the OnEvent hook and the logger, if they listen.
+func (e *Engine) emit(ctx context.Context, ev *Event, level slog.Level) {
+	if e.cfg.OnEvent != nil {
+		e.cfg.OnEvent(ctx, *ev)
+	}
+	if !e.cfg.Logger.Enabled(ctx, level) {
+		return
+	}
+	attrs := make([]slog.Attr, 0, 8)
+	attrs = append(attrs,
+		slog.String("event", ev.Kind.String()),
+		slog.String("method", ev.Method),
+		slog.String("route", ev.Route),
+		slog.Duration("duration", ev.Duration))
+	if ev.key != "" {
+		attrs = append(attrs, slog.String("key_hash", ev.KeyHash()))
+	}
+	if ev.Status != 0 {
+		attrs = append(attrs, slog.Int("status", ev.Status))
+	}
+	if ev.Reason != "" {
+		attrs = append(attrs, slog.String("reason", string(ev.Reason)))
+	}
+	if ev.Err != nil {
+		attrs = append(attrs, slog.String("error", ev.Err.Error()))
+	}
+	e.cfg.Logger.LogAttrs(ctx, level, "idempotency", attrs...)
 }

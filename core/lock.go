@@ -4,8 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net/http"
-	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,10 +12,15 @@ import (
 
 // Lock is held by the one request that runs the handler for a key. The
 // in-flight record in the store, with its lease, is the lock; no mutex or
-// transaction is held while the handler runs. While held, the lease is
-// renewed every Config.RenewEvery by the Engine's renewer (see renewer.go),
-// so a slow handler keeps its key and a crashed process loses it
-// within one lease.
+// transaction is held while the handler runs. While held, and until the
+// handler's outcome is recorded, the lease is renewed every
+// Config.RenewEvery by the Engine's renewer (see renewer.go), so a slow
+// handler or a slow completion keeps its key, and a crashed process loses
+// it within one lease.
+//
+// The handler must run with Context as its request context: it is
+// cancelled with cause ErrLeaseLost if the lease is lost, and with
+// ErrHandlerTimeout after Config.HandlerTimeout.
 //
 // The adapter copies the response body into the Lock with Write as the
 // handler writes it, then ends the Lock exactly once with Finish or Abandon.
@@ -29,25 +33,70 @@ type Lock struct {
 	token  string
 	began  time.Time
 
+	ctx     lockCtx
+	cancel  context.CancelCauseFunc
+	timeout Timer // Config.HandlerTimeout, if set
+
 	body     []byte
 	bodyBuf  *[]byte // pooled backing of body, returned when the lock ends
 	overflow bool
 
-	ended atomic.Bool
-	lost  atomic.Bool // another request took the key over: renewing is pointless
+	// mu orders the handler's end (Finish, Abandon) against the renewer
+	// cancelling its context: once the outcome is being recorded, the
+	// context must stay as it is, since a transactional completion may be
+	// committing a transaction bound to it.
+	mu        sync.Mutex
+	phase     lockPhase
+	leaseGone bool        // the handler was told its lease is lost (once)
+	lost      atomic.Bool // the store said another request holds the key: renewing is pointless
 
 	// Guarded by the renewer's mutex.
-	renewAt    time.Time
+	renewAt    time.Time // when the next renewal is due
+	leaseEnd   time.Time // when the lease runs out unless renewed, as the store reckons it
+	renewing   bool      // a renewal of this lock is under way
 	prev, next *Lock
 }
 
-func (e *Engine) newLock(r *Request, a Acquire, began time.Time) *Lock {
+type lockPhase uint8
+
+const (
+	running   lockPhase = iota // the handler runs
+	finishing                  // its outcome is being recorded; the lease is still renewed
+	ended                      // recorded or released; nothing more to renew
+)
+
+func (e *Engine) newLock(ctx context.Context, r *Request, a Acquire, began time.Time) *Lock {
 	l := &Lock{e: e, method: r.Method, path: r.Path, id: a.ID, token: a.Token, began: began}
-	e.renewer.add(l, began.Add(e.cfg.RenewEvery))
+	var c context.Context
+	c, l.cancel = context.WithCancelCause(ctx)
+	l.ctx = lockCtx{Context: c, l: l}
+	if e.cfg.HandlerTimeout > 0 {
+		l.timeout = e.clock.AfterFunc(e.cfg.HandlerTimeout, func() { l.stopHandler(ErrHandlerTimeout) })
+	}
+	e.renewer.add(l, a.Now.Add(e.cfg.RenewEvery), a.LeaseUntil)
 	return l
 }
 
-// Write keeps a copy of p as part of the response body to store. It always
+// Context returns the context the handler must run with: the request's
+// context given to Begin, cancelled with cause ErrLeaseLost as soon as the
+// Engine knows the lease is lost (or about to run out because renewals
+// failed), and with ErrHandlerTimeout after Config.HandlerTimeout. HeldKey
+// finds the key and owner token in it.
+func (l *Lock) Context() context.Context { return &l.ctx }
+
+// stopHandler cancels the handler's context with cause, unless the
+// handler has already returned.
+func (l *Lock) stopHandler(cause error) {
+	l.mu.Lock()
+	if l.phase == running {
+		l.cancel(cause)
+	}
+	l.mu.Unlock()
+}
+
+// Write keeps a copy of p as part of the response body to store. Adapters
+// pass every byte the handler writes, whether or not the client accepted
+// it, so that the stored body is the handler's response, whole. It always
 // succeeds; past Config.MaxResponseBody it stops copying and the response
 // will not be stored.
 func (l *Lock) Write(p []byte) (int, error) {
@@ -76,19 +125,25 @@ type HeaderReader interface {
 // status and these headers. A storable response is recorded for replay;
 // any other releases the key at once so a retry runs the handler again. The
 // store is written even if ctx was cancelled meanwhile (the client may have
-// gone; its retry still deserves the replay).
+// gone; its retry still deserves the replay), within Config.StoreTimeout,
+// and the lease is renewed until the store has answered, so that a slow
+// completion never lets a retry run the handler again.
 // It returns the store's error, if any, for callers that care; adapters
 // may ignore it, as it is also reported through the Engine's events.
 func (l *Lock) Finish(ctx context.Context, status int, header HeaderReader) error {
-	if !l.end() {
+	if !l.finishing() {
 		return nil
 	}
-	ctx = detach(ctx)
+	defer l.end()
+	ctx, cancel := l.e.storeContext(detach(ctx))
+	defer cancel()
 	switch {
 	case !Storable(status):
 		return l.release(ctx, ReasonStatus, status)
 	case l.overflow:
 		return l.release(ctx, ReasonTooLarge, status)
+	case !l.wholeBody(header):
+		return l.release(ctx, ReasonIncomplete, status)
 	}
 	// The store copies what it keeps, so the captured body is lent to it and
 	// recycled once Complete returns.
@@ -96,11 +151,8 @@ func (l *Lock) Finish(ctx context.Context, status int, header HeaderReader) erro
 	if resp.Body == nil {
 		resp.Body = []byte{}
 	}
-	now := l.e.cfg.Now()
-	start := now
-	if !l.e.realClock {
-		start = time.Now()
-	}
+	now := l.e.clock.Now()
+	start := time.Now()
 	err := l.e.cfg.Store.Complete(ctx, l.id, l.token, Completion{
 		Response:    resp,
 		CompletedAt: now,
@@ -121,20 +173,40 @@ func (l *Lock) Finish(ctx context.Context, status int, header HeaderReader) erro
 		l.e.emit(ctx, &ev, slog.LevelError)
 		// The record may still be in flight: free it now rather than after
 		// its lease. If the store is down this fails too, and the lease
-		// frees the key later.
-		_ = l.e.cfg.Store.Release(ctx, l.id, l.token)
+		// frees the key later. Fenced: a completion that did commit
+		// despite the error is left alone.
+		rctx, cancel := l.e.storeContext(detach(ctx))
+		_ = l.e.cfg.Store.Release(rctx, l.id, l.token)
+		cancel()
 	}
 	return err
+}
+
+// wholeBody reports whether the captured body can be the whole response:
+// a declared Content-Length must match what the handler wrote.
+func (l *Lock) wholeBody(header HeaderReader) bool {
+	if header == nil {
+		return true
+	}
+	cl := header.Values("Content-Length")
+	if len(cl) == 0 {
+		return true
+	}
+	n, err := strconv.ParseInt(cl[0], 10, 64)
+	return err == nil && n == int64(len(l.body))
 }
 
 // Abandon ends the Lock without storing anything: the handler panicked, or
 // its response was streamed, hijacked or otherwise not captured whole. The
 // key is released at once so a retry runs the handler again.
 func (l *Lock) Abandon(ctx context.Context, reason Reason) error {
-	if !l.end() {
+	if !l.finishing() {
 		return nil
 	}
-	return l.release(detach(ctx), reason, 0)
+	defer l.end()
+	ctx, cancel := l.e.storeContext(detach(ctx))
+	defer cancel()
+	return l.release(ctx, reason, 0)
 }
 
 // detach keeps ctx's values but not its cancellation: the outcome of a
@@ -174,110 +246,76 @@ func (l *Lock) recycleBody() {
 	l.body, l.bodyBuf = nil, nil
 }
 
-// end stops the renewals and reports whether this call was the first to
-// end the Lock. It does not wait for a renewal in progress: that renewal
-// is fenced by the token and the in-flight state, so once the record is
-// completed, released or taken over it changes nothing, and waiting for it
-// could deadlock with a store whose single writer is this very request
-// (SQLite, holding the transaction that Complete is about to commit).
-func (l *Lock) end() bool {
-	if !l.ended.CompareAndSwap(false, true) {
+// finishing marks the handler as returned and reports whether this call is
+// the first to end the Lock. From here on the handler's context is never
+// cancelled for a lost lease (a transactional completion may be committing
+// a transaction bound to it), but the lease is still renewed.
+func (l *Lock) finishing() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.phase != running {
 		return false
 	}
-	l.e.renewer.remove(l)
+	l.phase = finishing
+	if l.timeout != nil {
+		l.timeout.Stop()
+	}
 	return true
 }
 
-// renew moves the lease on; the renewer calls it when it is due. No mutex
-// is held across the store call or the event hooks.
-func (l *Lock) renew() {
-	if l.ended.Load() || l.lost.Load() {
+// end stops the renewals once the outcome is recorded, and frees the
+// handler's context. It does not wait for a renewal in progress: that
+// renewal is fenced by the token and the in-flight state, so it changes
+// nothing now, and waiting for it could deadlock with a store whose single
+// writer is this very request (SQLite, committing a transactional
+// completion).
+func (l *Lock) end() {
+	l.mu.Lock()
+	l.phase = ended
+	l.mu.Unlock()
+	l.e.renewer.remove(l)
+	l.cancel(context.Canceled)
+}
+
+// renewed records the outcome of a renewal started at start that asked the
+// store for a lease until leaseUntil: nil, ErrLockLost, or a system error.
+// It runs without the renewer's mutex.
+func (l *Lock) renewed(err error, start, done time.Time) {
+	if err == nil {
 		return
 	}
+	l.mu.Lock()
+	phase := l.phase
+	l.mu.Unlock()
+	if phase != running {
+		return // the outcome is being recorded: Finish will learn what the store knows
+	}
 	e := l.e
-	ctx, cancel := context.WithTimeout(context.Background(), e.cfg.RenewEvery)
-	start := time.Now()
-	err := e.cfg.Store.Renew(ctx, l.id, l.token, e.cfg.Now().Add(e.cfg.Lease))
-	done := time.Now()
-	cancel()
-	if err == nil || l.ended.Load() {
-		return // the request has finished meanwhile: what the renewal found no longer matters
-	}
-	kind := EventStoreError // a transient failure is retried at the next renewal while the lease lasts
 	if errors.Is(err, ErrLockLost) {
-		// Another request took the key over; Finish will find out and
-		// store nothing.
 		l.lost.Store(true)
-		kind, err = EventLeaseLost, nil
+		l.loseLease(nil)
+		return
 	}
-	ev := e.event(kind, l.method, l.path, l.id.Key, l.began, done)
+	ev := e.event(EventRenewError, l.method, l.path, l.id.Key, l.began, done)
 	ev.Err, ev.StoreLatency = err, done.Sub(start)
 	e.emit(context.Background(), &ev, slog.LevelWarn)
 }
 
-// storedHeader lists the replayable headers. The values are the handler's
-// own: the store copies them in Complete.
-func (e *Engine) storedHeader(h HeaderReader) []HeaderField {
-	if h == nil {
-		return nil
+// loseLease cancels the handler's context with ErrLeaseLost and reports it
+// once: another request took the key over (err nil), or the lease ran out
+// while renewals failed (err says why).
+func (l *Lock) loseLease(err error) {
+	l.mu.Lock()
+	first := l.phase == running && !l.leaseGone
+	if first {
+		l.leaseGone = true
+		l.cancel(ErrLeaseLost)
 	}
-	var fields [8]HeaderField // enough for the usual few, on the stack
-	found := fields[:0]
-	hh, direct := h.(http.Header) // names are canonical already: skip Values' canonicalisation
-	for _, name := range e.replayHeaders {
-		var vs []string
-		if direct {
-			vs = hh[name]
-		} else {
-			vs = h.Values(name)
-		}
-		if len(vs) > 0 {
-			found = append(found, HeaderField{Name: name, Values: vs})
-		}
-	}
-	if len(found) == 0 {
-		return nil
-	}
-	return slices.Clone(found)
-}
-
-// event starts an Event for a request that began at began, as of at.
-func (e *Engine) event(kind EventKind, method, path, key string, began, at time.Time) Event {
-	route := path
-	for i := 0; i < len(route); i++ {
-		if route[i] == '?' {
-			route = route[:i]
-			break
-		}
-	}
-	return Event{Kind: kind, Method: method, Route: route, Duration: at.Sub(began), key: key}
-}
-
-// emit hands ev to the OnEvent hook and the logger, if they listen.
-func (e *Engine) emit(ctx context.Context, ev *Event, level slog.Level) {
-	if e.cfg.OnEvent != nil {
-		e.cfg.OnEvent(ctx, *ev)
-	}
-	if !e.cfg.Logger.Enabled(ctx, level) {
+	l.mu.Unlock()
+	if !first {
 		return
 	}
-	attrs := make([]slog.Attr, 0, 8)
-	attrs = append(attrs,
-		slog.String("event", ev.Kind.String()),
-		slog.String("method", ev.Method),
-		slog.String("route", ev.Route),
-		slog.Duration("duration", ev.Duration))
-	if ev.key != "" {
-		attrs = append(attrs, slog.String("key_hash", ev.KeyHash()))
-	}
-	if ev.Status != 0 {
-		attrs = append(attrs, slog.Int("status", ev.Status))
-	}
-	if ev.Reason != "" {
-		attrs = append(attrs, slog.String("reason", string(ev.Reason)))
-	}
-	if ev.Err != nil {
-		attrs = append(attrs, slog.String("error", ev.Err.Error()))
-	}
-	e.cfg.Logger.LogAttrs(ctx, level, "idempotency", attrs...)
+	ev := l.e.event(EventLeaseLost, l.method, l.path, l.id.Key, l.began, time.Now())
+	ev.Err = err
+	l.e.emit(context.Background(), &ev, slog.LevelWarn)
 }

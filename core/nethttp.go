@@ -37,18 +37,28 @@ func requestTarget(r *http.Request) string {
 	return r.URL.RequestURI()
 }
 
-var replayedTrue = []string{"true"}
-
 // WriteTo writes the Response of a Respond decision to w, with
-// ReplayedHeader set on a replay. The header value slices go to w as the
-// store returned them, each clipped, so appending to one copies.
+// ReplayedHeader set on a replay. Every header value is copied into one
+// array of this response's own: the stored record's values, and the
+// Engine's shared ones (problem media type, Retry-After), must never be
+// reachable from a header map that middleware may edit in place.
 func (d *Decision) WriteTo(w http.ResponseWriter) {
 	h := w.Header()
+	n := 0
 	for _, f := range d.Response.Header {
-		h[f.Name] = f.Values
+		n += len(f.Values)
 	}
 	if d.Replayed {
-		h[ReplayedHeader] = replayedTrue
+		n++
+	}
+	values := make([]string, n)
+	for _, f := range d.Response.Header {
+		k := copy(values, f.Values)
+		h[f.Name], values = values[:k:k], values[k:]
+	}
+	if d.Replayed {
+		values[0] = "true"
+		h[ReplayedHeader] = values[:1:1]
 	}
 	w.WriteHeader(d.Response.Status)
 	_, _ = w.Write(d.Response.Body) // commits the status even for an empty body

@@ -17,6 +17,7 @@ const (
 	ProblemPayloadTooLarge  = "payload-too-large"
 	ProblemStoreUnavailable = "store-unavailable"
 	ProblemBodyUnreadable   = "body-unreadable"
+	ProblemStoreFull        = "store-full"
 )
 
 // Problem is an RFC 9457 problem details object.
@@ -72,6 +73,7 @@ var problemSpecs = [...]problemSpec{
 	{ProblemPayloadTooLarge, "Request body too large", 413},
 	{ProblemStoreUnavailable, "Idempotency store unavailable", 503},
 	{ProblemBodyUnreadable, "Request body unreadable", 400},
+	{ProblemStoreFull, "Too many idempotency records held", 429},
 }
 
 const hexDigits = "0123456789abcdef"

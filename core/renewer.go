@@ -1,41 +1,69 @@
 package idem
 
 import (
+	"context"
 	"sync"
 	"time"
 )
 
-// renewer renews the leases of an Engine's running handlers. One goroutine
-// serves every lock of the Engine, and only while there is one: it starts
-// with the first lock and exits at the first tick that finds none, so an
-// idle Engine runs nothing and needs no Close. Registering a lock is a list
-// insertion, cheaper than arming a timer per request. Renewals run one after
-// another: a slow store delays the others, never the requests themselves.
+// renewer renews the leases of an Engine's running handlers. A pass runs
+// every tick (RenewEvery/4) while at least one lock is held, on the
+// Engine's clock, and stops at the first pass that finds none, so an idle
+// Engine runs nothing and needs no Close. Registering a lock is a list
+// insertion.
+//
+// A pass never waits for the store. It hands the due renewals to the store
+// in one RenewBatch call when the store has that capability (one call in
+// flight at a time), and otherwise to at most maxRenewCalls concurrent
+// Renew calls; each call runs under a deadline of its own. So the time a
+// pass takes does not grow with the number of locks, and a store that
+// hangs delays no other lock's check. A pass also cancels the handler of
+// every lock whose lease is about to run out unrenewed (renewals failed or
+// are stuck): from the lease's end another request may take the key over,
+// and the handler must have been told to stop before then.
 type renewer struct {
-	every time.Duration // Config.RenewEvery
+	e     *Engine
 	tick  time.Duration
+	guard time.Duration // a handler is stopped this long before its lease ends unrenewed
+	batch BatchRenewer  // the store's capability, or nil
 
-	mu      sync.Mutex
-	head    *Lock // intrusive list of the locks held
-	running bool
+	mu         sync.Mutex
+	head       *Lock // intrusive list of the locks held
+	timer      Timer // the next pass; nil when idle
+	calls     int   // Renew calls under way (without batch)
+	batchBusy bool  // a RenewBatch call is under way
+	due       []*Lock
 }
 
-func newRenewer(every time.Duration) *renewer {
-	return &renewer{every: every, tick: max(every/4, time.Millisecond)}
+// maxRenewCalls bounds the concurrent Renew calls of one Engine whose
+// store cannot renew in batches.
+const maxRenewCalls = 32
+
+func newRenewer(e *Engine) *renewer {
+	every := e.cfg.RenewEvery
+	r := &renewer{e: e, tick: max(every/4, time.Millisecond)}
+	r.guard = r.tick
+	r.batch, _ = e.cfg.Store.(BatchRenewer)
+	return r
 }
 
-// add registers l, first due at renewAt.
-func (r *renewer) add(l *Lock, renewAt time.Time) {
+// callTimeout is the deadline of one renewal call: short enough that a
+// stuck call leaves time for the next attempt within the lease.
+func (r *renewer) callTimeout() time.Duration {
+	return min(r.e.cfg.StoreTimeout, max(r.e.cfg.RenewEvery/2, time.Millisecond))
+}
+
+// add registers l, first due at renewAt, its lease running until leaseEnd.
+func (r *renewer) add(l *Lock, renewAt, leaseEnd time.Time) {
 	r.mu.Lock()
-	l.renewAt = renewAt
+	l.renewAt, l.leaseEnd = renewAt, leaseEnd
 	l.prev, l.next = nil, r.head
 	if r.head != nil {
 		r.head.prev = l
 	}
 	r.head = l
-	if !r.running {
-		r.running = true
-		go r.loop()
+	if r.timer == nil {
+		r.timer = r.e.clock.AfterFunc(r.tick, r.pass)
 	}
 	r.mu.Unlock()
 }
@@ -55,30 +83,122 @@ func (r *renewer) remove(l *Lock) {
 	r.mu.Unlock()
 }
 
-func (r *renewer) loop() {
-	t := time.NewTicker(r.tick)
-	defer t.Stop()
-	var due []*Lock
-	for now := range t.C {
-		r.mu.Lock()
-		if r.head == nil {
-			r.running = false
-			r.mu.Unlock()
-			return
-		}
-		for l := r.head; l != nil; l = l.next {
-			if !now.Before(l.renewAt) {
-				l.renewAt = now.Add(r.every)
-				due = append(due, l)
-			}
-		}
+// pass is one tick: stop handlers whose lease is about to run out, and
+// start the renewals that are due.
+func (r *renewer) pass() {
+	now := r.e.clock.Now()
+	r.mu.Lock()
+	if r.head == nil {
+		r.timer = nil
 		r.mu.Unlock()
-		// Outside the list's mutex: a slow store delays renewals, never
-		// the requests registering and leaving.
-		for _, l := range due {
-			l.renew()
-		}
-		clear(due)
-		due = due[:0]
+		return
 	}
+	due := r.due[:0]
+	var risky []*Lock
+	for l := r.head; l != nil; l = l.next {
+		if l.lost.Load() {
+			continue
+		}
+		if !now.Before(l.leaseEnd.Add(-r.guard)) {
+			risky = append(risky, l)
+		}
+		if !l.renewing && !now.Before(l.renewAt) {
+			due = append(due, l)
+		}
+	}
+	leaseUntil := now.Add(r.e.cfg.Lease)
+	switch {
+	case len(due) == 0:
+	case r.batch != nil:
+		if !r.batchBusy {
+			r.batchBusy = true
+			for _, l := range due {
+				l.renewing = true
+			}
+			go r.renewBatch(append([]*Lock(nil), due...), now, leaseUntil)
+		}
+	default:
+		for _, l := range due {
+			if r.calls >= maxRenewCalls {
+				break // the rest stay due for the next pass
+			}
+			r.calls++
+			l.renewing = true
+			go r.renewOne(l, now, leaseUntil)
+		}
+	}
+	r.timer = r.e.clock.AfterFunc(r.tick, r.pass)
+	clear(due)
+	r.due = due[:0]
+	r.mu.Unlock()
+	for _, l := range risky {
+		l.loseLease(errLeaseRanOut)
+	}
+}
+
+// errLeaseRanOut says why a handler whose store did not refuse its renewals
+// was still told its lease is lost.
+var errLeaseRanOut = leaseRanOutError{}
+
+type leaseRanOutError struct{}
+
+func (leaseRanOutError) Error() string {
+	return "the lease is about to run out: renewals failed or did not answer in time"
+}
+
+func (r *renewer) renewOne(l *Lock, start, leaseUntil time.Time) {
+	ctx, cancel := r.e.timeoutContext(context.Background(), r.callTimeout())
+	began := time.Now()
+	err := r.e.cfg.Store.Renew(ctx, l.id, l.token, leaseUntil)
+	done := time.Now()
+	cancel()
+	r.mu.Lock()
+	r.calls--
+	r.settle(l, err, start, leaseUntil)
+	r.mu.Unlock()
+	l.renewed(err, began, done)
+}
+
+func (r *renewer) renewBatch(locks []*Lock, start, leaseUntil time.Time) {
+	held := make([]Held, len(locks))
+	for i, l := range locks {
+		held[i] = Held{ID: l.id, Token: l.token}
+	}
+	lost := make([]bool, len(locks))
+	ctx, cancel := r.e.timeoutContext(context.Background(), r.callTimeout())
+	began := time.Now()
+	err := r.batch.RenewBatch(ctx, held, leaseUntil, lost)
+	done := time.Now()
+	cancel()
+	errs := make([]error, len(locks))
+	r.mu.Lock()
+	r.batchBusy = false
+	for i, l := range locks {
+		switch {
+		case err != nil:
+			errs[i] = err
+		case lost[i]:
+			errs[i] = ErrLockLost
+		}
+		r.settle(l, errs[i], start, leaseUntil)
+	}
+	r.mu.Unlock()
+	for i, l := range locks {
+		l.renewed(errs[i], began, done)
+	}
+}
+
+// settle records a renewal's outcome in l's schedule; the caller holds r.mu.
+// A renewal that succeeded moves the lease to what the store was told; one
+// that failed is tried again at the next pass.
+func (r *renewer) settle(l *Lock, err error, start, leaseUntil time.Time) {
+	l.renewing = false
+	if err == nil {
+		l.renewAt = start.Add(r.e.cfg.RenewEvery)
+		if leaseUntil.After(l.leaseEnd) {
+			l.leaseEnd = leaseUntil
+		}
+		return
+	}
+	l.renewAt = start
 }

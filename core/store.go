@@ -60,6 +60,28 @@ type Store interface {
 	Purge(ctx context.Context, now time.Time, limit int) (int, error)
 }
 
+// Held names an in-flight record and the owner token that holds it.
+type Held struct {
+	ID    ID
+	Token string
+}
+
+// BatchRenewer is an optional capability of a Store: renewing the leases of
+// many in-flight records in one atomic step (one statement, script or
+// transaction), so that the cost of a renewal pass does not grow with the
+// number of running handlers times the store's latency. The Engine uses it
+// when its Store implements it, and otherwise calls Renew for each lease,
+// a bounded number at a time.
+type BatchRenewer interface {
+	// RenewBatch moves to leaseUntil the lease of every in-flight record
+	// that held[i].Token holds, and sets lost[i] (len(lost) == len(held))
+	// for each held[i] whose token no longer holds an in-flight record
+	// for its ID, exactly as Renew would return ErrLockLost for it. An
+	// error is a system error: then the Engine assumes nothing was renewed
+	// and ignores lost.
+	RenewBatch(ctx context.Context, held []Held, leaseUntil time.Time, lost []bool) error
+}
+
 // ID names a record: the key is only unique within its scope (tenant), so two
 // tenants using the same key never see each other's records.
 type ID struct {

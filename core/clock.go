@@ -1,0 +1,41 @@
+package idem
+
+import "time"
+
+// Clock is the Engine's source of time: record times, lease reckoning,
+// renewal schedule, handler timeouts and store-call deadlines all read it.
+// The default is the system clock (with its monotonic reading, so a step of
+// the wall clock neither shortens nor stretches a lease within a process).
+// Tests and the deterministic simulation (package idemsim) give their own,
+// so that one seed always yields the same schedule and a simulated day
+// takes milliseconds.
+type Clock interface {
+	// Now returns the current time.
+	Now() time.Time
+	// AfterFunc calls f, in a goroutine of its own, once d has passed,
+	// unless the returned Timer is stopped first.
+	AfterFunc(d time.Duration, f func()) Timer
+}
+
+// Timer is a pending call of Clock.AfterFunc.
+type Timer interface {
+	// Stop prevents the call if it has not started yet, and reports
+	// whether it did.
+	Stop() bool
+}
+
+// SystemClock is the Clock of the operating system: time.Now and
+// time.AfterFunc.
+type SystemClock struct{}
+
+// Now returns time.Now().
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// AfterFunc returns time.AfterFunc(d, f).
+func (SystemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+
+// nowClock is a Config.Now function with the system's timers.
+type nowClock struct{ now func() time.Time }
+
+func (c nowClock) Now() time.Time                          { return c.now() }
+func (nowClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
