@@ -27,9 +27,9 @@ type renewer struct {
 	guard time.Duration // a handler is stopped this long before its lease ends unrenewed
 	batch BatchRenewer  // the store's capability, or nil
 
-	mu         sync.Mutex
-	head       *Lock // intrusive list of the locks held
-	timer      Timer // the next pass; nil when idle
+	mu        sync.Mutex
+	head      *Lock // intrusive list of the locks held
+	timer     Timer // the next pass; nil when idle
 	calls     int   // Renew calls under way (without batch)
 	batchBusy bool  // a RenewBatch call is under way
 	due       []*Lock
