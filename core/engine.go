@@ -29,7 +29,7 @@ type Engine struct {
 	tokenSeq    atomic.Uint64
 	renewer     *renewer
 
-	fullWarned atomic.Int64 // when a full store was last logged at WARN (Unix ns)
+	warned [limitedWarnings]atomic.Int64 // when each limited warning was last logged at WARN (Unix ns)
 }
 
 type preparedProblem struct {
@@ -254,11 +254,7 @@ func (e *Engine) storeFull(ctx context.Context, r *Request, key string, began, a
 		"The idempotency store holds as many records as it may for this tenant, so no new key is accepted now. Retry later.")}
 	ev := e.event(EventStoreFull, r.Method, r.Path, key, began, at)
 	ev.Status, ev.StoreLatency = d.Response.Status, latency
-	level := slog.LevelDebug
-	if last := e.fullWarned.Load(); at.UnixNano()-last >= int64(time.Minute) && e.fullWarned.CompareAndSwap(last, at.UnixNano()) {
-		level = slog.LevelWarn
-	}
-	e.emit(ctx, &ev, level)
+	e.emit(ctx, &ev, e.limitedWarn(warnStoreFull, at))
 	return d
 }
 

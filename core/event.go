@@ -62,9 +62,36 @@ const (
 	ReasonLockLost Reason = "lock-lost" // another request took the key over meanwhile
 	ReasonStore    Reason = "store-error"
 	// ReasonIncomplete: the adapter could not see the whole response, e.g. an
-	// error left for a middleware that runs after idemkit to render.
+	// error left for a middleware that runs after idemkit to render, or a
+	// body shorter or longer than its declared Content-Length.
 	ReasonIncomplete Reason = "incomplete"
+	// ReasonTimeoutInside: a timeout middleware registered inside idemkit
+	// answered while the handler may still be running. Nothing is stored
+	// and the key stays locked until its lease runs out (not released), so
+	// no retry runs beside the handler. Register timeouts outside idemkit,
+	// or use Config.HandlerTimeout.
+	ReasonTimeoutInside Reason = "timeout-inside"
 )
+
+// Warnings that could come once per request are logged at WARN at most once
+// a minute per Engine (and at DEBUG otherwise); every occurrence is still
+// an event.
+type limitedWarning uint8
+
+const (
+	warnStoreFull limitedWarning = iota
+	warnTimeoutInside
+	limitedWarnings
+)
+
+// limitedWarn returns the level to log a limited warning at, at time at.
+func (e *Engine) limitedWarn(w limitedWarning, at time.Time) slog.Level {
+	last := &e.warned[w]
+	if l := last.Load(); at.UnixNano()-l >= int64(time.Minute) && last.CompareAndSwap(l, at.UnixNano()) {
+		return slog.LevelWarn
+	}
+	return slog.LevelDebug
+}
 
 // Event describes one decision. It carries no key, body or tenant: only a
 // short hash of the key, so events are safe to log and count.

@@ -209,6 +209,22 @@ func (l *Lock) Abandon(ctx context.Context, reason Reason) error {
 	return l.release(ctx, reason, 0)
 }
 
+// leaveToLease ends the Lock without storing or releasing anything, and
+// stops renewing: the key stays locked until its lease runs out. It is for
+// a response sent while the handler may still be running (a timeout
+// middleware inside idemkit answered for it), when releasing the key would
+// let a retry run beside it.
+func (l *Lock) leaveToLease(ctx context.Context) {
+	if !l.finishing() {
+		return
+	}
+	l.recycleBody()
+	l.end()
+	ev := l.e.event(EventNotStored, l.method, l.path, l.id.Key, l.began, time.Now())
+	ev.Status, ev.Reason = 503, ReasonTimeoutInside
+	l.e.emit(ctx, &ev, l.e.limitedWarn(warnTimeoutInside, time.Now()))
+}
+
 // detach keeps ctx's values but not its cancellation: the outcome of a
 // request that ran must be recorded even if its client has gone.
 func detach(ctx context.Context) context.Context {

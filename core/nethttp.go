@@ -3,8 +3,10 @@ package idem
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"time"
+	"unsafe"
 )
 
 // The adapters built on net/http types (idemhttp, Gin, Echo) describe
@@ -68,11 +70,28 @@ func (d *Decision) WriteTo(w http.ResponseWriter) {
 // response the handler wrote to w, and withholds that response (see
 // AbortResponse) when the store rolled the handler's writes back with a
 // failed completion (ErrRolledBack).
+//
+// One response is neither stored nor released: the 503 that
+// http.TimeoutHandler (which Echo's Timeout middleware also uses) sends when
+// it gives up, with its default body. Registered inside idemkit, such a
+// middleware answers while the handler goes on running in a goroutine of
+// its own, which idemkit cannot see end; releasing the key would let a
+// retry run beside it. The key is left to its lease instead (retries get
+// 409 until it runs out), and a warning says to use Config.HandlerTimeout
+// or to register the timeout outside idemkit.
 func (l *Lock) FinishHTTP(ctx context.Context, w http.ResponseWriter, status int, header HeaderReader) {
+	if status == http.StatusServiceUnavailable && string(l.body) == timeoutHandlerBody {
+		l.leaveToLease(ctx)
+		return
+	}
 	if err := l.Finish(ctx, status, header); errors.Is(err, ErrRolledBack) {
 		AbortResponse(w) // a success for work that was rolled back must not reach the client
 	}
 }
+
+// timeoutHandlerBody is what http.TimeoutHandler writes, with its 503, when
+// its handler runs out of time and no message of its own was configured.
+const timeoutHandlerBody = "<html><head><title>Timeout</title></head><body><h1>Timeout</h1></body></html>"
 
 // AbortResponse withholds the response written to w so far and ends the
 // connection, for a Finish that returned ErrRolledBack: the client then
@@ -92,3 +111,48 @@ func AbortResponse(w http.ResponseWriter) {
 	}
 	panic(http.ErrAbortHandler)
 }
+
+// Delivery carries a guarded handler's response body to the client for an
+// adapter built on net/http, while the Lock keeps every byte the handler
+// writes. After the first write that fails because the client is gone (a
+// reset connection, an HTTP/2 stream reset), it stops sending and tells
+// the handler the write succeeded: the handler then writes its response to
+// the end, so what is stored is that response whole, and the client's
+// retry gets it replayed. The bytes the client happened to accept never
+// decide what is stored. The zero value is ready to use.
+type Delivery struct {
+	failed bool
+}
+
+// Write sends p to w unless an earlier write failed, keeps p in l, and
+// reports all of p written. A body the response may not have (a 204 or
+// 304, a HEAD) is neither sent nor kept, and its error is returned.
+func (d *Delivery) Write(w io.Writer, l *Lock, p []byte) (int, error) {
+	if !d.failed {
+		if _, err := w.Write(p); err != nil {
+			if errors.Is(err, http.ErrBodyNotAllowed) {
+				return 0, err
+			}
+			d.failed = true
+		}
+	}
+	return l.Write(p)
+}
+
+// WriteString is Write for writers with a WriteString method.
+func (d *Delivery) WriteString(w io.StringWriter, l *Lock, s string) (int, error) {
+	if !d.failed {
+		if _, err := w.WriteString(s); err != nil {
+			if errors.Is(err, http.ErrBodyNotAllowed) {
+				return 0, err
+			}
+			d.failed = true
+		}
+	}
+	// Lock.Write copies and never keeps p, so viewing s as bytes is safe.
+	return l.Write(unsafe.Slice(unsafe.StringData(s), len(s)))
+}
+
+// Failed reports whether a write to the client failed: the response was
+// recorded but did not reach the client whole.
+func (d *Delivery) Failed() bool { return d.failed }

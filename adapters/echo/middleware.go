@@ -79,8 +79,11 @@ func serveLocked(c echo.Context, next echo.HandlerFunc, d idem.Decision) error {
 	// Below echo.Response, so its Committed, Before and After hooks and the
 	// middleware registered before idemkit see the response as usual.
 	res.Writer = cw
+	req := c.Request()
+	c.SetRequest(req.WithContext(lock.Context()))
 	defer func() {
 		res.Writer = orig // writes after ours, such as Recover's 500, are not captured
+		c.SetRequest(req) // middleware outside idemkit sees the request it passed on
 		if p := recover(); p != nil {
 			_ = lock.Abandon(ctx, idem.ReasonPanic)
 			panic(p) // middleware.Recover or net/http decides what the client sees
@@ -108,6 +111,7 @@ type captureWriter struct {
 	status      int
 	wroteHeader bool
 	streamed    bool
+	delivery    idem.Delivery
 }
 
 // WriteHeader records the final status: informational 1xx responses such as
@@ -119,11 +123,11 @@ func (w *captureWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
+// Write sends p and keeps all of it (see idem.Delivery): what is stored is
+// what the handler wrote, whether or not the client took it.
 func (w *captureWriter) Write(p []byte) (int, error) {
 	w.wroteHeader = true // the status stays 200, as net/http sends it
-	n, err := w.ResponseWriter.Write(p)
-	_, _ = w.lock.Write(p[:n])
-	return n, err
+	return w.delivery.Write(w.ResponseWriter, w.lock, p)
 }
 
 // FlushError is what http.ResponseController, and so c.Response().Flush,

@@ -79,7 +79,9 @@ func New(e *idem.Engine, opts ...Option) fiber.Handler {
 // run runs the rest of the chain under lock and records what it answered.
 func run(c *fiber.Ctx, e *idem.Engine, lock *idem.Lock) error {
 	ctx := c.UserContext()
+	c.SetUserContext(lock.Context())
 	defer func() {
+		c.SetUserContext(ctx) // middleware outside idemkit sees the context it passed on
 		if p := recover(); p != nil {
 			_ = lock.Abandon(ctx, idem.ReasonPanic)
 			panic(p) // for the recover middleware, which answers 500
@@ -166,7 +168,11 @@ func respond(resp *fasthttp.Response, r *idem.Response, replayed bool) {
 type responseHeader fasthttp.ResponseHeader
 
 // Values returns copies of the values of the header name: the stored record
-// outlives fasthttp's buffers.
+// outlives fasthttp's buffers. fasthttp derives Content-Length from the body
+// it holds, which is the body stored, so it is not reported.
 func (h *responseHeader) Values(name string) []string {
+	if name == fiber.HeaderContentLength {
+		return nil
+	}
 	return ownLines((*fasthttp.ResponseHeader)(h).PeekAll(name))
 }

@@ -19,7 +19,6 @@ import (
 	"bytes"
 	"net"
 	"net/http"
-	"unsafe"
 
 	"github.com/gin-gonic/gin"
 	idem "github.com/idemkit/idemkit/core"
@@ -79,8 +78,11 @@ func serveLocked(c *gin.Context, d idem.Decision) {
 		c.Request.Body = &x.body
 	}
 	c.Writer = cw
+	req := c.Request
+	c.Request = req.WithContext(lock.Context())
 	defer func() {
 		c.Writer = orig // writes after ours, such as recovery's 500, are not captured
+		c.Request = req // middleware outside idemkit sees the request it passed on
 		if p := recover(); p != nil {
 			_ = lock.Abandon(ctx, idem.ReasonPanic)
 			panic(p) // gin.Recovery or net/http decides what the client sees
@@ -106,20 +108,18 @@ type captureWriter struct {
 	gin.ResponseWriter
 	lock     *idem.Lock
 	streamed bool
+	delivery idem.Delivery
 }
 
+// Write sends p and keeps all of it (see idem.Delivery): what is stored is
+// what the handler wrote, whether or not the client took it.
 func (w *captureWriter) Write(p []byte) (int, error) {
-	n, err := w.ResponseWriter.Write(p)
-	_, _ = w.lock.Write(p[:n])
-	return n, err
+	return w.delivery.Write(w.ResponseWriter, w.lock, p)
 }
 
 // WriteString is how Gin's string renderers write.
 func (w *captureWriter) WriteString(s string) (int, error) {
-	n, err := w.ResponseWriter.WriteString(s)
-	// Lock.Write copies and never keeps p, so viewing s as bytes is safe.
-	_, _ = w.lock.Write(unsafe.Slice(unsafe.StringData(s), n))
-	return n, err
+	return w.delivery.WriteString(w.ResponseWriter, w.lock, s)
 }
 
 // Flush implements http.Flusher; c.Stream and SSE flush after each event.

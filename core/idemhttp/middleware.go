@@ -77,7 +77,7 @@ func serveLocked(w http.ResponseWriter, r *http.Request, next http.Handler, d id
 			panic(p) // net/http or the caller's recovery middleware decides what the client sees
 		}
 	}()
-	next.ServeHTTP(cw, r)
+	next.ServeHTTP(cw, r.WithContext(lock.Context()))
 	if cw.streamed {
 		_ = lock.Abandon(r.Context(), idem.ReasonStreamed)
 		return
@@ -94,6 +94,7 @@ type captureWriter struct {
 	status      int
 	wroteHeader bool
 	streamed    bool
+	delivery    idem.Delivery
 }
 
 func (w *captureWriter) WriteHeader(code int) {
@@ -108,13 +109,13 @@ func (w *captureWriter) WriteHeader(code int) {
 	w.ResponseWriter.WriteHeader(code)
 }
 
+// Write sends p and keeps all of it (see idem.Delivery): what is stored is
+// what the handler wrote, whether or not the client took it.
 func (w *captureWriter) Write(p []byte) (int, error) {
 	if !w.wroteHeader {
 		w.WriteHeader(http.StatusOK)
 	}
-	n, err := w.ResponseWriter.Write(p)
-	_, _ = w.lock.Write(p[:n])
-	return n, err
+	return w.delivery.Write(w.ResponseWriter, w.lock, p)
 }
 
 // Flush implements http.Flusher.
