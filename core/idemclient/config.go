@@ -50,7 +50,8 @@ type Config struct {
 	AttemptTimeout time.Duration
 
 	// Now is the clock measuring the budget and reading Retry-After dates.
-	// Default time.Now.
+	// Default time.Now. The context's deadline is always compared with the
+	// real clock, as the context's own timer is.
 	Now func() time.Time
 	// Sleep waits d or until ctx ends, returning ctx's error in that case.
 	// Default: a timer. Tests replace Now and Sleep so that they never wait.

@@ -27,6 +27,9 @@ func (c *fakeClock) Now() time.Time {
 	return c.now
 }
 
+// Sleep records every wait asked for. A wait that would outlast ctx's
+// deadline (measured on the real clock, as the context does) fails with
+// context.DeadlineExceeded, as a real timer cut short by the deadline would.
 func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -34,6 +37,9 @@ func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.slept = append(c.slept, d)
+	if dl, ok := ctx.Deadline(); ok && d >= time.Until(dl) {
+		return context.DeadlineExceeded
+	}
 	c.now = c.now.Add(d)
 	return nil
 }

@@ -1,6 +1,7 @@
 package idemclient
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"math"
@@ -72,13 +73,20 @@ func (t *Transport) backoff(attempt int) time.Duration {
 	return time.Duration(f * float64(ceiling))
 }
 
-// withinBudget reports whether a wait of d, started now, lets the next
-// attempt begin within the budget.
-func (t *Transport) withinBudget(start time.Time, d time.Duration) bool {
-	if t.cfg.Budget < 0 {
-		return true
+// canWait reports whether a wait of d, started now, is worth starting: it
+// must end within the budget, and before ctx's deadline, leaving the next
+// attempt some time to run. A wait that is not started leaves the caller
+// with the answer it has, not a context error.
+func (t *Transport) canWait(ctx context.Context, start time.Time, d time.Duration) bool {
+	if t.cfg.Budget >= 0 && t.cfg.Now().Add(d).Sub(start) > t.cfg.Budget {
+		return false
 	}
-	return t.cfg.Now().Add(d).Sub(start) <= t.cfg.Budget
+	// The deadline is a time on the real clock, which the context's own
+	// timer uses too: it is not measured with Config.Now.
+	if dl, ok := ctx.Deadline(); ok && d >= time.Until(dl) {
+		return false
+	}
+	return true
 }
 
 // parseRetryAfter reads a Retry-After value (RFC 9110, section 10.2.3):

@@ -97,7 +97,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, &Error{Attempts: attempt, Key: key, Err: withContextErr(ctx, err)}
 		}
 		wait, retry := t.retryWait(kind, resp, err, attempt)
-		if !retry || attempt >= t.cfg.MaxAttempts || !t.withinBudget(start, wait) {
+		if !retry || attempt >= t.cfg.MaxAttempts || !t.canWait(ctx, start, wait) {
 			if err != nil {
 				return nil, &Error{Attempts: attempt, Key: key, Err: err}
 			}
