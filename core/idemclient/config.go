@@ -36,13 +36,17 @@ type Config struct {
 	// BaseBackoff is the ceiling of the first backoff wait; each further
 	// wait's ceiling doubles, up to MaxBackoff. Default 100 ms.
 	BaseBackoff time.Duration
-	// MaxBackoff caps the backoff ceiling. Default 5 s. A server's
-	// Retry-After is honoured even when longer, within Budget.
+	// MaxBackoff caps the backoff ceiling, and is the longest wait the
+	// Transport accepts from a server's Retry-After, whatever the Budget: a
+	// server asking for a longer pause gets its answer handed back at once
+	// (Retry-After included) for the caller to schedule the retry. The
+	// Transport never retries sooner than a server asked. Default 5 s.
 	MaxBackoff time.Duration
 	// Budget bounds the time spent retrying: no wait is started that would
 	// end, and so no attempt starts, later than Budget after the first
 	// attempt began. It does not cut a running attempt short; the request's
-	// context and AttemptTimeout do. Default 30 s; negative: no budget.
+	// context and AttemptTimeout do. Default 30 s; negative: no budget
+	// (waits are still bounded by MaxBackoff and the context's deadline).
 	Budget time.Duration
 	// AttemptTimeout, if positive, bounds each attempt, reading its response
 	// body included (as http.Client.Timeout does for a whole request). An

@@ -36,7 +36,10 @@
 // A Retry-After header (delay-seconds or HTTP-date) on a retried answer sets
 // the wait; otherwise the wait is exponential backoff with full jitter: a
 // uniformly random duration below min(MaxBackoff, BaseBackoff·2^(n-1)) after
-// the n-th attempt. Retrying stops after MaxAttempts attempts; when the
+// the n-th attempt. No wait is longer than MaxBackoff, whatever the Budget:
+// a Retry-After asking for more is not cut short, since an earlier retry
+// would only meet the same 429 or 503; the answer is handed back with its
+// Retry-After for the caller to act on. Retrying stops after MaxAttempts attempts; when the
 // wait before the next attempt would end later than Budget after the first
 // attempt began, or at or after the deadline of the request's context; and
 // at once when the request's context ends. A wait that could not be

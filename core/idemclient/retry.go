@@ -74,10 +74,16 @@ func (t *Transport) backoff(attempt int) time.Duration {
 }
 
 // canWait reports whether a wait of d, started now, is worth starting: it
-// must end within the budget, and before ctx's deadline, leaving the next
-// attempt some time to run. A wait that is not started leaves the caller
-// with the answer it has, not a context error.
+// must be no longer than MaxBackoff, end within the budget, and end before
+// ctx's deadline, leaving the next attempt some time to run. A wait that is
+// not started leaves the caller with the answer it has, not a context error.
 func (t *Transport) canWait(ctx context.Context, start time.Time, d time.Duration) bool {
+	// Backoff never exceeds MaxBackoff; a Retry-After may. Without this
+	// bound, no budget and no deadline would let a server park the caller
+	// for as long as it names.
+	if d > t.cfg.MaxBackoff {
+		return false
+	}
 	if t.cfg.Budget >= 0 && t.cfg.Now().Add(d).Sub(start) > t.cfg.Budget {
 		return false
 	}

@@ -343,7 +343,7 @@ func TestContextEnds(t *testing.T) {
 			time.AfterFunc(20*time.Millisecond, cancel)
 			return nil
 		}
-		tr := idemclient.New(idemclient.Config{Base: rt}) // the real sleep: it must end with the context
+		tr := idemclient.New(idemclient.Config{Base: rt, MaxBackoff: time.Minute}) // the real sleep: it must end with the context
 		req := newRequest(t, http.MethodPost, "{}").WithContext(ctx)
 		start := time.Now()
 		_, err := tr.RoundTrip(req)
@@ -419,21 +419,24 @@ func TestRetryAfterHonoured(t *testing.T) {
 		name       string
 		status     int
 		retryAfter string
+		maxBackoff time.Duration
 		wantWait   time.Duration
 	}{
-		{"seconds on 503", 503, "2", 2 * time.Second},
-		{"seconds on 429", 429, "7", 7 * time.Second},
-		{"seconds on 409", 409, "1", time.Second},
-		{"beyond the maximum backoff", 503, "12", 12 * time.Second},
-		{"HTTP date", 503, clkNow.Add(20 * time.Second).Format(http.TimeFormat), 20 * time.Second},
-		{"HTTP date in the past", 503, clkNow.Add(-time.Minute).Format(http.TimeFormat), 0},
-		{"malformed: backoff instead", 503, "soon", 50 * time.Millisecond},
+		{"seconds on 503", 503, "2", 0, 2 * time.Second},
+		{"seconds on 429", 429, "7", 10 * time.Second, 7 * time.Second},
+		{"seconds on 409", 409, "1", 0, time.Second},
+		{"beyond the backoff ceilings, within MaxBackoff", 503, "12", 20 * time.Second, 12 * time.Second},
+		{"HTTP date", 503, clkNow.Add(20 * time.Second).Format(http.TimeFormat), 20 * time.Second, 20 * time.Second},
+		{"HTTP date in the past", 503, clkNow.Add(-time.Minute).Format(http.TimeFormat), 0, 0},
+		{"malformed: backoff instead", 503, "soon", 0, 50 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			rt := &scriptedRT{steps: []step{{status: tt.status, retryAfter: tt.retryAfter}, {status: 201}}}
 			clk := newFakeClock()
-			resp, err := idemclient.New(testConfig(rt, clk)).RoundTrip(newRequest(t, http.MethodPost, "{}"))
+			cfg := testConfig(rt, clk)
+			cfg.MaxBackoff = tt.maxBackoff
+			resp, err := idemclient.New(cfg).RoundTrip(newRequest(t, http.MethodPost, "{}"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -446,7 +449,9 @@ func TestRetryAfterHonoured(t *testing.T) {
 	t.Run("beyond the budget: the answer is returned at once", func(t *testing.T) {
 		rt := &scriptedRT{steps: []step{{status: 503, retryAfter: "31"}, {status: 201}}}
 		clk := newFakeClock()
-		resp, err := idemclient.New(testConfig(rt, clk)).RoundTrip(newRequest(t, http.MethodPost, "{}"))
+		cfg := testConfig(rt, clk)
+		cfg.MaxBackoff = time.Minute // the budget, not MaxBackoff, is what the wait exceeds
+		resp, err := idemclient.New(cfg).RoundTrip(newRequest(t, http.MethodPost, "{}"))
 		if err != nil {
 			t.Fatal(err)
 		}
