@@ -22,6 +22,14 @@
 //   - 5xx, 408, 425 and 429, which the server did not record;
 //   - 409, which idemkit sends while the first attempt is still running.
 //
+// Answers and errors that every attempt would meet again are not retried:
+// 501, 505, 506, 508, 510 and 511 (the server or a proxy cannot serve the
+// request as sent), and errors from a request the base RoundTripper will
+// not send (an unsupported scheme, a URL without a host, an address or
+// proxy URL that does not parse, a header field name or value that cannot
+// go on the wire) or from a TLS peer the client rejects. They are returned
+// after the first attempt.
+//
 // GET, HEAD, OPTIONS, TRACE, PUT and DELETE are idempotent by HTTP semantics
 // (RFC 9110, section 9.2.2), so they are retried on the same answers without
 // a key, except 409: for them it reports a real conflict with the resource's

@@ -3,9 +3,12 @@ package idemclient
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"math"
+	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -13,9 +16,9 @@ import (
 
 // retryWait says whether an attempt's result deserves another attempt and
 // how long to wait before it.
-func (t *Transport) retryWait(kind requestKind, resp *http.Response, err error, attempt int) (time.Duration, bool) {
+func (t *Transport) retryWait(kind requestKind, req *http.Request, key string, resp *http.Response, err error, attempt int) (time.Duration, bool) {
 	if err != nil {
-		if !retryableError(err) {
+		if !retryableError(req, key, err) {
 			return 0, false
 		}
 		return t.backoff(attempt), true
@@ -31,27 +34,112 @@ func (t *Transport) retryWait(kind requestKind, resp *http.Response, err error, 
 
 // retryableStatus reports whether a status says the same request may
 // succeed later. 409 means "still running" only for keyed requests; for
-// the others it is a conflict with the resource's state.
+// the others it is a conflict with the resource's state. A few 5xx say the
+// server, or a proxy in front of it, cannot serve the request as sent: a
+// method it does not implement (501), an HTTP version it does not speak
+// (505), a broken content negotiation or a loop in its configuration (506,
+// 508), an extension it requires (510), a login to the network (511).
+// Every attempt would get the same answer.
 func retryableStatus(code int, keyed bool) bool {
 	switch code {
 	case http.StatusRequestTimeout, http.StatusTooEarly, http.StatusTooManyRequests:
 		return true
 	case http.StatusConflict:
 		return keyed
+	case http.StatusNotImplemented, http.StatusHTTPVersionNotSupported, http.StatusVariantAlsoNegotiates,
+		http.StatusLoopDetected, http.StatusNotExtended, http.StatusNetworkAuthenticationRequired:
+		return false
 	}
 	return code >= 500 && code <= 599
 }
 
+// refusals are the texts of net/http's errors for a request it will not
+// send, whatever the attempt: they are plain errors, with no type to match.
+var refusals = []string{
+	"unsupported protocol scheme",
+	"no Host in request URL",
+	"nil Request.URL",
+	"nil Request.Header",
+	"invalid method",
+}
+
 // retryableError reports whether an attempt's error may go away on a new
-// attempt. Network errors and timeouts may; a certificate the client
-// rejects, or a server that does not speak TLS, will not.
-func retryableError(err error) bool {
+// attempt. Network errors and timeouts may. A certificate the client
+// rejects, a server that does not speak TLS, a URL or address that does
+// not parse, a scheme the base RoundTripper does not support, or a header
+// that cannot be sent will not: req is the request sent and key the key
+// it carried, which are checked for the last case.
+func retryableError(req *http.Request, key string, err error) bool {
 	var (
-		perm permanentError
-		cert *tls.CertificateVerificationError
-		rec  tls.RecordHeaderError
+		perm      permanentError
+		cert      *tls.CertificateVerificationError
+		rec       tls.RecordHeaderError
+		authority x509.UnknownAuthorityError
+		hostname  x509.HostnameError
+		invalid   x509.CertificateInvalidError
+		addr      *net.AddrError
+		uerr      *url.Error
 	)
-	return !errors.As(err, &perm) && !errors.As(err, &cert) && !errors.As(err, &rec)
+	switch {
+	case errors.As(err, &perm), errors.As(err, &cert), errors.As(err, &rec),
+		errors.As(err, &authority), errors.As(err, &hostname), errors.As(err, &invalid):
+		return false
+	case errors.As(err, &addr): // "invalid port", "missing port in address": the URL's host is malformed
+		return false
+	case errors.As(err, &uerr) && uerr.Op == "parse": // a URL that does not parse, such as a proxy's
+		return false
+	case !sendableHeader(req.Header) || !validFieldValue(key):
+		return false
+	}
+	msg := err.Error()
+	for _, r := range refusals {
+		if strings.Contains(msg, r) {
+			return false
+		}
+	}
+	return true
+}
+
+// sendableHeader reports whether every field of h may appear on the wire
+// (RFC 9110, section 5): a token for a name, no control character but
+// horizontal tab in a value.
+func sendableHeader(h http.Header) bool {
+	for name, values := range h {
+		if !validToken(name) {
+			return false
+		}
+		for _, v := range values {
+			if !validFieldValue(v) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func validFieldValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // backoff returns the wait after the attempt-th attempt: full jitter, a

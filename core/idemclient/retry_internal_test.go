@@ -87,6 +87,8 @@ func TestRetryableStatus(t *testing.T) {
 		{408, true, true}, {409, true, false}, {413, false, false}, {422, false, false},
 		{425, true, true}, {429, true, true},
 		{500, true, true}, {502, true, true}, {503, true, true}, {504, true, true}, {599, true, true},
+		{501, false, false}, {505, false, false}, {506, false, false}, {507, true, true}, {508, false, false},
+		{510, false, false}, {511, false, false},
 	}
 	for _, tt := range tests {
 		t.Run(http.StatusText(tt.code), func(t *testing.T) {

@@ -96,7 +96,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil && ctx.Err() != nil {
 			return nil, &Error{Attempts: attempt, Key: key, Err: withContextErr(ctx, err)}
 		}
-		wait, retry := t.retryWait(kind, resp, err, attempt)
+		wait, retry := t.retryWait(kind, req, key, resp, err, attempt)
 		if !retry || attempt >= t.cfg.MaxAttempts || !t.canWait(ctx, start, wait) {
 			if err != nil {
 				return nil, &Error{Attempts: attempt, Key: key, Err: err}
