@@ -39,6 +39,15 @@
 // No other 4xx is retried: a 400, 404 or 422 (the key was used with another
 // payload) says the request itself must change.
 //
+// # Keys
+//
+// A key the caller set is found under any spelling of the header name:
+// net/http sends a name assigned directly to the Header map, such as
+// "idempotency-key", as it is, not canonicalised. Each attempt carries the
+// key on exactly one field line, under the canonical name. The same key
+// set twice counts once; a request carrying two different keys is refused,
+// before anything is sent, with [ErrMultipleKeys].
+//
 // # Timing
 //
 // A Retry-After header (delay-seconds or HTTP-date) on a retried answer sets

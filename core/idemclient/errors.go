@@ -12,6 +12,12 @@ import (
 // use MaxAttempts 1.
 var ErrBodyNotRewindable = errors.New("idemclient: the request body cannot be rewound for a retry (Request.GetBody is nil)")
 
+// ErrMultipleKeys is returned, before anything is sent, for a request
+// carrying two different idempotency keys (on several field lines, or under
+// several spellings of the header name): which operation it is cannot be
+// told, and a server would refuse it with 400 anyway.
+var ErrMultipleKeys = errors.New("idemclient: the request carries more than one idempotency key")
+
 // Error is returned when no attempt produced a response: the last
 // attempt's error or the context's, with what happened before it. It
 // unwraps to that error, so errors.Is(err, context.Canceled) and the like

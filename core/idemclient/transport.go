@@ -66,18 +66,23 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if kind == sendOnce {
 		return t.cfg.Base.RoundTrip(req)
 	}
-	var key string
-	addKey := false
-	if kind == keyed {
-		if v := req.Header.Values(t.cfg.HeaderName); len(v) > 0 {
-			key = v[0]
-		} else {
-			key, addKey = NewKey(), true
-		}
-	}
 	hasBody := req.Body != nil && req.Body != http.NoBody
+	var key string
+	if kind == keyed {
+		k, found, err := t.callerKey(req.Header)
+		if err != nil {
+			if hasBody {
+				_ = req.Body.Close() // a RoundTripper closes the body, even when refusing
+			}
+			return nil, err
+		}
+		if !found {
+			k = NewKey()
+		}
+		key = k
+	}
 	if hasBody && req.GetBody == nil && t.cfg.MaxAttempts > 1 {
-		_ = req.Body.Close() // a RoundTripper closes the body, even when refusing
+		_ = req.Body.Close()
 		return nil, ErrBodyNotRewindable
 	}
 
@@ -92,7 +97,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, &Error{Attempts: attempt - 1, Key: key, Err: err}
 		}
 		res.Attempts = attempt
-		resp, err := t.attempt(ctx, req, attempt, hasBody, addKey, key)
+		resp, err := t.attempt(ctx, req, attempt, hasBody, kind == keyed, key)
 		if err != nil && ctx.Err() != nil {
 			return nil, &Error{Attempts: attempt, Key: key, Err: withContextErr(ctx, err)}
 		}
@@ -110,15 +115,49 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
+// callerKey returns the key the caller set in h, under any spelling of the
+// header name: a direct map assignment such as h["idempotency-key"] is not
+// canonicalised by net/http, which sends the name as it is. The same value
+// repeated, under one spelling or several, is one key; two different values
+// are ErrMultipleKeys, as the Transport cannot tell which operation is meant.
+func (t *Transport) callerKey(h http.Header) (key string, found bool, err error) {
+	for name, values := range h {
+		if !t.isKeyHeader(name) {
+			continue
+		}
+		for _, v := range values {
+			if found && v != key {
+				return "", false, ErrMultipleKeys
+			}
+			key, found = v, true
+		}
+	}
+	return key, found, nil
+}
+
+// isKeyHeader reports whether name is a spelling of the key header's name.
+// CanonicalHeaderKey folds ASCII letters only, and leaves a name that is
+// not a token as it is, so no other name matches.
+func (t *Transport) isKeyHeader(name string) bool {
+	return name == t.cfg.HeaderName || http.CanonicalHeaderKey(name) == t.cfg.HeaderName
+}
+
 // attempt sends one clone of req. Attempts after the first get a fresh
-// body from GetBody: the previous one was consumed and closed.
-func (t *Transport) attempt(ctx context.Context, req *http.Request, n int, hasBody, addKey bool, key string) (*http.Response, error) {
+// body from GetBody: the previous one was consumed and closed. A keyed
+// attempt carries key on one field line under the canonical name, whatever
+// spellings the caller used.
+func (t *Transport) attempt(ctx context.Context, req *http.Request, n int, hasBody, keyed bool, key string) (*http.Response, error) {
 	var cancel context.CancelFunc
 	if t.cfg.AttemptTimeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, t.cfg.AttemptTimeout)
 	}
 	r := req.Clone(ctx)
-	if addKey {
+	if keyed {
+		for name := range r.Header {
+			if t.isKeyHeader(name) {
+				delete(r.Header, name)
+			}
+		}
 		r.Header[t.cfg.HeaderName] = []string{key}
 	}
 	if n > 1 && hasBody {
