@@ -39,6 +39,10 @@
 // No other 4xx is retried: a 400, 404 or 422 (the key was used with another
 // payload) says the request itself must change.
 //
+// A base RoundTripper answering a response without a Body is taken to
+// have sent an empty one; one answering neither a response nor an error
+// gets an [*Error] back, without a retry.
+//
 // # Keys
 //
 // A key the caller set is found under any spelling of the header name:

@@ -171,6 +171,16 @@ func (t *Transport) attempt(ctx context.Context, req *http.Request, n int, hasBo
 		r.Body = body
 	}
 	resp, err := t.cfg.Base.RoundTrip(r)
+	switch {
+	case err != nil:
+	case resp == nil:
+		// A broken base: nothing to retry on, and nothing to return.
+		err = permanentError{fmt.Errorf("idemclient: the base RoundTripper (%T) returned neither a response nor an error", t.cfg.Base)}
+	case resp.Body == nil:
+		// Some RoundTrippers, fakes mostly, leave Body nil for an empty
+		// one; http.Client fills it in too, but only for its own callers.
+		resp.Body = http.NoBody
+	}
 	if cancel != nil {
 		if err != nil {
 			cancel()
