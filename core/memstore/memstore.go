@@ -3,6 +3,12 @@
 // requests for different keys rarely contend; the number of records is
 // bounded; a background purger deletes expired records until Close.
 //
+// Leases and expiry are reckoned on the monotonic clock whenever the times
+// the Engine passes carry a monotonic reading (its default clock, time.Now,
+// gives them one): a step of the wall clock, forward or back, neither lets
+// a retry take over a handler that is still running nor keeps a lapsed
+// lease alive.
+//
 // Records do not survive a restart and are not shared between processes:
 // use a database store for several instances.
 package memstore
@@ -25,6 +31,9 @@ type Store struct {
 	shards   [shardCount]shard
 	seed     maphash.Seed
 	perShard int
+	// base is the origin of the offsets records keep, read from time.Now
+	// at New so that it carries a monotonic reading.
+	base time.Time
 
 	now       func() time.Time
 	batch     int
@@ -39,9 +48,9 @@ type shard struct {
 }
 
 // entry is a record as kept in memory, by value in its shard's map: times as
-// Unix nanoseconds and the response packed into one pointer-free slice (see
-// response.go), so a store holding many records gives the garbage collector
-// little to scan.
+// nanoseconds since the store's base (see offset) and the response packed
+// into one pointer-free slice (see response.go), so a store holding many
+// records gives the garbage collector little to scan.
 type entry struct {
 	fp          idem.Fingerprint
 	token       string
@@ -56,35 +65,47 @@ type entry struct {
 
 const noTime = math.MinInt64
 
-func nanos(t time.Time) int64 {
+// offset turns t into nanoseconds since the store's base. Time.Sub uses the
+// monotonic readings when both times carry one, as the Engine's default
+// clock (time.Now) gives them: a step of the wall clock (NTP, an operator,
+// a VM resumed) then neither lapses a running handler's lease nor keeps a
+// dead one alive. UnixNano would keep only the wall reading. Times without
+// a monotonic reading (a test clock, a time parsed from text) are reckoned
+// by their wall reading, as before. Times more than 292 years from the base
+// saturate, which keeps their order.
+func (s *Store) offset(t time.Time) int64 {
 	if t.IsZero() {
 		return noTime
 	}
-	return t.UnixNano()
+	return int64(t.Sub(s.base))
 }
 
-func fromNanos(n int64) time.Time {
+// timeAt is the inverse of offset. The result carries the base's monotonic
+// reading, so the Engine compares it with its own clock readings on the
+// monotonic clock too; its wall reading is the base's plus the offset, and
+// its location the base's (Local).
+func (s *Store) timeAt(n int64) time.Time {
 	if n == noTime {
 		return time.Time{}
 	}
-	return time.Unix(0, n).UTC()
+	return s.base.Add(time.Duration(n))
 }
 
-// expired is idem.Record.Expired on nanoseconds.
+// expired is idem.Record.Expired on offsets.
 func (e *entry) expired(now int64) bool {
 	return now >= e.expiresAt && (e.state == idem.Completed || now >= e.leaseUntil)
 }
 
-func (e *entry) record(id idem.ID) idem.Record {
+func (s *Store) record(id idem.ID, e *entry) idem.Record {
 	return idem.Record{
 		ID:          id,
 		Fingerprint: e.fp,
 		State:       e.state,
 		Token:       e.token,
-		LeaseUntil:  fromNanos(e.leaseUntil),
-		ExpiresAt:   fromNanos(e.expiresAt),
-		CreatedAt:   fromNanos(e.createdAt),
-		CompletedAt: fromNanos(e.completedAt),
+		LeaseUntil:  s.timeAt(e.leaseUntil),
+		ExpiresAt:   s.timeAt(e.expiresAt),
+		CreatedAt:   s.timeAt(e.createdAt),
+		CompletedAt: s.timeAt(e.completedAt),
 		Response:    unpackResponse(int(e.status), e.resp),
 	}
 }
@@ -106,6 +127,7 @@ func New(opts ...Option) *Store {
 	s := &Store{
 		seed:     maphash.MakeSeed(),
 		perShard: max(1, (o.maxRecords+shardCount-1)/shardCount),
+		base:     time.Now(),
 		now:      o.now,
 		batch:    o.purgeBatch,
 		stop:     make(chan struct{}),
@@ -172,7 +194,7 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 	sh := s.shard(a.ID)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	now := a.Now.UnixNano()
+	now := s.offset(a.Now)
 	e, ok := sh.records[a.ID]
 	outcome := idem.Created
 	switch {
@@ -184,25 +206,25 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 	case e.state == idem.InFlight && now >= e.leaseUntil && e.fp == a.Fingerprint:
 		outcome = idem.TookOver
 	default:
-		return e.record(a.ID), idem.Existing, nil
+		return s.record(a.ID, &e), idem.Existing, nil
 	}
 	e = entry{
 		fp:          a.Fingerprint,
 		state:       idem.InFlight,
 		token:       a.Token,
-		leaseUntil:  nanos(a.LeaseUntil),
-		expiresAt:   nanos(a.ExpiresAt),
+		leaseUntil:  s.offset(a.LeaseUntil),
+		expiresAt:   s.offset(a.ExpiresAt),
 		createdAt:   now,
 		completedAt: noTime,
 	}
 	sh.records[a.ID] = e
-	return e.record(a.ID), outcome, nil
+	return s.record(a.ID, &e), outcome, nil
 }
 
 // Renew implements idem.Store.
 func (s *Store) Renew(ctx context.Context, id idem.ID, token string, leaseUntil time.Time) error {
 	return s.withOwned(ctx, id, token, func(e *entry) bool {
-		e.leaseUntil = nanos(leaseUntil)
+		e.leaseUntil = s.offset(leaseUntil)
 		return true
 	})
 }
@@ -214,8 +236,8 @@ func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.C
 		e.state = idem.Completed
 		e.status = int32(c.Response.Status)
 		e.resp = packResponse(c.Response)
-		e.completedAt = nanos(c.CompletedAt)
-		e.expiresAt = nanos(c.ExpiresAt)
+		e.completedAt = s.offset(c.CompletedAt)
+		e.expiresAt = s.offset(c.ExpiresAt)
 		return true
 	})
 }
@@ -258,7 +280,7 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 	if !ok {
 		return idem.Record{}, idem.ErrNotFound
 	}
-	return e.record(id), nil
+	return s.record(id, &e), nil
 }
 
 // Purge implements idem.Store. It holds one shard's lock at a time.
@@ -273,7 +295,7 @@ func (s *Store) Purge(ctx context.Context, now time.Time, limit int) (int, error
 		}
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		deleted += sh.sweep(now.UnixNano(), limit-deleted)
+		deleted += sh.sweep(s.offset(now), limit-deleted)
 		sh.mu.Unlock()
 	}
 	return deleted, nil

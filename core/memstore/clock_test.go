@@ -1,0 +1,85 @@
+package memstore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+	"unsafe"
+
+	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/memstore"
+)
+
+// stepped returns the reading a clock would give at t had its wall clock
+// been stepped by step: the wall reading moved, the monotonic one not. No
+// exported API builds such a value (Add moves both readings alike), so the
+// monotonic word of t is copied into t.Add(step) by hand; the checks fail
+// the test, rather than let it pass vacuously, if time.Time ever changes
+// its layout or t carries no monotonic reading.
+func stepped(tb testing.TB, t time.Time, step time.Duration) time.Time {
+	tb.Helper()
+	type words struct {
+		wall uint64
+		ext  int64 // the monotonic reading, when there is one
+		loc  *time.Location
+	}
+	s := t.Add(step)
+	(*words)(unsafe.Pointer(&s)).ext = (*words)(unsafe.Pointer(&t)).ext
+	if s.Sub(t) != 0 || s.UnixNano()-t.UnixNano() != int64(step) {
+		tb.Fatalf("cannot model a clock step: monotonic difference %v, wall difference %v",
+			s.Sub(t), time.Duration(s.UnixNano()-t.UnixNano()))
+	}
+	return s
+}
+
+// A step of the wall clock changes nothing a single process reckons: the
+// Engine's times come from time.Now, whose monotonic reading the store must
+// use. A +1 h step while a handler ran let a retry take its key over (the
+// handler ran twice); a -1 h step kept a lapsed lease alive for an hour.
+func TestLeasesFollowTheMonotonicClock(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New(memstore.WithPurgeInterval(0))
+	const lease = 30 * time.Second
+	acquire := func(id idem.ID, token string, now time.Time) (idem.Record, idem.AcquireOutcome, error) {
+		return s.Acquire(ctx, idem.Acquire{ID: id, Token: token, Now: now,
+			LeaseUntil: now.Add(lease), ExpiresAt: now.Add(24 * time.Hour)})
+	}
+	t0 := time.Now()
+
+	running := idem.ID{Scope: "acct", Key: "running"}
+	if _, outcome, err := acquire(running, "first", t0); err != nil || outcome != idem.Created {
+		t.Fatal(outcome, err)
+	}
+	// 10 ms later by the monotonic clock, the wall clock jumps an hour ahead.
+	later := stepped(t, t0.Add(10*time.Millisecond), time.Hour)
+	rec, outcome, err := acquire(running, "retry", later)
+	if err != nil || outcome != idem.Existing || rec.Token != "first" {
+		t.Fatalf("retry 10 ms into a 30 s lease, after a +1 h wall-clock step: %v (token %q), %v; want existing, first",
+			outcome, rec.Token, err)
+	}
+	if !rec.LeaseUntil.After(later) {
+		t.Fatalf("record's lease ends %v, before the retry's now %v", rec.LeaseUntil, later)
+	}
+	if n, err := s.Purge(ctx, later, 100); err != nil || n != 0 {
+		t.Fatalf("Purge after the step deleted %d records (%v); want 0", n, err)
+	}
+	if err := s.Renew(ctx, running, "first", later.Add(lease)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Complete(ctx, running, "first", idem.Completion{Response: idem.Response{Status: 201},
+		CompletedAt: later, ExpiresAt: later.Add(24 * time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+
+	lapsed := idem.ID{Scope: "acct", Key: "lapsed"}
+	if _, outcome, err := acquire(lapsed, "first", t0); err != nil || outcome != idem.Created {
+		t.Fatal(outcome, err)
+	}
+	// 31 s later by the monotonic clock, the wall clock has been set back an
+	// hour: the lease has run out all the same.
+	rec, outcome, err = acquire(lapsed, "retry", stepped(t, t0.Add(lease+time.Second), -time.Hour))
+	if err != nil || outcome != idem.TookOver || rec.Token != "retry" {
+		t.Fatalf("retry 31 s into a 30 s lease, after a -1 h wall-clock step: %v (token %q), %v; want took-over, retry",
+			outcome, rec.Token, err)
+	}
+}
