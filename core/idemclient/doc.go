@@ -52,6 +52,21 @@
 // set twice counts once; a request carrying two different keys is refused,
 // before anything is sent, with [ErrMultipleKeys].
 //
+// An http.Client following a 307 or 308 redirect sends the request again,
+// to the new location, with the original request's headers. A key the
+// caller set would so reach another target, where an idemkit server
+// answers 422 (the key was used on another path) or, on the same path,
+// replays the recorded redirect. A different URL is a different operation:
+// the redirected request gets a key of its own, derived from the caller's
+// key, the method and the new URL (a SHA-256 in hex, as an sf-string). A
+// caller retrying the whole call with its key derives the same one, so the
+// redirected operation runs once as well. A key a CheckRedirect function
+// set on the redirected request is the caller's choice, and is kept; a
+// request whose original had no key gets a fresh one. [Outcome] reports
+// the key sent on the last hop. A 301, 302 or 303 turns a POST into a GET,
+// which gets no key, and whose copied key header is left as it is (a
+// server ignores a key on a GET).
+//
 // # Timing
 //
 // A Retry-After header (delay-seconds or HTTP-date) on a retried answer sets

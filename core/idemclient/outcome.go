@@ -13,7 +13,8 @@ const replayedHeader = idem.ReplayedHeader
 type Result struct {
 	// Key is the idempotency key header value sent with every attempt,
 	// exactly as sent (a generated key is a quoted sf-string), or "" for a
-	// request sent without a key.
+	// request sent without a key. For a request following a redirect, it
+	// is the key derived for the new target (see the package doc).
 	Key string
 	// Attempts is the number of attempts sent, the first included.
 	Attempts int

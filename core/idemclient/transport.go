@@ -76,8 +76,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			return nil, err
 		}
-		if !found {
+		switch {
+		case !found:
 			k = NewKey()
+		case req.Response != nil:
+			k = t.hopKey(req, k)
 		}
 		key = k
 	}
