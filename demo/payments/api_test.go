@@ -147,6 +147,17 @@ func (d *demo) balance(t *testing.T, account string) map[string]any {
 	return r.json(t)
 }
 
+// provider returns what the simulated payment provider did for account, as
+// GET /debug/provider reports it.
+func (d *demo) provider(t *testing.T, account string) map[string]any {
+	t.Helper()
+	r := d.do(t, http.MethodGet, "/debug/provider", account, "", "")
+	if r.status != 200 {
+		t.Fatalf("provider counts: %d %s", r.status, r.body)
+	}
+	return r.json(t)
+}
+
 func newAccount() string { return "acct_" + rand.Text()[:10] }
 func newKey() string     { return `"` + rand.Text() + `"` }
 
@@ -311,6 +322,21 @@ var apiCases = []struct {
 		if b := d.balance(t, acct); fresh != 1 || b["charges"] != 1.0 {
 			t.Fatalf("%d fresh answers, balance %v: want exactly one charge", fresh, b)
 		}
+	}},
+	{"DebugProvider", func(t *testing.T, d *demo) {
+		acct := newAccount()
+		if c := d.provider(t, acct); c["calls"] != 0.0 || c["authorizations"] != 0.0 {
+			t.Fatalf("a new account's provider counts: %v", c)
+		}
+		d.do(t, http.MethodPost, "/v1/charges", acct, newKey(), chargeBody)
+		d.do(t, http.MethodPost, "/v1/charges", acct, newKey(), `{"amount":500,"currency":"eur","customer":"cus_declined"}`)
+		if c := d.provider(t, acct); c["calls"] != 2.0 || c["authorizations"] != 1.0 {
+			t.Fatalf("after a charge and a decline: %v, want 2 calls and 1 authorization", c)
+		}
+		if c := d.provider(t, newAccount()); c["calls"] != 0.0 {
+			t.Fatalf("another account sees counts: %v", c)
+		}
+		d.do(t, http.MethodGet, "/debug/provider", "", "", "").problem(t, 401, "unauthorized")
 	}},
 	{"Docs", func(t *testing.T, d *demo) {
 		for _, path := range []string{"/docs/idempotency", "/docs/idempotency/key-reused"} {

@@ -27,7 +27,7 @@ const DocsPath = "/docs/idempotency"
 // reads the account the auth middleware already checked.
 type API struct {
 	DB       *gorm.DB
-	Provider payments.Provider
+	Provider payments.Authorizer
 	Now      func() time.Time
 	Logger   *slog.Logger
 	// ProblemBase prefixes problem type names, e.g. "http://127.0.0.1:8080/docs/idempotency/".
@@ -159,6 +159,22 @@ func (a *API) balance(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, b)
+}
+
+// ProviderDebug serves GET /debug/provider: what the simulated payment
+// provider did for the caller's account (see payments.Counts), so that a
+// load test against a running demo can hold the money taken against the
+// charges recorded. It is not part of the /v1 API, and shows an account
+// nothing but its own counts.
+func (a *API) ProviderDebug(p *payments.Provider) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		acct, ok := Account(r.Header.Get("Authorization"))
+		if !ok {
+			WriteResponse(w, a.Unauthorized())
+			return
+		}
+		writeJSON(w, http.StatusOK, p.Counts(acct))
+	})
 }
 
 // fail maps business errors to problems. Only a transient provider failure

@@ -66,11 +66,13 @@ func (c Config) DBLabel() string {
 
 // App is a started demo: its server is built but not yet serving.
 type App struct {
-	Server  server.Server
-	Engine  *idem.Engine
-	DB      *gorm.DB
-	Store   *gormstore.Store
-	metrics *metrics
+	Server server.Server
+	Engine *idem.Engine
+	DB     *gorm.DB
+	Store  *gormstore.Store
+	// Provider is the simulated payment provider the API charges through.
+	Provider *payments.Provider
+	metrics  *metrics
 }
 
 // Open connects to the database, migrates it and builds the server.
@@ -114,9 +116,10 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 		Logger:      log,
 		OnEvent:     m.onEvent,
 	})
+	provider := &payments.Provider{Latency: cfg.ProviderLatency, FailureRate: cfg.ProviderFailureRate}
 	a := &api.API{
 		DB:          db,
-		Provider:    payments.Provider{Latency: cfg.ProviderLatency, FailureRate: cfg.ProviderFailureRate},
+		Provider:    provider,
 		Now:         time.Now,
 		Logger:      log,
 		ProblemBase: problemBase,
@@ -127,6 +130,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 		API:       a,
 		Metrics:   m.handler,
 		Docs:      docs.Handler(docs.Policy{TTL: cfg.TTL, Lease: cfg.Lease}),
+		Debug:     a.ProviderDebug(provider),
 		Logger:    log,
 	})
 	if err != nil {
@@ -134,7 +138,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 		m.prom.Shutdown(ctx)
 		return nil, err
 	}
-	return &App{Server: srv, Engine: engine, DB: db, Store: store, metrics: m}, nil
+	return &App{Server: srv, Engine: engine, DB: db, Store: store, Provider: provider, metrics: m}, nil
 }
 
 // Close stops the store's purger and the metrics, and closes the database.

@@ -8,7 +8,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	mrand "math/rand/v2"
 	"strings"
 	"time"
 
@@ -98,42 +97,14 @@ func isCurrency(s string) bool {
 	return true
 }
 
-// Provider simulates the card network: it takes time and sometimes fails.
-type Provider struct {
-	Latency     time.Duration
-	FailureRate float64 // 0..1: probability of a transient failure
-}
-
-// Authorize asks the provider to take the money. It fails with ErrDeclined
-// for DeclinedCustomer and with ErrProviderDown, at the configured rate,
-// for a transient failure.
-func (p Provider) Authorize(ctx context.Context, customer string, amount int64) error {
-	if p.Latency > 0 {
-		t := time.NewTimer(p.Latency)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
-		}
-	}
-	if p.FailureRate > 0 && chance(p.FailureRate) {
-		return ErrProviderDown
-	}
-	if customer == DeclinedCustomer {
-		return ErrDeclined
-	}
-	return nil
-}
-
 // CreateCharge authorizes the payment with the provider, then records the
 // charge in tx. The provider is called before tx is used, so no database
 // transaction stays open while the provider takes its time.
-func CreateCharge(ctx context.Context, tx func() (*gorm.DB, error), p Provider, account string, r ChargeRequest, now time.Time) (Charge, error) {
+func CreateCharge(ctx context.Context, tx func() (*gorm.DB, error), p Authorizer, account string, r ChargeRequest, now time.Time) (Charge, error) {
 	if err := r.Validate(); err != nil {
 		return Charge{}, err
 	}
-	if err := p.Authorize(ctx, r.Customer, r.Amount); err != nil {
+	if err := p.Authorize(ctx, Authorization{Account: account, Customer: r.Customer, Amount: r.Amount, Currency: r.Currency}); err != nil {
 		return Charge{}, err
 	}
 	db, err := tx()
@@ -233,5 +204,3 @@ func GetBalance(ctx context.Context, db *gorm.DB, account string) (Balance, erro
 
 // newID returns prefix and 26 random base-32 characters (130 bits).
 func newID(prefix string) string { return prefix + rand.Text() }
-
-func chance(p float64) bool { return mrand.Float64() < p }

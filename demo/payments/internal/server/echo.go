@@ -29,6 +29,7 @@ func newEcho(cfg Config) http.Handler {
 	e.GET("/metrics", echo.WrapHandler(cfg.Metrics))
 	e.GET(api.DocsPath, echo.WrapHandler(cfg.Docs))
 	e.GET(api.DocsPath+"/:name", echo.WrapHandler(cfg.Docs))
+	e.GET(DebugPath, echo.WrapHandler(cfg.Debug))
 
 	v1 := e.Group("/v1",
 		func(next echo.HandlerFunc) echo.HandlerFunc {

@@ -43,6 +43,7 @@ func newFiber(cfg Config) *fiberServer {
 	app.Get("/metrics", adaptor.HTTPHandler(cfg.Metrics))
 	app.Get(api.DocsPath, adaptor.HTTPHandler(cfg.Docs))
 	app.Get(api.DocsPath+"/:name", adaptor.HTTPHandler(cfg.Docs))
+	app.Get(DebugPath, adaptor.HTTPHandler(cfg.Debug))
 
 	v1 := app.Group("/v1",
 		func(c *fiber.Ctx) error {

@@ -21,6 +21,7 @@ func newGin(cfg Config) http.Handler {
 	r.GET("/metrics", gin.WrapH(cfg.Metrics))
 	r.GET(api.DocsPath, gin.WrapH(cfg.Docs))
 	r.GET(api.DocsPath+"/:name", gin.WrapH(cfg.Docs))
+	r.GET(DebugPath, gin.WrapH(cfg.Debug))
 
 	v1 := r.Group("/v1",
 		func(c *gin.Context) {

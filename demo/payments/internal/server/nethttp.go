@@ -20,6 +20,7 @@ func newNetHTTP(cfg Config) http.Handler {
 	mux.Handle("GET /metrics", cfg.Metrics)
 	mux.Handle("GET "+api.DocsPath, cfg.Docs)
 	mux.Handle("GET "+api.DocsPath+"/", cfg.Docs)
+	mux.Handle("GET "+DebugPath, cfg.Debug)
 	mux.Handle("/v1/", v1)
 	return recoverPanics(cfg.API, mux)
 }

@@ -18,6 +18,10 @@ import (
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
 )
 
+// DebugPath serves what the simulated payment provider did for the
+// caller's account (api.API.ProviderDebug).
+const DebugPath = "/debug/provider"
+
 // Frameworks lists the values of the -framework flag.
 var Frameworks = []string{"gin", "echo", "fiber", "nethttp"}
 
@@ -30,7 +34,10 @@ type Config struct {
 	// the problem type pages under it.
 	Metrics http.Handler
 	Docs    http.Handler
-	Logger  *slog.Logger
+	// Debug serves GET /debug/provider, outside the /v1 API: it checks the
+	// bearer token itself.
+	Debug  http.Handler
+	Logger *slog.Logger
 }
 
 // Server is a running framework server.
