@@ -75,18 +75,20 @@
 // the n-th attempt. No wait is longer than MaxBackoff, whatever the Budget:
 // a Retry-After asking for more is not cut short, since an earlier retry
 // would only meet the same 429 or 503; the answer is handed back with its
-// Retry-After for the caller to act on. Retrying stops after MaxAttempts attempts; when the
-// wait before the next attempt would end later than Budget after the first
-// attempt began, or at or after the deadline of the request's context; and
-// at once when the request's context ends. A wait that could not be
-// completed is never started: the caller gets the last answer at once,
-// rather than a context error after sleeping to its deadline, so a deadline
-// shorter than a server's Retry-After still shows the server's 409, 429 or
-// 503. When retrying stops on a response, that response is returned as it
-// is, body unread and headers intact (a 503 is still a response; read it
-// before the deadline, as net/http ties a body to the request's context);
-// when it stops on an error, the error is an [*Error] carrying the last
-// attempt's error, or the context's if the context ended first.
+// Retry-After for the caller to act on.
+//
+// Retrying stops after MaxAttempts attempts; when the wait before the next
+// attempt would end later than Budget after the first attempt began, or at
+// or after the deadline of the request's context; and at once when the
+// request's context ends. A wait that could not be completed is never
+// started: the caller gets the last answer at once, rather than a context
+// error after sleeping to its deadline, so a deadline shorter than a
+// server's Retry-After still shows the server's 409, 429 or 503. When
+// retrying stops on a response, that response is returned as it is, body
+// unread and headers intact (a 503 is still a response; read it before the
+// deadline, as net/http ties a body to the request's context); when it
+// stops on an error, the error is an [*Error] carrying the last attempt's
+// error, or the context's if the context ended first.
 //
 // # What happened
 //
