@@ -1,7 +1,23 @@
 // Package memstore is the in-memory idem.Store: the embedded default for a
 // single process, and the store tests use. Records live in sharded maps, so
-// requests for different keys rarely contend; the number of records is
-// bounded; a background purger deletes expired records until Close.
+// requests for different keys rarely contend; a background purger deletes
+// expired records until Close.
+//
+// The store is bounded twice, so that memory stays bounded and no tenant can
+// lock the others out:
+//
+//   - WithMaxRecords (default 100,000) bounds the records of the whole store.
+//   - WithMaxRecordsPerScope (default a tenth of that) bounds the records of
+//     each scope (idem.ID.Scope, the tenant). The empty scope, that of an
+//     application without tenants, is under it only while other scopes hold
+//     records, so such an application has the whole store.
+//
+// A new key that finds either bound reached fails with idem.ErrStoreFull,
+// once the records that have expired are swept to make room; a live record
+// is never evicted, since a retry may still need it. The Engine answers the
+// request 429 (problem type store-full) with Retry-After and does not run
+// its handler; keys already held are replayed or answered 409 as usual, and
+// other tenants keep getting new keys.
 //
 // Leases and expiry are reckoned on the monotonic clock whenever the times
 // the Engine passes carry a monotonic reading (its default clock, time.Now,
@@ -28,9 +44,9 @@ const shardCount = 64
 // Store is an in-memory idem.Store. Create it with New and stop its purger
 // with Close.
 type Store struct {
-	shards   [shardCount]shard
-	seed     maphash.Seed
-	perShard int
+	shards [shardCount]shard
+	seed   maphash.Seed
+	bounds
 	// base is the origin of the offsets records keep, read from time.Now
 	// at New so that it carries a monotonic reading.
 	base time.Time
@@ -91,9 +107,14 @@ func (s *Store) timeAt(n int64) time.Time {
 	return s.base.Add(time.Duration(n))
 }
 
-// expired is idem.Record.Expired on offsets.
-func (e *entry) expired(now int64) bool {
-	return now >= e.expiresAt && (e.state == idem.Completed || now >= e.leaseUntil)
+// expiry is the offset from which the record is expired
+// (idem.Record.Expired): its expiry, or the end of its lease if that is
+// later and the record is still in flight.
+func (e *entry) expiry() int64 {
+	if e.state == idem.InFlight {
+		return max(e.expiresAt, e.leaseUntil)
+	}
+	return e.expiresAt
 }
 
 func (s *Store) record(id idem.ID, e *entry) idem.Record {
@@ -125,16 +146,23 @@ func New(opts ...Option) *Store {
 		opt(&o)
 	}
 	s := &Store{
-		seed:     maphash.MakeSeed(),
-		perShard: max(1, (o.maxRecords+shardCount-1)/shardCount),
-		base:     time.Now(),
-		now:      o.now,
-		batch:    o.purgeBatch,
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
+		seed:  maphash.MakeSeed(),
+		base:  time.Now(),
+		now:   o.now,
+		batch: o.purgeBatch,
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
 	}
+	s.maxRecords = int64(o.maxRecords)
+	if o.maxPerScope > 0 {
+		s.quota = min(int64(o.maxPerScope), s.maxRecords)
+	} else {
+		s.quota = max(1, s.maxRecords/defaultScopeShare)
+	}
+	s.sweepAfter.Store(math.MaxInt64) // nothing to sweep yet
 	for i := range s.shards {
 		s.shards[i].records = make(map[idem.ID]entry)
+		s.scopes[i].counts = make(map[string]int64)
 	}
 	if o.purgeInterval > 0 {
 		go s.purgeLoop(o.purgeInterval)
@@ -186,27 +214,45 @@ func (s *Store) shard(id idem.ID) *shard {
 	return &s.shards[h.Sum64()%shardCount]
 }
 
-// Acquire implements idem.Store.
+// Acquire implements idem.Store. A new key that finds the store, or its
+// scope, full fails with idem.ErrStoreFull, after expired records have been
+// swept to make room; a live record is never evicted.
 func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
 	if err := ctx.Err(); err != nil {
 		return idem.Record{}, 0, err
 	}
 	sh := s.shard(a.ID)
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	now := s.offset(a.Now)
-	e, ok := sh.records[a.ID]
-	outcome := idem.Created
-	switch {
-	case !ok:
-		if len(sh.records) >= s.perShard && sh.sweep(now, 64) == 0 {
+	rec, outcome, ok := s.acquire(sh, a, now)
+	if !ok {
+		// The shard's lock is not held while the sweep takes every
+		// shard's in turn; the key is looked up afresh after it.
+		s.makeRoom(now)
+		if rec, outcome, ok = s.acquire(sh, a, now); !ok {
 			return idem.Record{}, 0, idem.ErrStoreFull
 		}
-	case e.expired(now):
+	}
+	return rec, outcome, nil
+}
+
+// acquire is Acquire under the shard's lock; ok is false when the key is
+// new and there is no room for it.
+func (s *Store) acquire(sh *shard, a idem.Acquire, now int64) (rec idem.Record, outcome idem.AcquireOutcome, ok bool) {
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	e, found := sh.records[a.ID]
+	outcome = idem.Created
+	switch {
+	case !found:
+		if !s.reserve(a.ID.Scope) {
+			return idem.Record{}, 0, false
+		}
+	case now >= e.expiry():
+		// Replaced in place: the record was counted when it was added.
 	case e.state == idem.InFlight && now >= e.leaseUntil && e.fp == a.Fingerprint:
 		outcome = idem.TookOver
 	default:
-		return s.record(a.ID, &e), idem.Existing, nil
+		return s.record(a.ID, &e), idem.Existing, true
 	}
 	e = entry{
 		fp:          a.Fingerprint,
@@ -218,7 +264,8 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 		completedAt: noTime,
 	}
 	sh.records[a.ID] = e
-	return s.record(a.ID, &e), outcome, nil
+	s.noteExpiry(e.expiry())
+	return s.record(a.ID, &e), outcome, true
 }
 
 // Renew implements idem.Store.
@@ -262,8 +309,10 @@ func (s *Store) withOwned(ctx context.Context, id idem.ID, token string, f func(
 	}
 	if f(&e) {
 		sh.records[id] = e
+		s.noteExpiry(e.expiry())
 	} else {
 		delete(sh.records, id)
+		s.unreserve(id.Scope)
 	}
 	return nil
 }
@@ -295,35 +344,26 @@ func (s *Store) Purge(ctx context.Context, now time.Time, limit int) (int, error
 		}
 		sh := &s.shards[i]
 		sh.mu.Lock()
-		deleted += sh.sweep(s.offset(now), limit-deleted)
+		deleted += s.sweep(sh, s.offset(now), limit-deleted, nil)
 		sh.mu.Unlock()
 	}
 	return deleted, nil
 }
 
-// Len returns the number of records held, expired ones included.
+// Len returns the number of records held, expired ones included until
+// they are swept.
 func (s *Store) Len() int {
-	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
-		sh.mu.Lock()
-		n += len(sh.records)
-		sh.mu.Unlock()
-	}
-	return n
+	return int(s.count.Load())
 }
 
-// sweep deletes up to limit expired records; the caller holds sh.mu.
-func (sh *shard) sweep(now int64, limit int) int {
-	n := 0
-	for id, e := range sh.records {
-		if n >= limit {
-			break
-		}
-		if e.expired(now) {
-			delete(sh.records, id)
-			n++
-		}
+// LenScope returns the number of records scope holds, expired ones included
+// until they are swept: what counts against its quota.
+func (s *Store) LenScope(scope string) int {
+	if scope == "" {
+		return int(s.unscoped.Load())
 	}
-	return n
+	ss := s.scopeShard(scope)
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return int(ss.counts[scope])
 }

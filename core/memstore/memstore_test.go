@@ -42,8 +42,8 @@ func TestMaxRecordsRefusesNewKeys(t *testing.T) {
 	if refused < 0 || s.Len() > 64 {
 		t.Fatalf("store holds %d records and never refused; want at most 64 and ErrStoreFull", s.Len())
 	}
-	// The refused key's shard is full; once its records expire, their room
-	// is reclaimed on demand, without waiting for the purger.
+	// The store is full; once its records expire, their room is reclaimed
+	// on demand, without waiting for the purger.
 	if err := acquire(refused, now.Add(time.Hour)); err != nil {
 		t.Fatalf("a full shard of expired records still refuses: %v", err)
 	}
