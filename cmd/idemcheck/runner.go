@@ -1,0 +1,382 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+)
+
+// replayedHeader is the replay marker most implementations send (Stripe's
+// spelling, and idemkit's).
+const replayedHeader = "Idempotent-Replayed"
+
+// maxResponseBody bounds what is read of one answer: enough for any API
+// object, small enough that a broken target cannot exhaust memory.
+const maxResponseBody = 1 << 20
+
+// slowSettle is how long the concurrent retry waits after the slow first
+// request was sent, so that the target has taken the first request in hand.
+const slowSettle = 100 * time.Millisecond
+
+// target is one endpoint under test and everything needed to talk to it.
+type target struct {
+	name      string      // method and URL, as reports show it
+	method    string      // POST, PATCH, ...
+	url       string      // absolute URL
+	header    http.Header // sent on every request (identity 1)
+	tenant2   http.Header // replaces same-named headers for identity 2; nil without -tenant2
+	body      string      // template: {{unique}} becomes a fresh value per logical request
+	otherBody string      // another payload, for templates without {{unique}} (OpenAPI examples)
+	keyHeader string      // the key's field name
+	slowHdr   http.Header // added to make the request slow (-slow-header)
+	slowBody  string      // template of a slow request (-slow-body)
+	failHdr   http.Header // added to make the request fail with a 5xx (-fail-header)
+}
+
+// placeholder is replaced by a fresh value per logical request.
+const placeholder = "{{unique}}"
+
+func (t *target) hasUnique() bool { return strings.Contains(t.body, placeholder) }
+
+func (t *target) hasSlow() bool { return t.slowHdr != nil || t.slowBody != "" }
+
+// render fills a body template.
+func render(tmpl, unique string) []byte {
+	if tmpl == "" {
+		return nil
+	}
+	return []byte(strings.ReplaceAll(tmpl, placeholder, unique))
+}
+
+// call is one request to send.
+type call struct {
+	method  string
+	url     string
+	keys    []string // the key's field lines as sent; nil sends none
+	body    []byte   // nil sends none
+	tenant2 bool     // as the second identity
+	extra   http.Header
+}
+
+// exchange is one request and what came back.
+type exchange struct {
+	call   call
+	status int
+	header http.Header
+	body   []byte
+	err    error     // no whole answer although the request was sent
+	start  time.Time // just before the request left
+	got    time.Time // when the answer's header arrived
+}
+
+func (x *exchange) ok() bool { return x.err == nil && x.status >= 200 && x.status < 300 }
+
+func (x *exchange) is(status int) bool { return x.err == nil && x.status == status }
+
+func (x *exchange) is5xx() bool { return x.err != nil || x.status >= 500 }
+
+func (x *exchange) replayed() bool {
+	return x.err == nil && strings.EqualFold(strings.TrimSpace(x.header.Get(replayedHeader)), "true")
+}
+
+// sameAs reports whether x and y got the same status and body.
+func (x *exchange) sameAs(y *exchange) bool {
+	return x.err == nil && y.err == nil && x.status == y.status && bytes.Equal(x.body, y.body)
+}
+
+// replayOf reports whether x looks like a replay of first: marked as one,
+// or the same status and body.
+func (x *exchange) replayOf(first *exchange) bool { return x.replayed() || x.sameAs(first) }
+
+// ranAgain reports whether x, a retry of first with the same key, looks like
+// a second execution: a success that is neither marked as a replay nor the
+// same body. (Without a marker, a re-run that produced the same bytes cannot
+// be told from a replay; the report's documentation says so.)
+func (x *exchange) ranAgain(first *exchange) bool {
+	return x.ok() && !x.replayed() && !bytes.Equal(x.body, first.body)
+}
+
+// String describes the answer in a few words, for report details.
+func (x *exchange) String() string {
+	if x.err != nil {
+		return "no answer (" + x.err.Error() + ")"
+	}
+	s := fmt.Sprint(x.status)
+	if x.replayed() {
+		s += " (marked replayed)"
+	}
+	return s
+}
+
+// snippet is the start of a body, safe to print on one line.
+func snippet(b []byte) string {
+	const max = 80
+	s := string(b)
+	if len(s) > max {
+		s = s[:max] + "…"
+	}
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "?")
+	}
+	return strings.Join(strings.Fields(s), " ")
+}
+
+// errUnreachable marks a failure to deliver a request at all: the run stops
+// and idemcheck exits with status 2.
+var errUnreachable = errors.New("target unreachable")
+
+// runner sends one target's requests and records what came back.
+type runner struct {
+	t       *target
+	client  *http.Client
+	timeout time.Duration
+	prefix  string // random per run: keys and unique values never repeat across runs
+	seq     *int   // shared by the run's targets, so no key is used on two of them
+
+	mu   sync.Mutex
+	sent int
+
+	abort    error      // errUnreachable or a usage problem found on the way: stops the run
+	stop     string     // a finding that makes the remaining cases meaningless
+	problems []errorAns // idempotency errors seen, for the problem-details cases
+}
+
+// errorAns is an idempotency error answer and the case that provoked it.
+type errorAns struct {
+	from string
+	x    *exchange
+}
+
+func newRunner(t *target, client *http.Client, timeout time.Duration, prefix string, seq *int) *runner {
+	return &runner{t: t, client: client, timeout: timeout, prefix: prefix, seq: seq}
+}
+
+// newPrefix returns a random run prefix.
+func newPrefix() string {
+	b := make([]byte, 5)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand does not fail on supported platforms
+	}
+	return hex.EncodeToString(b)
+}
+
+// logical is one logical request: its key and its unique value.
+type logical struct {
+	key    string // the key itself, unquoted
+	unique string
+}
+
+func (r *runner) fresh() logical {
+	*r.seq++
+	// Fixed-width numbers: no unique value is a prefix of another, so
+	// finding one in an answer means that request's data.
+	n := *r.seq
+	return logical{key: fmt.Sprintf("idemcheck-%s-%04d", r.prefix, n), unique: fmt.Sprintf("ic%s%04d", r.prefix, n)}
+}
+
+// quote spells a key as an sf-string; keys made by fresh need no escapes.
+func quote(k string) string { return `"` + k + `"` }
+
+// post is the target's request for l, with the key spelled as field.
+func (r *runner) post(l logical, field ...string) call {
+	return call{method: r.t.method, url: r.t.url, keys: field, body: render(r.t.body, l.unique)}
+}
+
+// std is the target's request for l with the key as an sf-string.
+func (r *runner) std(l logical) call { return r.post(l, quote(l.key)) }
+
+func (r *runner) setAbort(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.abort == nil {
+		r.abort = err
+	}
+}
+
+func (r *runner) aborted() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.abort
+}
+
+func (r *runner) requests() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sent
+}
+
+// do sends c and reads the answer. wrote, if not nil, is called once the
+// request has been written (or has failed).
+func (r *runner) do(c call, wrote func()) *exchange {
+	r.mu.Lock()
+	r.sent++
+	r.mu.Unlock()
+	x := &exchange{call: c}
+	var once sync.Once
+	signal := func() {
+		if wrote != nil {
+			once.Do(wrote)
+		}
+	}
+	defer signal()
+
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
+	defer cancel()
+	var written bool
+	var wmu sync.Mutex
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+		WroteRequest: func(httptrace.WroteRequestInfo) {
+			wmu.Lock()
+			written = true
+			wmu.Unlock()
+			signal()
+		},
+	})
+	var body io.Reader
+	if c.body != nil {
+		body = bytes.NewReader(c.body)
+	}
+	req, err := http.NewRequestWithContext(ctx, c.method, c.url, body)
+	if err != nil {
+		x.err = err
+		r.setAbort(fmt.Errorf("%w: %v", errUnreachable, err))
+		return x
+	}
+	for name, values := range r.t.header {
+		req.Header[name] = append([]string(nil), values...)
+	}
+	if c.tenant2 {
+		for name, values := range r.t.tenant2 {
+			req.Header[name] = append([]string(nil), values...)
+		}
+	}
+	for name, values := range c.extra {
+		req.Header[name] = append([]string(nil), values...)
+	}
+	if c.body == nil {
+		req.Header.Del("Content-Type")
+	}
+	if c.keys != nil {
+		req.Header[r.t.keyHeader] = c.keys
+	}
+	x.start = time.Now()
+	resp, err := r.client.Do(req)
+	if err != nil {
+		wmu.Lock()
+		sent := written
+		wmu.Unlock()
+		x.err = shortErr(err)
+		if !sent {
+			// Nothing reached the target: it is down or the URL is wrong.
+			r.setAbort(fmt.Errorf("%w: %v", errUnreachable, err))
+		}
+		return x
+	}
+	defer resp.Body.Close()
+	x.got = time.Now()
+	x.status = resp.StatusCode
+	x.header = resp.Header
+	x.body, err = io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
+	if err != nil {
+		x.err = shortErr(err)
+	}
+	return x
+}
+
+// shortErr drops the method and URL Go puts in front of transport errors:
+// the report already says which request it was.
+func shortErr(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+// pair sends first and, once it has been written (and, for a slow request,
+// a moment later), second; it returns both answers.
+func (r *runner) pair(first, second call, settle time.Duration) (a, b *exchange) {
+	wrote := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		a = r.do(first, func() { close(wrote) })
+	}()
+	<-wrote
+	if settle > 0 {
+		select {
+		case <-done:
+		case <-time.After(settle):
+		}
+	}
+	b = r.do(second, nil)
+	<-done
+	return a, b
+}
+
+// noteError keeps an idempotency error answer for the problem-details cases.
+func (r *runner) noteError(from string, x *exchange) {
+	if x.err == nil && (x.status == 400 || x.status == 409 || x.status == 422) {
+		r.problems = append(r.problems, errorAns{from: from, x: x})
+	}
+}
+
+// newClient returns the HTTP client idemcheck uses: it never follows a
+// redirect (idemcheck talks to the target given and nothing else).
+func newClient() *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConnsPerHost = 8
+	return &http.Client{
+		Transport: tr,
+		CheckRedirect: func(*http.Request, []*http.Request) error {
+			return http.ErrUseLastResponse
+		},
+	}
+}
+
+// budget is the most requests the probes runnable against t send.
+func budget(t *target) int {
+	n := 0
+	for _, p := range probes {
+		if p.needs(t) == "" {
+			n += p.max
+		}
+	}
+	return n
+}
+
+// run runs every probe against the target, in order, and returns the
+// results; it stops early if the target cannot be reached (see aborted).
+// step is called before each probe.
+func (r *runner) run(step func(i, n int, name string)) []result {
+	v := newVerdicts()
+	for i, p := range probes {
+		step(i, len(probes), p.name)
+		reason := p.needs(r.t)
+		if reason == "" && r.stop != "" {
+			reason = r.stop
+		}
+		if reason != "" {
+			for _, id := range p.rules {
+				v.skip(id, "%s", reason)
+			}
+			continue
+		}
+		p.run(r, v)
+		if r.aborted() != nil {
+			return nil
+		}
+	}
+	return v.results()
+}
