@@ -414,11 +414,14 @@ func probeConcurrent(r *runner, v *verdicts) {
 		v.fail("concurrent/409", "the retry ran instead of getting 409")
 	case a.ok() && b.replayOf(a) || b.ok() && a.replayOf(b):
 		v.pass("concurrent/once", "one ran, the other got its answer")
+		waited := b
 		if !b.replayOf(a) {
-			ran = b
+			ran, waited = b, a
 		}
-		if ran == a && r.t.hasSlow() && b.start.Before(a.got) {
-			v.fail("concurrent/409", "the retry, sent while the first request ran, waited for it and got its answer (%s) instead of 409: concurrent retries are queued", b)
+		// Sent before the other's answer came, while that one was slow:
+		// the target held it instead of answering 409.
+		if r.t.hasSlow() && waited.start.Before(ran.got) {
+			v.fail("concurrent/409", "a request sent while another with its key ran waited for it and got its answer (%s) instead of 409: concurrent retries are queued", waited)
 		} else {
 			v.skip("concurrent/409", "inconclusive: the first request finished before its retry arrived; make it slow with -slow-header or -slow-body")
 		}

@@ -41,6 +41,10 @@ func TestPlantedFaults(t *testing.T) {
 			[]want{{"key/bare-token", "SHOULD"}, {"key/parameters", "SHOULD"}}},
 		{"a bare key is a 500", faults{bare500: true},
 			[]want{{"key/bare-token", "SHOULD"}}},
+		{"a quoted key is a 500", faults{quoted500: true},
+			[]want{{"key/sf-string", "MUST"}}},
+		{"a bare key drops the connection", faults{bareAbort: true},
+			[]want{{"key/bare-token", "SHOULD"}}},
 		{"the first of two key lines is used", faults{firstLine: true},
 			[]want{{"key/two-lines", "SHOULD"}}},
 		{"a replay carries another request's body", faults{sharedBuffer: true},
@@ -71,6 +75,9 @@ func TestPlantedFaults(t *testing.T) {
 				if w.level == "MUST" {
 					wantExit = 1
 				}
+			}
+			if tr := rep.Targets[0]; tr.Requests > tr.Announced {
+				t.Errorf("sent %d requests, announced at most %d", tr.Requests, tr.Announced)
 			}
 			if code != wantExit || rep.Exit != code {
 				t.Errorf("exit status %d (report says %d), want %d%s", code, rep.Exit, wantExit, failures(rep))

@@ -138,7 +138,7 @@ did, 2 usage or connection error. See docs/idemcheck.md.
 		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return nil, usagef("unexpected argument %q (flags come first, each with its value)", fs.Arg(0))
 	}
 	return o, nil
 }
@@ -245,6 +245,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
+	var ue usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintln(stderr, "idemcheck:", err)
+		return 2
+	}
 	if err != nil {
 		return 2 // the flag package has printed the error and the usage
 	}
@@ -341,7 +346,7 @@ func writePlan(w io.Writer, targets []*target, skipped []string) {
 			if reason := p.needs(t); reason != "" {
 				fmt.Fprintf(w, "  %-20s not run: %s\n", p.name, reason)
 			} else {
-				fmt.Fprintf(w, "  %-20s %d requests at most\n", p.name, p.max)
+				fmt.Fprintf(w, "  %-20s at most %d %s\n", p.name, p.max, plural(p.max, "request"))
 			}
 		}
 	}
@@ -359,4 +364,11 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func plural(n int, word string) string {
+	if n == 1 {
+		return word
+	}
+	return word + "s"
 }

@@ -377,6 +377,11 @@ func (r *runner) run(step func(i, n int, name string)) []result {
 		if r.aborted() != nil {
 			return nil
 		}
+		if r.stop != "" {
+			for _, id := range p.rules {
+				v.skip(id, "%s", r.stop)
+			}
+		}
 	}
 	return v.results()
 }

@@ -173,6 +173,8 @@ type faults struct {
 	forget        bool // nothing is stored: every retry runs again
 	plainErrors   bool // errors are text/plain, without Link
 	guardGet      bool // GET requests are recorded too
+	quoted500     bool // a quoted key makes it fail with 500 (it only knows bare keys)
+	bareAbort     bool // a bare key crashes the handler: the connection drops without an answer
 }
 
 // handMade is a small idempotency middleware written the way many are,
@@ -221,6 +223,16 @@ func (m *handMade) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	lines := r.Header.Values("Idempotency-Key")
+	if len(lines) == 1 {
+		quoted := strings.HasPrefix(strings.TrimSpace(lines[0]), `"`)
+		switch {
+		case m.f.quoted500 && quoted:
+			http.Error(w, "internal error", http.StatusInternalServerError)
+			return
+		case m.f.bareAbort && !quoted:
+			panic(http.ErrAbortHandler)
+		}
+	}
 	if m.f.firstLine && len(lines) > 1 {
 		lines = lines[:1]
 	}
