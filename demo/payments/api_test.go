@@ -269,6 +269,95 @@ var apiCases = []struct {
 			t.Fatalf("balance %v", b)
 		}
 	}},
+	{"Charge/UnstorableInputRefusedBeforeTheProvider", func(t *testing.T, d *demo) {
+		// Each passes a naive check but cannot be written on some database
+		// (PostgreSQL refuses NUL and invalid UTF-8, the columns hold 200
+		// characters): it must be refused, and recorded, before the
+		// provider is asked for money.
+		long := newAccount()
+		long += strings.Repeat("x", 201-len(long))
+		for name, c := range map[string]struct{ account, body string }{
+			"nul in customer":    {newAccount(), `{"amount":500,"currency":"usd","customer":"cus\u0000x"}`},
+			"nul in description": {newAccount(), `{"amount":500,"currency":"usd","customer":"cus_1","description":"a\u0000b"}`},
+			"account too long":   {long, chargeBody},
+			"account not UTF-8":  {newAccount() + "\xff\xfe", chargeBody},
+			"amount beyond sums": {newAccount(), `{"amount":4611686018427387904,"currency":"usd","customer":"cus_1"}`},
+		} {
+			t.Run(name, func(t *testing.T) {
+				key := newKey()
+				for i := range 2 {
+					r := d.do(t, http.MethodPost, "/v1/charges", c.account, key, c.body)
+					r.problem(t, 400, "invalid-request")
+					if r.replayed() != (i == 1) {
+						t.Fatalf("attempt %d replayed=%v: the refusal must be recorded", i, r.replayed())
+					}
+				}
+				if p := d.provider(t, c.account); p["calls"] != 0.0 {
+					t.Fatalf("the provider was called for a charge that cannot be written: %v", p)
+				}
+				// The account's other endpoints answer 400 too, never 500.
+				for _, path := range []string{"/v1/balance", "/v1/charges", "/v1/charges/ch_X"} {
+					if r := d.do(t, http.MethodGet, path, c.account, "", ""); r.status >= 500 {
+						t.Fatalf("GET %s: %d %s", path, r.status, r.body)
+					}
+				}
+			})
+		}
+	}},
+	{"Charge/AnyUnicodeTextIsKept", func(t *testing.T, d *demo) {
+		acct := newAccount()
+		body := `{"amount":700,"currency":"eur","customer":"cus_日本語","description":"Überweisung — 5 € 🎉"}`
+		r := d.do(t, http.MethodPost, "/v1/charges", acct, newKey(), body)
+		if r.status != 201 {
+			t.Fatalf("charge with non-Latin text: %d %s", r.status, r.body)
+		}
+		got := d.do(t, http.MethodGet, "/v1/charges/"+r.json(t)["id"].(string), acct, "", "").json(t)
+		if got["customer"] != "cus_日本語" || got["description"] != "Überweisung — 5 € 🎉" {
+			t.Fatalf("text came back as %q / %q", got["customer"], got["description"])
+		}
+	}},
+	{"Charge/AccountsDifferingInCaseAreApart", func(t *testing.T, d *demo) {
+		upper := "ACCT_" + rand.Text()[:10]
+		lower := strings.ToLower(upper)
+		d.do(t, http.MethodPost, "/v1/charges", upper, newKey(), chargeBody)
+		id := d.do(t, http.MethodPost, "/v1/charges", lower, newKey(), chargeBody).json(t)["id"].(string)
+		if b := d.balance(t, upper); b["charges"] != 1.0 {
+			t.Fatalf("%s sees %v charges, want its own 1", upper, b["charges"])
+		}
+		d.do(t, http.MethodGet, "/v1/charges/"+id, upper, "", "").problem(t, 404, "not-found")
+		d.do(t, http.MethodGet, "/v1/charges/"+strings.ToLower(id), lower, "", "").problem(t, 404, "not-found")
+	}},
+	{"Charge/DatabaseFailureAfterTheProvider", func(t *testing.T, d *demo) {
+		// The charge row cannot be written (its table is away): every
+		// attempt fails with 500 after the provider answered, and is
+		// retried with the same key. The provider, given the request's
+		// idempotency key, takes the money once.
+		acct, key := newAccount(), newKey()
+		rename := func(from, to string) {
+			t.Helper()
+			if err := d.app.DB.Exec("ALTER TABLE " + from + " RENAME TO " + to).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+		rename("charges", "charges_away")
+		restored := false
+		defer func() {
+			if !restored {
+				rename("charges_away", "charges")
+			}
+		}()
+		for range 3 {
+			d.do(t, http.MethodPost, "/v1/charges", acct, key, chargeBody).problem(t, 500, "internal-error")
+		}
+		rename("charges_away", "charges")
+		restored = true
+		if r := d.do(t, http.MethodPost, "/v1/charges", acct, key, chargeBody); r.status != 201 || r.replayed() {
+			t.Fatalf("after the database came back: %d %s", r.status, r.body)
+		}
+		if p, b := d.provider(t, acct), d.balance(t, acct); p["authorizations"] != 1.0 || b["charges"] != 1.0 {
+			t.Fatalf("provider %v, balance %v: want 1 authorization for 1 charge", p, b)
+		}
+	}},
 	{"Charge/DeclinedIsRecorded", func(t *testing.T, d *demo) {
 		acct, key := newAccount(), newKey()
 		body := `{"amount":500,"currency":"eur","customer":"cus_declined"}`

@@ -4,6 +4,9 @@ package api
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -61,6 +64,26 @@ func account(r *http.Request) string {
 	return acct
 }
 
+// errNotGuarded: a charge reached the handler without an idempotency key
+// held for it, which only a server built without idemkit's middleware in
+// front of the API can do. No money is taken without a key to give the
+// provider.
+var errNotGuarded = errors.New("POST /v1/charges ran without an idempotency key held: the server must mount the API behind idemkit")
+
+// ProviderKey is the payment provider's idempotency key for the charge
+// made under the request key id: a hash of the scope (the account) and
+// the key, so that every attempt of one charge gives the provider the same
+// key, two accounts never share one, and the provider never sees the
+// account's bearer token.
+func ProviderKey(id idem.ID) string {
+	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	h.Write(n[:binary.PutUvarint(n[:], uint64(len(id.Scope)))])
+	h.Write([]byte(id.Scope))
+	h.Write([]byte(id.Key))
+	return "idem_" + hex.EncodeToString(h.Sum(nil))
+}
+
 // tx returns the request's business transaction: committed by the GORM
 // store together with the stored response, rolled back if none is stored.
 func (a *API) tx(ctx context.Context) func() (*gorm.DB, error) {
@@ -104,7 +127,14 @@ func (a *API) createCharge(w http.ResponseWriter, r *http.Request) {
 		a.writeProblem(w, 400, "invalid-request", "Invalid request", "The body must be a JSON object with amount, currency, customer and an optional description: "+err.Error())
 		return
 	}
-	c, err := payments.CreateCharge(r.Context(), a.tx(r.Context()), a.Provider, account(r), req, a.Now())
+	// The provider gets an idempotency key of its own for this charge: the
+	// same for every attempt of it, as the request's key is.
+	held, ok := idem.HeldKey(r.Context())
+	if !ok {
+		a.fail(w, r, errNotGuarded)
+		return
+	}
+	c, err := payments.CreateCharge(r.Context(), a.tx(r.Context()), a.Provider, account(r), ProviderKey(held.ID), req, a.Now())
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -189,6 +219,9 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		a.writeProblem(w, 404, "not-found", "Not found", "No such charge for this account.")
 	case errors.Is(err, payments.ErrOverRefund):
 		a.writeProblem(w, 400, "refund-too-large", "Refund too large", err.Error()+".")
+	case errors.Is(err, payments.ErrLeaseLost):
+		a.Logger.WarnContext(r.Context(), "charge abandoned: its idempotency lease was lost while the provider worked")
+		a.writeProblem(w, 503, "lease-lost", "Request superseded", "This attempt lost its hold on the Idempotency-Key while it ran, so it wrote nothing. Not recorded: retry with the same Idempotency-Key to get the charge's outcome.")
 	case errors.Is(err, payments.ErrProviderDown):
 		a.writeProblem(w, 503, "provider-unavailable", "Payment provider unavailable", "The payment provider failed transiently. No charge was made; retry with the same Idempotency-Key.")
 	default:

@@ -1,6 +1,7 @@
 // Package payments is the demo's business logic: charges, refunds and
-// balances per account, stored with GORM. It knows nothing about HTTP or
-// idempotency; the API layer decides which transaction it writes in.
+// balances per account, stored with GORM, and the simulated payment
+// provider. It knows nothing about HTTP; the API layer decides which
+// transaction it writes in and which idempotency key the provider gets.
 package payments
 
 import (
@@ -8,15 +9,15 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
+	idem "github.com/idemkit/idemkit/core"
 	"gorm.io/gorm"
 )
 
 // Charge is a payment taken from a customer.
 type Charge struct {
-	ID          string    `gorm:"primaryKey;size:40"`
+	ID          string    `gorm:"primaryKey;size:40"` // idSize
 	Account     string    `gorm:"size:200;not null;index:idx_charges_account_created,priority:1"`
 	Amount      int64     `gorm:"not null"`
 	Refunded    int64     `gorm:"not null;default:0"`
@@ -52,64 +53,71 @@ var (
 	ErrProviderDown = errors.New("payment provider unavailable")
 	ErrNotFound     = errors.New("not found")
 	ErrOverRefund   = errors.New("refund exceeds the charge's unrefunded amount")
+	// ErrLeaseLost: the request lost its hold on its idempotency key
+	// while it ran, so another attempt may be charging now; this one
+	// writes nothing.
+	ErrLeaseLost = errors.New("the request lost its idempotency key while it ran; nothing was written")
 )
 
 // DeclinedCustomer is the customer whose card is always declined.
 const DeclinedCustomer = "cus_declined"
 
-// Migrate creates the demo's tables.
+// Migrate creates the demo's tables. On MySQL and MariaDB they are made
+// utf8mb4 with a binary collation, whatever the server's defaults: a
+// server default of latin1 refuses most non-Latin text, and a
+// case-insensitive collation would let account "ACCT_1" read the charges
+// of "acct_1". Tables created earlier are left as they are.
 func Migrate(ctx context.Context, db *gorm.DB) error {
-	return db.WithContext(ctx).AutoMigrate(&Charge{}, &Refund{})
-}
-
-// ChargeRequest is the body of POST /v1/charges.
-type ChargeRequest struct {
-	Amount      int64  `json:"amount"`
-	Currency    string `json:"currency"`
-	Customer    string `json:"customer"`
-	Description string `json:"description"`
-}
-
-// Validate reports the first problem with r, wrapped in ErrInvalid.
-func (r *ChargeRequest) Validate() error {
-	switch {
-	case r.Amount <= 0:
-		return fmt.Errorf("%w: amount must be a positive integer number of cents", ErrInvalid)
-	case !isCurrency(r.Currency):
-		return fmt.Errorf("%w: currency must be three lowercase letters", ErrInvalid)
-	case strings.TrimSpace(r.Customer) == "" || len(r.Customer) > 200:
-		return fmt.Errorf("%w: customer must be a non-empty string of at most 200 bytes", ErrInvalid)
-	case len(r.Description) > 1000:
-		return fmt.Errorf("%w: description must be at most 1000 bytes", ErrInvalid)
+	db = db.WithContext(ctx)
+	if db.Dialector.Name() == "mysql" {
+		db = db.Set("gorm:table_options", "DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin")
 	}
-	return nil
-}
-
-func isCurrency(s string) bool {
-	if len(s) != 3 {
-		return false
-	}
-	for i := range 3 {
-		if s[i] < 'a' || s[i] > 'z' {
-			return false
-		}
-	}
-	return true
+	return db.AutoMigrate(&Charge{}, &Refund{})
 }
 
 // CreateCharge authorizes the payment with the provider, then records the
 // charge in tx. The provider is called before tx is used, so no database
 // transaction stays open while the provider takes its time.
-func CreateCharge(ctx context.Context, tx func() (*gorm.DB, error), p Authorizer, account string, r ChargeRequest, now time.Time) (Charge, error) {
+//
+// Everything that could keep the charge from being written is checked
+// before the provider is asked for money: a charge the database would
+// refuse fails with ErrInvalid, having taken nothing. providerKey is the
+// provider's idempotency key for this logical charge, the same for every
+// attempt of it: if an attempt fails after the provider took the money
+// (the database failed, the answer was lost, the lease on the request's
+// idempotency key was lost), the next attempt gets the provider's first
+// authorization back instead of taking the money again.
+//
+// ctx is the request's context. If it is cancelled with cause
+// idem.ErrLeaseLost (another attempt may now hold the request's key),
+// nothing is written and the error wraps ErrLeaseLost.
+func CreateCharge(ctx context.Context, tx func() (*gorm.DB, error), p Authorizer, account, providerKey string, r ChargeRequest, now time.Time) (Charge, error) {
+	if err := ValidAccount(account); err != nil {
+		return Charge{}, err
+	}
 	if err := r.Validate(); err != nil {
 		return Charge{}, err
 	}
-	if err := p.Authorize(ctx, Authorization{Account: account, Customer: r.Customer, Amount: r.Amount, Currency: r.Currency}); err != nil {
+	if providerKey == "" {
+		return Charge{}, errors.New("no idempotency key for the payment provider")
+	}
+	err := p.Authorize(ctx, Authorization{IdempotencyKey: providerKey, Account: account, Customer: r.Customer, Amount: r.Amount, Currency: r.Currency})
+	if leaseLost(ctx) {
+		return Charge{}, fmt.Errorf("%w: %w", ErrLeaseLost, context.Cause(ctx))
+	}
+	if err != nil {
 		return Charge{}, err
 	}
 	db, err := tx()
 	if err != nil {
 		return Charge{}, err
+	}
+	// Checked again once the transaction is ours (BEGIN may have waited for
+	// the database's writer). The lease may still go between here and the
+	// commit; then the store's completion, fenced by the owner token, fails
+	// and rolls this write back.
+	if leaseLost(ctx) {
+		return Charge{}, fmt.Errorf("%w: %w", ErrLeaseLost, context.Cause(ctx))
 	}
 	c := Charge{
 		ID: newID("ch_"), Account: account, Amount: r.Amount, Currency: r.Currency,
@@ -126,6 +134,12 @@ func CreateCharge(ctx context.Context, tx func() (*gorm.DB, error), p Authorizer
 	return c, nil
 }
 
+// leaseLost reports whether ctx was cancelled because the request lost its
+// idempotency key.
+func leaseLost(ctx context.Context) bool {
+	return ctx.Err() != nil && errors.Is(context.Cause(ctx), idem.ErrLeaseLost)
+}
+
 // RefundRequest is the body of POST /v1/refunds.
 type RefundRequest struct {
 	Charge string `json:"charge"`
@@ -136,8 +150,14 @@ type RefundRequest struct {
 // total moves in one conditional UPDATE, so two concurrent refunds can never
 // together exceed the charge.
 func CreateRefund(_ context.Context, tx func() (*gorm.DB, error), account string, r RefundRequest, now time.Time) (Refund, error) {
+	if err := ValidAccount(account); err != nil {
+		return Refund{}, err
+	}
 	if r.Charge == "" || r.Amount <= 0 {
 		return Refund{}, fmt.Errorf("%w: charge must be a charge id and amount a positive integer", ErrInvalid)
+	}
+	if !storable(r.Charge, idSize) {
+		return Refund{}, ErrNotFound // no charge has such an id, and the database may not take it
 	}
 	db, err := tx()
 	if err != nil {
@@ -171,6 +191,12 @@ func CreateRefund(_ context.Context, tx func() (*gorm.DB, error), account string
 // GetCharge returns account's charge id, or ErrNotFound (also for another
 // account's charge, which must not be distinguishable from a missing one).
 func GetCharge(ctx context.Context, db *gorm.DB, account, id string) (Charge, error) {
+	if err := ValidAccount(account); err != nil {
+		return Charge{}, err
+	}
+	if !storable(id, idSize) {
+		return Charge{}, ErrNotFound
+	}
 	var c Charge
 	err := db.WithContext(ctx).Where("id = ? AND account = ?", id, account).Take(&c).Error
 	if errors.Is(err, gorm.ErrRecordNotFound) {
@@ -182,6 +208,9 @@ func GetCharge(ctx context.Context, db *gorm.DB, account, id string) (Charge, er
 // ListCharges returns account's most recent charges, newest first.
 func ListCharges(ctx context.Context, db *gorm.DB, account string, limit int) ([]Charge, error) {
 	charges := []Charge{}
+	if err := ValidAccount(account); err != nil {
+		return charges, err
+	}
 	err := db.WithContext(ctx).Where("account = ?", account).Order("created DESC, id DESC").Limit(limit).Find(&charges).Error
 	return charges, err
 }
@@ -189,6 +218,9 @@ func ListCharges(ctx context.Context, db *gorm.DB, account string, limit int) ([
 // GetBalance sums account's charges and refunds.
 func GetBalance(ctx context.Context, db *gorm.DB, account string) (Balance, error) {
 	var b Balance
+	if err := ValidAccount(account); err != nil {
+		return b, err
+	}
 	db = db.WithContext(ctx)
 	err := db.Model(&Charge{}).Where("account = ?", account).
 		Select("COALESCE(SUM(amount), 0) AS charged, COUNT(*) AS charges").Scan(&b).Error

@@ -2,6 +2,7 @@ package payments
 
 import (
 	"context"
+	"errors"
 	mrand "math/rand/v2"
 	"sync"
 	"time"
@@ -16,37 +17,70 @@ type Authorizer interface {
 // Authorization asks the provider to take an amount from a customer on
 // behalf of an account.
 type Authorization struct {
-	Account  string
-	Customer string
-	Amount   int64
-	Currency string
+	// IdempotencyKey names the logical payment, as real providers take it:
+	// every attempt of one payment sends the same key, and the provider
+	// answers a repeated key with its first answer without taking the
+	// money again. Empty: no deduplication.
+	IdempotencyKey string
+	Account        string
+	Customer       string
+	Amount         int64
+	Currency       string
 }
 
 // Counts is what the provider did for one account.
 type Counts struct {
 	// Calls counts the authorization requests that reached the provider.
 	Calls int64 `json:"calls"`
-	// Authorizations counts the times money was taken.
+	// Authorizations counts the times money was taken: never more than
+	// once for one idempotency key.
 	Authorizations int64 `json:"authorizations"`
 }
 
+// DefaultKeyRetention is how long the provider remembers an idempotency
+// key when Provider.KeyRetention is zero: as long as the demo remembers
+// its own keys by default, so that no retry the demo runs again can find
+// the provider's memory of the payment gone.
+const DefaultKeyRetention = 24 * time.Hour
+
+// ErrProviderKeyReused: the provider got an idempotency key it knows with
+// another payment.
+var ErrProviderKeyReused = errors.New("payment provider: idempotency key reused with another payment")
+
 // Provider simulates the card network: it takes time and sometimes fails,
-// and it counts what it did per account, so that tests can hold the money
-// taken against the charges recorded. Use it by pointer; the zero value is
-// a provider that answers at once and never fails.
+// deduplicates by idempotency key, and counts what it did per account, so
+// that tests can hold the money taken against the charges recorded. Use it
+// by pointer; the zero value is a provider that answers at once and never
+// fails.
 type Provider struct {
-	Latency     time.Duration
-	FailureRate float64 // 0..1: probability of a transient failure
+	Latency      time.Duration
+	FailureRate  float64       // 0..1: probability of a transient failure
+	KeyRetention time.Duration // default DefaultKeyRetention
+
+	now func() time.Time // default time.Now; tests move it
 
 	mu     sync.Mutex
 	counts map[string]*Counts
+	keys   map[string]*answer
+	order  []*answer // keys in the order they came, for expiry
+}
+
+// answer is the provider's first final answer to an idempotency key.
+type answer struct {
+	key  string
+	auth Authorization
+	err  error // nil (authorized) or ErrDeclined
+	at   time.Time
 }
 
 // Authorize asks the provider to take the money. It fails with ErrDeclined
 // for DeclinedCustomer and with ErrProviderDown, at the configured rate,
 // for a transient failure. Like a remote provider, it decides as soon as
 // the request reaches it: a caller that stops waiting during the latency
-// gets ctx's error, but the money may have been taken.
+// gets ctx's error, but the money may have been taken, and the next
+// attempt with the same idempotency key learns the answer. Final answers
+// (authorized, declined) are kept per key; a transient failure is not,
+// so the next attempt tries again.
 func (p *Provider) Authorize(ctx context.Context, a Authorization) error {
 	if err := ctx.Err(); err != nil {
 		return err // never sent
@@ -68,16 +102,60 @@ func (p *Provider) Authorize(ctx context.Context, a Authorization) error {
 func (p *Provider) decide(a Authorization) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	now := p.clock()
+	p.expire(now)
 	c := p.countsOf(a.Account)
 	c.Calls++
+	if a.IdempotencyKey != "" {
+		if first := p.keys[a.IdempotencyKey]; first != nil {
+			if first.auth != a {
+				return ErrProviderKeyReused
+			}
+			return first.err
+		}
+	}
+	var err error
 	switch {
 	case p.FailureRate > 0 && mrand.Float64() < p.FailureRate:
 		return ErrProviderDown
 	case a.Customer == DeclinedCustomer:
-		return ErrDeclined
+		err = ErrDeclined
+	default:
+		c.Authorizations++
 	}
-	c.Authorizations++
-	return nil
+	if a.IdempotencyKey != "" {
+		if p.keys == nil {
+			p.keys = map[string]*answer{}
+		}
+		ans := &answer{key: a.IdempotencyKey, auth: a, err: err, at: now}
+		p.keys[ans.key] = ans
+		p.order = append(p.order, ans)
+	}
+	return err
+}
+
+// expire forgets the keys older than the retention, oldest first.
+func (p *Provider) expire(now time.Time) {
+	keep := p.KeyRetention
+	if keep <= 0 {
+		keep = DefaultKeyRetention
+	}
+	n := 0
+	for n < len(p.order) && now.Sub(p.order[n].at) >= keep {
+		delete(p.keys, p.order[n].key)
+		n++
+	}
+	if n > 0 {
+		clear(p.order[:n])
+		p.order = p.order[n:]
+	}
+}
+
+func (p *Provider) clock() time.Time {
+	if p.now != nil {
+		return p.now()
+	}
+	return time.Now()
 }
 
 func (p *Provider) countsOf(account string) *Counts {
