@@ -262,7 +262,7 @@ func probeChanged(r *runner, v *verdicts) {
 		v.breach("payload/changed", "another payload with a used key ran (%s)", b)
 		v.fail("payload/changed-422", "ran (%s), not 422", b)
 	case b.is(422):
-		v.pass("payload/changed", "refused")
+		v.pass("payload/changed", "refused with 422, neither run nor replayed")
 		v.pass("payload/changed-422", "refused with 422")
 		r.noteError("payload/changed", b)
 	default:

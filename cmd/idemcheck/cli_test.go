@@ -218,3 +218,32 @@ func TestRulesAndProbes(t *testing.T) {
 		t.Errorf("probes name %d rules, the table has %d", len(owner), len(rules))
 	}
 }
+
+// TestOpenAPIDryRunMethods: with -openapi, -X given limits the operations;
+// without it, POST and PATCH are both checked.
+func TestOpenAPIDryRunMethods(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, []string{"POST http://127.0.0.1:1/v1/things", "PATCH http://127.0.0.1:1/v1/things/obj_0001"}},
+		{[]string{"-X", "POST"}, []string{"POST http://127.0.0.1:1/v1/things"}},
+		{[]string{"-X", "patch"}, []string{"PATCH http://127.0.0.1:1/v1/things/obj_0001"}},
+	} {
+		var stdout, stderr bytes.Buffer
+		args := append([]string{"-url", "http://127.0.0.1:1", "-openapi", "testdata/openapi.yaml", "-dry-run"}, tt.args...)
+		if code := run(args, &stdout, &stderr); code != 0 {
+			t.Fatalf("%v: exit status %d: %s", tt.args, code, stderr.String())
+		}
+		var got []string
+		for _, line := range strings.Split(stdout.String(), "\n") {
+			if strings.HasPrefix(line, "POST ") || strings.HasPrefix(line, "PATCH ") {
+				name, _, _ := strings.Cut(line, ": at most")
+				got = append(got, name)
+			}
+		}
+		if strings.Join(got, "|") != strings.Join(tt.want, "|") {
+			t.Errorf("%v: checks %q, want %q", tt.args, got, tt.want)
+		}
+	}
+}

@@ -100,6 +100,7 @@ type options struct {
 	slowHeader, failHeader headerFlags
 	slowBody, keyHeader    string
 	timeout, slowTimeout   time.Duration
+	methodSet              bool // -X was given
 }
 
 func parseFlags(args []string, stderr io.Writer) (*options, error) {
@@ -137,6 +138,7 @@ did, 2 usage or connection error. See docs/idemcheck.md.
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	fs.Visit(func(f *flag.Flag) { o.methodSet = o.methodSet || f.Name == "X" })
 	if fs.NArg() > 0 {
 		return nil, usagef("unexpected argument %q (flags come first, each with its value)", fs.Arg(0))
 	}
@@ -208,7 +210,7 @@ func (o *options) targets() ([]*target, []string, error) {
 			return nil, nil, usagef("-d and -openapi exclude each other: the bodies come from the document's examples")
 		}
 		only := ""
-		if o.method != "POST" {
+		if o.methodSet {
 			only = method
 		}
 		return openapiTargets(o.openapi, o.url, only, base)

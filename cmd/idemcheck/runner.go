@@ -114,7 +114,7 @@ func (x *exchange) String() string {
 	}
 	s := fmt.Sprint(x.status)
 	if x.replayed() {
-		s += " (marked replayed)"
+		s += ", marked replayed"
 	}
 	return s
 }
