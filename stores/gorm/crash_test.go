@@ -49,7 +49,7 @@ func crashEvidence(s *Store, tx *gorm.DB, charges string) string {
 	if err := tx.Raw("SELECT COUNT(*) FROM " + charges).Scan(&n).Error; err != nil {
 		return err.Error()
 	}
-	rec, err := s.get(tx, idem.ID{Key: crashKey})
+	rec, err := getOn(s, tx, idem.ID{Key: crashKey})
 	if err != nil {
 		return err.Error()
 	}

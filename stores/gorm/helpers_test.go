@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	idem "github.com/idemkit/idemkit/core"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -201,4 +202,10 @@ func testCtx(tb testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	tb.Cleanup(cancel)
 	return ctx
+}
+
+// getOn reads id's record through db (a transaction, say).
+func getOn(s *Store, db *gorm.DB, id idem.ID) (idem.Record, error) {
+	scope, key := hashID(id)
+	return s.get(db, id, scope, key)
 }

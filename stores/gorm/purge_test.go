@@ -20,14 +20,15 @@ func insertCompleted(t *testing.T, s *Store, prefix string, n int, expires time.
 		rows := min(perStatement, n-done)
 		var sql strings.Builder
 		sql.WriteString("INSERT INTO " + s.sql.quotedTableName +
-			" (idem_scope, idem_key, fingerprint, idem_state, owner_token, lease_until, created_at, expires_at, resp_status) VALUES ")
-		args := make([]any, 0, rows*4)
+			" (scope_hash, key_hash, fingerprint, idem_state, owner_token, lease_until, created_at, expires_at, resp_status) VALUES ")
+		args := make([]any, 0, rows*5)
 		for i := range rows {
 			if i > 0 {
 				sql.WriteString(", ")
 			}
-			sql.WriteString("('', ?, ?, 2, 'tok', ?, 0, ?, 200)")
-			args = append(args, fmt.Sprintf("%s-%06d", prefix, done+i), fpA[:], nanos(expires), nanos(expires))
+			sql.WriteString("(?, ?, ?, 2, 'tok', ?, 0, ?, 200)")
+			scope, key := hashID(idem.ID{Key: fmt.Sprintf("%s-%06d", prefix, done+i)})
+			args = append(args, scope, key, fpA[:], nanos(expires), nanos(expires))
 		}
 		if err := s.db.Exec(sql.String(), args...).Error; err != nil {
 			t.Fatal(err)

@@ -30,10 +30,11 @@ func dialectOf(db *gorm.DB) (dialect, error) {
 }
 
 // Column names avoid every reserved word of every dialect, and are quoted
-// all the same.
+// all the same. A record is keyed by the SHA-256 of its scope and of its
+// key (see hashID), never by the values themselves.
 const (
-	colScope       = "idem_scope"
-	colKey         = "idem_key"
+	colScope       = "scope_hash"
+	colKey         = "key_hash"
 	colFingerprint = "fingerprint"
 	colState       = "idem_state"
 	colToken       = "owner_token"
@@ -67,6 +68,12 @@ type statements struct {
 	purge           string
 	createTable     []string
 	quotedTableName string
+	// checkSchema reads the key columns of no row: it fails on a table
+	// created by an earlier version of the store.
+	checkSchema string
+	// held is the condition of a batch renewal on one lock, repeated with
+	// OR per lock in the batch (see renewBatchSQL).
+	held string
 }
 
 // sqlWriter builds SQL with identifiers quoted by the GORM dialector, the
@@ -176,6 +183,12 @@ func buildStatements(db *gorm.DB, d dialect, table string) statements {
 	owned()
 	st.release = w.done()
 
+	w.s("SELECT ").ids(colScope, colKey).s(" FROM " + t + " WHERE 1 = 0")
+	st.checkSchema = w.done()
+
+	w.s("(").id(colScope).s(" = ? AND ").id(colKey).s(" = ? AND ").id(colToken).s(" = ?)")
+	st.held = w.done()
+
 	switch d {
 	case dialectPostgres:
 		// SKIP LOCKED: rows a request is updating right now wait for the
@@ -209,8 +222,8 @@ func schemaSQL(w *sqlWriter, d dialect, table string) []string {
 	// Times are BIGINT Unix nanoseconds everywhere: exact, and compared the
 	// same way on every dialect.
 	columns := []column{
-		{colScope, "TEXT NOT NULL", "text NOT NULL", "varbinary(255) NOT NULL"},
-		{colKey, "TEXT NOT NULL", "text NOT NULL", "varbinary(255) NOT NULL"},
+		{colScope, "BLOB NOT NULL", "bytea NOT NULL", "binary(32) NOT NULL"},
+		{colKey, "BLOB NOT NULL", "bytea NOT NULL", "binary(32) NOT NULL"},
 		{colFingerprint, "BLOB NOT NULL", "bytea NOT NULL", "binary(32) NOT NULL"},
 		{colState, "INTEGER NOT NULL", "smallint NOT NULL", "tinyint NOT NULL"},
 		{colToken, "TEXT NOT NULL", "text NOT NULL", "varbinary(255) NOT NULL"},

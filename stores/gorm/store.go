@@ -2,7 +2,10 @@ package gormstore
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"database/sql/driver"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -136,7 +139,8 @@ func (s *Store) SchemaSQL() []string {
 }
 
 // AutoMigrate creates the table and its expiry index unless they exist. It
-// does not alter an existing table.
+// does not alter an existing table, and fails on one created by an earlier
+// version of the store, whose key columns differ.
 func (s *Store) AutoMigrate(ctx context.Context) error {
 	db := s.db.WithContext(ctx)
 	for _, stmt := range s.sql.createTable {
@@ -144,8 +148,33 @@ func (s *Store) AutoMigrate(ctx context.Context) error {
 			return fmt.Errorf("gormstore: migrate %s: %w", s.table, err)
 		}
 	}
+	if err := db.Exec(s.sql.checkSchema).Error; err != nil {
+		return fmt.Errorf("gormstore: table %s exists without the columns %s and %s: it was created by an earlier "+
+			"version of the store; recreate it (README, \"Upgrading\"): %w", s.table, colScope, colKey, err)
+	}
 	return nil
 }
+
+// hashID returns the values of id's key columns: the SHA-256 of its scope
+// and of its key. Any byte string, of any length, is then a valid scope or
+// key on every dialect (not UTF-8, holding NUL, a JWT of 1 KB used as
+// tenant), compared exactly (no collation folds case or pads spaces), and
+// never cut to a column's length; two different scopes or keys would need
+// a SHA-256 collision to share a record. The database never holds the
+// values themselves, so tenants' credentials used as scopes are not kept at
+// rest either; Get and Acquire return the caller's own ID.
+func hashID(id idem.ID) (scope, key blob) {
+	s, k := sha256.Sum256([]byte(id.Scope)), sha256.Sum256([]byte(id.Key))
+	return s[:], k[:]
+}
+
+// blob is a binary statement argument. GORM expands a plain []byte that
+// directly follows "(" in raw SQL into a list of its bytes, as for an IN
+// list; a driver.Valuer is always bound as one value.
+type blob []byte
+
+// Value implements driver.Valuer.
+func (b blob) Value() (driver.Value, error) { return []byte(b), nil }
 
 // nanos is t as stored: Unix nanoseconds.
 func nanos(t time.Time) int64 { return t.UnixNano() }
@@ -171,10 +200,11 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 	wctx, cancel := s.writeContext(ctx, a.LeaseUntil.Sub(a.Now))
 	defer cancel()
 	wdb := s.db.WithContext(wctx)
-	fp := a.Fingerprint[:]
+	fp := blob(a.Fingerprint[:])
 	now, lease, expires := nanos(a.Now), nanos(a.LeaseUntil), nanos(a.ExpiresAt)
+	scope, key := hashID(a.ID)
 	for range maxAttempts {
-		created, rec, err := s.findOrCreate(wctx, db, a.ID, fp, a.Token, lease, now, expires)
+		created, rec, err := s.findOrCreate(wctx, db, a.ID, scope, key, fp, a.Token, lease, now, expires)
 		if created {
 			return s.acquired(ctx, a), idem.Created, nil
 		}
@@ -191,11 +221,11 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 		switch {
 		case rec.Expired(a.Now):
 			res = wdb.Exec(s.sql.replaceExpired, fp, a.Token, lease, now, expires,
-				a.ID.Scope, a.ID.Key, now, now)
+				scope, key, now, now)
 		case rec.State == idem.InFlight && !a.Now.Before(rec.LeaseUntil) && rec.Fingerprint == a.Fingerprint:
 			outcome = idem.TookOver
 			res = wdb.Exec(s.sql.takeOverLapsed, a.Token, lease, now, expires,
-				a.ID.Scope, a.ID.Key, now, now, fp)
+				scope, key, now, now, fp)
 		default:
 			return rec, idem.Existing, nil
 		}
@@ -243,12 +273,12 @@ func (s *Store) writeContext(ctx context.Context, bound time.Duration) (context.
 // returns the record it found, or idem.ErrNotFound if neither: the key was
 // taken after the read, or freed after the INSERT failed.
 // The read runs on db, the INSERT under writeCtx.
-func (s *Store) findOrCreate(writeCtx context.Context, db *gorm.DB, id idem.ID, fp []byte, token string, lease, now, expires int64) (bool, idem.Record, error) {
-	rec, err := s.get(db, id)
+func (s *Store) findOrCreate(writeCtx context.Context, db *gorm.DB, id idem.ID, scope, key, fp blob, token string, lease, now, expires int64) (bool, idem.Record, error) {
+	rec, err := s.get(db, id, scope, key)
 	if !errors.Is(err, idem.ErrNotFound) {
 		return false, rec, err
 	}
-	created, err := s.insert(writeCtx, id, fp, token, lease, now, expires)
+	created, err := s.insert(writeCtx, scope, key, fp, token, lease, now, expires)
 	if err == nil && !created {
 		err = idem.ErrNotFound
 	}
@@ -257,8 +287,8 @@ func (s *Store) findOrCreate(writeCtx context.Context, db *gorm.DB, id idem.ID, 
 
 // insert writes a new in-flight record unless one exists for the ID, and
 // reports whether it did.
-func (s *Store) insert(ctx context.Context, id idem.ID, fp []byte, token string, lease, now, expires int64) (bool, error) {
-	res := s.insertDB.WithContext(ctx).Exec(s.sql.insert, id.Scope, id.Key, fp, token, lease, now, expires)
+func (s *Store) insert(ctx context.Context, scope, key, fp blob, token string, lease, now, expires int64) (bool, error) {
+	res := s.insertDB.WithContext(ctx).Exec(s.sql.insert, scope, key, fp, token, lease, now, expires)
 	if res.Error != nil {
 		// MySQL has no DO NOTHING that reports reliably whether it wrote
 		// (INSERT IGNORE would also truncate overlong values silently), so
@@ -304,7 +334,8 @@ func (s *Store) Renew(ctx context.Context, id idem.ID, token string, leaseUntil 
 		return err
 	}
 	db := s.db.WithContext(s.stmtContext(ctx))
-	res := db.Exec(s.sql.renew, nanos(leaseUntil), id.Scope, id.Key, token)
+	scope, key := hashID(id)
+	res := db.Exec(s.sql.renew, nanos(leaseUntil), scope, key, token)
 	if res.Error != nil {
 		return fmt.Errorf("gormstore: renew: %w", res.Error)
 	}
@@ -312,7 +343,7 @@ func (s *Store) Renew(ctx context.Context, id idem.ID, token string, leaseUntil 
 		// MySQL counts changed rows, not matched ones: renewing to the
 		// lease already stored changes nothing, yet the token holds.
 		var one int
-		switch err := scanRow(db.Raw(s.sql.checkOwner, id.Scope, id.Key, token).Row(), db, &one); {
+		switch err := scanRow(db.Raw(s.sql.checkOwner, scope, key, token).Row(), db, &one); {
 		case err == nil:
 			return nil
 		case !errors.Is(err, sql.ErrNoRows):
@@ -333,8 +364,9 @@ func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.C
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	scope, key := hashID(id)
 	args := []any{c.Response.Status, appendHeader(nil, c.Response.Header), c.Response.Body,
-		nanos(c.CompletedAt), nanos(c.ExpiresAt), id.Scope, id.Key, token}
+		nanos(c.CompletedAt), nanos(c.ExpiresAt), scope, key, token}
 	tx, err := takeTx(ctx, token)
 	if err != nil {
 		return err
@@ -385,7 +417,8 @@ func (s *Store) Release(ctx context.Context, id idem.ID, token string) error {
 	if tx, _ := takeTx(ctx, token); tx != nil {
 		tx.Rollback()
 	}
-	res := s.db.WithContext(s.stmtContext(ctx)).Exec(s.sql.release, id.Scope, id.Key, token)
+	scope, key := hashID(id)
+	res := s.db.WithContext(s.stmtContext(ctx)).Exec(s.sql.release, scope, key, token)
 	if res.Error != nil {
 		return fmt.Errorf("gormstore: release: %w", res.Error)
 	}
@@ -400,22 +433,24 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return idem.Record{}, err
 	}
-	rec, err := s.get(s.db.WithContext(s.stmtContext(ctx)), id)
+	scope, key := hashID(id)
+	rec, err := s.get(s.db.WithContext(s.stmtContext(ctx)), id, scope, key)
 	if err != nil && !errors.Is(err, idem.ErrNotFound) {
 		return rec, fmt.Errorf("gormstore: get: %w", err)
 	}
 	return rec, err
 }
 
-func (s *Store) get(db *gorm.DB, id idem.ID) (idem.Record, error) {
+// get reads id's record, whose key columns hold scope and key (hashID).
+func (s *Store) get(db *gorm.DB, id idem.ID, scope, key blob) (idem.Record, error) {
 	var r recordRow
-	if err := scanRow(db.Raw(s.sql.selectRecord, id.Scope, id.Key).Row(), db, r.dest()...); err != nil {
+	if err := scanRow(db.Raw(s.sql.selectRecord, scope, key).Row(), db, r.dest()...); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return idem.Record{ID: id}, idem.ErrNotFound
 		}
 		return idem.Record{ID: id}, err
 	}
-	return s.toRecord(id, &r)
+	return s.toRecord(id, key, &r)
 }
 
 // scanRow scans row, which GORM leaves nil if it did not run the query.
@@ -444,13 +479,13 @@ func (r *recordRow) dest() []any {
 	return []any{&r.fp, &r.state, &r.token, &r.lease, &r.created, &r.completed, &r.expires, &r.status, &r.header, &r.body}
 }
 
-// toRecord checks and converts a row.
-func (s *Store) toRecord(id idem.ID, r *recordRow) (idem.Record, error) {
+// toRecord checks and converts the row of id, whose key hash is key.
+func (s *Store) toRecord(id idem.ID, key blob, r *recordRow) (idem.Record, error) {
 	rec := idem.Record{ID: id}
 	state := idem.State(r.state.Int64)
 	if len(r.fp) != len(rec.Fingerprint) || (state != idem.InFlight && state != idem.Completed) ||
 		!r.token.Valid || !r.lease.Valid || !r.created.Valid || !r.expires.Valid {
-		return rec, s.corrupt(id)
+		return rec, s.corrupt(key)
 	}
 	copy(rec.Fingerprint[:], r.fp)
 	rec.State = state
@@ -464,7 +499,7 @@ func (s *Store) toRecord(id idem.ID, r *recordRow) (idem.Record, error) {
 	if state == idem.Completed {
 		h, err := decodeHeader(r.header)
 		if err != nil {
-			return rec, s.corrupt(id)
+			return rec, s.corrupt(key)
 		}
 		body := r.body
 		if body == nil {
@@ -475,8 +510,11 @@ func (s *Store) toRecord(id idem.ID, r *recordRow) (idem.Record, error) {
 	return rec, nil
 }
 
-func (s *Store) corrupt(id idem.ID) error {
-	return fmt.Errorf("gormstore: record %q in table %s is corrupt", id.Key, s.table)
+// corrupt reports a damaged record. Its error is logged and recorded on
+// spans, so it names the key as the Engine's events do (key_hash: the first
+// 12 hex digits of its SHA-256), never in clear.
+func (s *Store) corrupt(key blob) error {
+	return fmt.Errorf("gormstore: the record with key_hash %s in table %s is corrupt", hex.EncodeToString(key[:6]), s.table)
 }
 
 // Purge implements idem.Store: one DELETE of at most limit expired records,

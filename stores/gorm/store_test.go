@@ -137,20 +137,6 @@ func TestTimesExact(t *testing.T) {
 	}
 }
 
-// TestMySQLOverlongScope: a scope longer than the column fails loudly; it
-// is never truncated into another tenant's scope.
-func TestMySQLOverlongScope(t *testing.T) {
-	s := newStore(t, openMySQL(t))
-	ctx := testCtx(t)
-	long := strings.Repeat("s", 300)
-	if _, _, err := s.Acquire(ctx, acquireAt(idem.ID{Scope: long, Key: "k"}, "tok", t0)); err == nil {
-		t.Fatal("Acquire with a 300-byte scope succeeded; want an error, not truncation")
-	}
-	if _, err := s.Get(ctx, idem.ID{Scope: long[:255], Key: "k"}); !errors.Is(err, idem.ErrNotFound) {
-		t.Fatalf("Get of the truncated scope: %v, want ErrNotFound", err)
-	}
-}
-
 // logRecorder is a GORM logger that keeps what it is asked to log.
 type logRecorder struct {
 	logger.Interface
@@ -272,7 +258,7 @@ func TestCorruptRecord(t *testing.T) {
 			if err := tx.Exec("UPDATE " + s.sql.quotedTableName + " SET " + c.set).Error; err != nil {
 				t.Fatal(err)
 			}
-			_, err := s.get(tx.WithContext(ctx), id)
+			_, err := getOn(s, tx.WithContext(ctx), id)
 			if err == nil || errors.Is(err, idem.ErrNotFound) || !strings.Contains(err.Error(), "corrupt") {
 				t.Fatalf("Get of a record with bad %s: %v, want a corruption error", c.name, err)
 			}
