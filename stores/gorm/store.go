@@ -21,9 +21,8 @@ import (
 // Create it with New, create its table with AutoMigrate (or your own
 // migrations, see SchemaSQL), and stop its purger with Close.
 type Store struct {
-	db       *gorm.DB
-	insertDB *gorm.DB // db, with duplicate-key errors kept out of the log (MySQL)
-	dialect  dialect
+	db      *gorm.DB // the user's, on a session whose logger is silent
+	dialect dialect
 	sql      statements
 	table    string
 
@@ -52,6 +51,8 @@ const maxAttempts = 10
 // (github.com/glebarez/sqlite, as sqlitedb opens it), PostgreSQL
 // (gorm.io/driver/postgres) or MySQL/MariaDB (gorm.io/driver/mysql). New does
 // not touch the database: call AutoMigrate, or apply SchemaSQL yourself.
+// The store's statements never reach db's logger, which would print them
+// with their values: their failures are returned as errors.
 func New(db *gorm.DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("gormstore: nil *gorm.DB")
@@ -74,8 +75,7 @@ func New(db *gorm.DB, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		db:        db,
-		insertDB:  db,
+		db:        db.Session(&gorm.Session{Logger: silent{}}),
 		dialect:   d,
 		sql:       buildStatements(db, d, o.table),
 		table:     o.table,
@@ -83,9 +83,6 @@ func New(db *gorm.DB, opts ...Option) (*Store, error) {
 		batch:     o.purgeBatch,
 		logger:    o.logger,
 		purgeDone: make(chan struct{}),
-	}
-	if d == dialectMySQL {
-		s.insertDB = db.Session(&gorm.Session{Logger: quietDuplicates{db.Logger, s.isDuplicate}})
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopPurge = cancel
@@ -288,7 +285,7 @@ func (s *Store) findOrCreate(writeCtx context.Context, db *gorm.DB, id idem.ID, 
 // insert writes a new in-flight record unless one exists for the ID, and
 // reports whether it did.
 func (s *Store) insert(ctx context.Context, scope, key, fp blob, token string, lease, now, expires int64) (bool, error) {
-	res := s.insertDB.WithContext(ctx).Exec(s.sql.insert, scope, key, fp, token, lease, now, expires)
+	res := s.db.WithContext(ctx).Exec(s.sql.insert, scope, key, fp, token, lease, now, expires)
 	if res.Error != nil {
 		// MySQL has no DO NOTHING that reports reliably whether it wrote
 		// (INSERT IGNORE would also truncate overlong values silently), so
@@ -388,7 +385,8 @@ func (s *Store) completeInTx(ctx context.Context, tx *gorm.DB, args []any) error
 	// Every failure here rolls the handler's writes back with the
 	// completion: the error says so (idem.ErrRolledBack), so that the
 	// adapter withholds the response that describes them.
-	res := tx.WithContext(s.stmtContext(ctx)).Exec(s.sql.complete, args...)
+	// The transaction is the user's, with the user's logger.
+	res := tx.Session(&gorm.Session{Logger: silent{}, Context: s.stmtContext(ctx)}).Exec(s.sql.complete, args...)
 	if res.Error != nil {
 		tx.Rollback()
 		return fmt.Errorf("gormstore: complete: %w: %w", idem.ErrRolledBack, res.Error)
