@@ -23,8 +23,8 @@ import (
 type Store struct {
 	db      *gorm.DB // the user's, on a session whose logger is silent
 	dialect dialect
-	sql      statements
-	table    string
+	sql     statements
+	table   string
 
 	now    func() time.Time
 	batch  int
