@@ -132,7 +132,7 @@ did, 2 usage or connection error. See docs/idemcheck.md.
 	fs.StringVar(&o.openapi, "openapi", "", "an OpenAPI 3 document `FILE`: check every POST and PATCH operation declaring the key header")
 	fs.StringVar(&o.keyHeader, "key-header", "Idempotency-Key", "the key's header `NAME`")
 	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "how long to wait for one answer")
-	fs.DurationVar(&o.slowTimeout, "slow-timeout", 60*time.Second, "how long to wait for a slow request's answer")
+	fs.DurationVar(&o.slowTimeout, "slow-timeout", 60*time.Second, "how long to wait for one answer when a slow hint is given")
 	fs.BoolVar(&o.quiet, "q", false, "no progress line")
 	fs.BoolVar(&o.dryRun, "dry-run", false, "print what would be checked and how many requests it takes; send nothing")
 	if err := fs.Parse(args); err != nil {
@@ -285,6 +285,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 
 	client := newClient()
+	defer client.CloseIdleConnections()
 	tty := !o.quiet && isTerminal(stderr)
 	rep := &report{strict: o.strict, skipped: skipped}
 	seq := 0

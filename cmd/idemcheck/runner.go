@@ -84,6 +84,8 @@ func (x *exchange) ok() bool { return x.err == nil && x.status >= 200 && x.statu
 
 func (x *exchange) is(status int) bool { return x.err == nil && x.status == status }
 
+// is5xx reports a server-side failure: a 5xx, or no whole answer at all
+// (a dropped connection, a timeout).
 func (x *exchange) is5xx() bool { return x.err != nil || x.status >= 500 }
 
 func (x *exchange) replayed() bool {
