@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	idemecho "github.com/idemkit/idemkit/adapters/echo"
 	idem "github.com/idemkit/idemkit/core"
@@ -404,4 +405,13 @@ func TestOuterWriterRestored(t *testing.T) {
 			t.Fatalf("key %q: the middleware before idemkit lost its writer", key)
 		}
 	}
+}
+
+func TestTimeoutMiddlewareInside(t *testing.T) {
+	idemtest.TestTimeoutInside(t, func(e *idem.Engine, h http.Handler) http.Handler {
+		ec := newEcho()
+		ec.Use(idemecho.Middleware(e), middleware.TimeoutWithConfig(middleware.TimeoutConfig{Timeout: 50 * time.Millisecond}))
+		ec.Any("/*", echo.WrapHandler(h))
+		return ec
+	})
 }

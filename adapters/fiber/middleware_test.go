@@ -47,7 +47,15 @@ func mount(tb testing.TB, e *idem.Engine, h http.Handler) string {
 		// for any such value kept past the handler.
 		return strings.Clone(c.Get(idemtest.ScopeHeader))
 	})))
-	app.All("/*", adaptor.HTTPHandler(h))
+	app.All("/*", func(c *fiber.Ctx) error {
+		// A Fiber handler finds the lock's context (HeldKey, lease-lost and
+		// timeout cancellation) in c.UserContext(); a net/http handler
+		// behind the adaptor gets it as its request context this way.
+		uc := c.UserContext()
+		return adaptor.HTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			h.ServeHTTP(w, r.WithContext(uc))
+		}))(c)
+	})
 	return listen(tb, app)
 }
 

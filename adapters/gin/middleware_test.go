@@ -420,3 +420,12 @@ func TestOuterWriterRestored(t *testing.T) {
 		}
 	}
 }
+
+func TestHTTP2StreamReset(t *testing.T) {
+	idemtest.TestHTTP2StreamReset(t, func(e *idem.Engine, h http.Handler) http.Handler {
+		r := gin.New()
+		r.Use(idemgin.Middleware(e))
+		r.Any("/*path", gin.WrapH(h))
+		return r
+	})
+}

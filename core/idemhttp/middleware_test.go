@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemhttp"
@@ -23,4 +24,16 @@ func mount(tb testing.TB, e *idem.Engine, h http.Handler) string {
 
 func TestConformance(t *testing.T) {
 	idemtest.TestMiddleware(t, mount)
+}
+
+func TestHTTP2StreamReset(t *testing.T) {
+	idemtest.TestHTTP2StreamReset(t, func(e *idem.Engine, h http.Handler) http.Handler {
+		return idemhttp.Middleware(e)(h)
+	})
+}
+
+func TestTimeoutHandlerInside(t *testing.T) {
+	idemtest.TestTimeoutInside(t, func(e *idem.Engine, h http.Handler) http.Handler {
+		return idemhttp.Middleware(e)(http.TimeoutHandler(h, 50*time.Millisecond, ""))
+	})
 }

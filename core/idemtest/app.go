@@ -1,6 +1,7 @@
 package idemtest
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -10,6 +11,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	idem "github.com/idemkit/idemkit/core"
 )
 
 // app is the plain net/http application the HTTP suite mounts behind each
@@ -17,13 +20,31 @@ import (
 type app struct {
 	calls     atomic.Int64
 	panicking atomic.Bool
-	entered   chan struct{} // one send per /slow request that started
-	release   chan struct{} // closed to let /slow requests finish
+	entered   chan struct{} // one send per /slow or /ctx request that started
+	release   chan struct{} // closed to let /slow and /ctx requests finish
 	closeOnce sync.Once
+	midBody   chan struct{} // one send per /big?pause=1 request that wrote its first part
+	resume    chan struct{} // one receive lets such a request write the rest
+	bigDone   chan struct{} // one send per /big?pause=1 request that wrote everything
 }
 
 func newApp() *app {
-	return &app{entered: make(chan struct{}, 100), release: make(chan struct{})}
+	return &app{entered: make(chan struct{}, 100), release: make(chan struct{}),
+		midBody: make(chan struct{}, 10), resume: make(chan struct{}, 10), bigDone: make(chan struct{}, 10)}
+}
+
+// bigPart is what /big writes per call, and before pausing with pause=1.
+const bigPart = 64 << 10
+
+// bigBody is the body /big writes for call n: a repeated pattern, so that a
+// body cut short, or another call's, is told apart from the whole.
+func bigBody(n int64, size int) []byte {
+	chunk := []byte(fmt.Sprintf("call %d;", n))
+	body := make([]byte, 0, size)
+	for len(body) < size {
+		body = append(body, chunk[:min(len(chunk), size-len(body))]...)
+	}
+	return body
 }
 
 func (a *app) releaseSlow() { a.closeOnce.Do(func() { close(a.release) }) }
@@ -58,10 +79,46 @@ func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/big":
 		size, _ := strconv.Atoi(q.Get("size"))
 		w.Header().Set("Content-Type", "application/octet-stream")
-		chunk := []byte(fmt.Sprintf("call %d;", n))
-		for written := 0; written < size; written += len(chunk) {
-			w.Write(chunk[:min(len(chunk), size-written)])
+		body := bigBody(n, size)
+		pause := q.Get("pause") == "1"
+		for len(body) > 0 {
+			part := body[:min(len(body), bigPart)]
+			body = body[len(part):]
+			// Like most handlers, it writes on when a write fails.
+			w.Write(part)
+			if pause && len(body) > 0 {
+				pause = false
+				a.midBody <- struct{}{}
+				select {
+				case <-a.resume:
+				case <-a.release:
+				}
+			}
 		}
+		if q.Get("pause") == "1" {
+			select {
+			case a.bigDone <- struct{}{}:
+			default:
+			}
+		}
+		return
+	case "/held":
+		held, ok := idem.HeldKey(r.Context())
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"held":%t,"scope":%q,"key":%q,"token":%q}`, ok, held.ID.Scope, held.ID.Key, held.Token)
+		return
+	case "/ctx":
+		// Waits for its context to end and answers why.
+		a.entered <- struct{}{}
+		select {
+		case <-r.Context().Done():
+		case <-a.release:
+		case <-time.After(20 * time.Second):
+		}
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintf(w, "cause: %v", context.Cause(r.Context()))
 		return
 	case "/slow":
 		a.entered <- struct{}{}

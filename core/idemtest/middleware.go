@@ -38,7 +38,7 @@ type Mount func(tb testing.TB, e *idem.Engine, h http.Handler) (baseURL string)
 // the published policy. Every adapter runs it unchanged.
 func TestMiddleware(t *testing.T, mount Mount) {
 	t.Helper()
-	for _, c := range httpCases {
+	for _, c := range append(httpCases, adverseCases...) {
 		t.Run(c.name, func(t *testing.T) {
 			c.run(t, newEnv(t, mount, c.config))
 		})

@@ -1,0 +1,320 @@
+package idem_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+)
+
+// slowRenewals delays every Renew and RenewBatch by latency, as a remote
+// store does, and hangs the renewals of the keys in hang until their
+// deadline.
+type slowRenewals struct {
+	idem.Store
+	latency time.Duration
+	hang    map[string]bool
+}
+
+func (s *slowRenewals) Renew(ctx context.Context, id idem.ID, token string, until time.Time) error {
+	if s.hang[id.Key] {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	time.Sleep(s.latency)
+	return s.Store.Renew(ctx, id, token, until)
+}
+
+// batchRenewals adds the batched capability: one call of latency for all.
+type batchRenewals struct{ *slowRenewals }
+
+func (s batchRenewals) RenewBatch(ctx context.Context, held []idem.Held, until time.Time, lost []bool) error {
+	time.Sleep(s.latency)
+	for i, h := range held {
+		if err := s.Store.Renew(ctx, h.ID, h.Token, until); errors.Is(err, idem.ErrLockLost) {
+			lost[i] = true
+		} else if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// holdMany holds n keys on one engine for hold, while a second engine on
+// the same store retries every key; it returns how many retries ran a
+// handler (a second execution).
+func holdMany(t *testing.T, store idem.Store, n int, hold time.Duration) int64 {
+	t.Helper()
+	cfg := quietConfig(store)
+	cfg.Lease, cfg.RenewEvery = 600*time.Millisecond, 150*time.Millisecond
+	a, b := idem.New(cfg), idem.New(cfg)
+	locks := make([]*idem.Lock, n)
+	for i := range locks {
+		d := a.Begin(context.Background(), charge(fmt.Sprintf("k-%d", i), `{}`))
+		if d.Lock == nil {
+			t.Fatalf("key %d: %+v, want a lock", i, d)
+		}
+		locks[i] = d.Lock
+	}
+	var second atomic.Int64
+	deadline := time.Now().Add(hold)
+	for time.Now().Before(deadline) {
+		for i := range locks {
+			if d := b.Begin(context.Background(), charge(fmt.Sprintf("k-%d", i), `{}`)); d.Lock != nil {
+				second.Add(1)
+				d.Lock.Abandon(context.Background(), idem.ReasonPanic)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, l := range locks {
+		l.Abandon(context.Background(), idem.ReasonPanic)
+	}
+	return second.Load()
+}
+
+// Defect: renewals ran one after another, so 40 slow renewals took longer
+// than a lease and retries ran handlers a second time.
+func TestManySlowRenewalsKeepEveryLease(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		store func(*slowRenewals) idem.Store
+	}{
+		{"Concurrent", func(s *slowRenewals) idem.Store { return s }},
+		{"Batched", func(s *slowRenewals) idem.Store { return batchRenewals{s} }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := &slowRenewals{Store: newStore(t), latency: 20 * time.Millisecond}
+			if n := holdMany(t, c.store(s), 40, 1500*time.Millisecond); n != 0 {
+				t.Fatalf("%d retries ran a handler whose first execution still held its key", n)
+			}
+		})
+	}
+}
+
+// Defect: a few renewals hanging until their deadline starved every other key.
+func TestHangingRenewalsStarveNoOtherKey(t *testing.T) {
+	s := &slowRenewals{Store: newStore(t), latency: time.Millisecond,
+		hang: map[string]bool{"k-0": true, "k-1": true, "k-2": true, "k-3": true, "k-4": true}}
+	cfg := quietConfig(s)
+	cfg.Lease, cfg.RenewEvery = 600*time.Millisecond, 150*time.Millisecond
+	a, b := idem.New(cfg), idem.New(cfg)
+	var locks []*idem.Lock
+	for i := range 12 {
+		locks = append(locks, a.Begin(context.Background(), charge(fmt.Sprintf("k-%d", i), `{}`)).Lock)
+	}
+	deadline := time.Now().Add(1500 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		for i := 5; i < 12; i++ {
+			if d := b.Begin(context.Background(), charge(fmt.Sprintf("k-%d", i), `{}`)); d.Lock != nil {
+				t.Fatalf("key %d was taken over while its holder ran: hanging renewals of other keys starved it", i)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// The five whose renewals hung were told their lease is lost.
+	for i, l := range locks[:5] {
+		if cause := context.Cause(l.Context()); !errors.Is(cause, idem.ErrLeaseLost) {
+			t.Fatalf("key %d: handler context cause %v, want ErrLeaseLost", i, cause)
+		}
+	}
+	for _, l := range locks {
+		l.Abandon(context.Background(), idem.ReasonPanic)
+	}
+}
+
+// slowComplete takes longer than the lease to complete.
+type slowComplete struct {
+	idem.Store
+	delay time.Duration
+}
+
+func (s *slowComplete) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
+	time.Sleep(s.delay)
+	return s.Store.Complete(ctx, id, token, c)
+}
+
+// Defect: renewals stopped before Complete ran, so a Complete slower than
+// the lease let a retry run the handler again.
+func TestSlowCompleteKeepsTheLease(t *testing.T) {
+	store := &slowComplete{Store: newStore(t), delay: 900 * time.Millisecond}
+	cfg := quietConfig(store)
+	cfg.Lease, cfg.RenewEvery = 300*time.Millisecond, 75*time.Millisecond
+	a, b := idem.New(cfg), idem.New(cfg)
+	d := a.Begin(context.Background(), charge("k", `{}`))
+	done := make(chan error, 1)
+	go func() { done <- finish(t, d.Lock, `{"id":"first"}`) }()
+	for {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("Finish: %v", err)
+			}
+			if r := b.Begin(context.Background(), charge("k", `{}`)); !r.Replayed || string(r.Response.Body) != `{"id":"first"}` {
+				t.Fatalf("after the slow completion: %+v, want the first response replayed", r)
+			}
+			return
+		default:
+		}
+		if r := b.Begin(context.Background(), charge("k", `{}`)); r.Lock != nil {
+			t.Fatal("a retry ran the handler while the first execution's completion was still being written")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// frozenStore never answers until its caller gives up.
+type frozenStore struct{ idem.Store }
+
+func (frozenStore) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
+	<-ctx.Done()
+	return idem.Record{}, 0, ctx.Err()
+}
+
+func (frozenStore) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (frozenStore) Release(ctx context.Context, id idem.ID, token string) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// Defect: Complete and Release ran with no deadline, Acquire only under the
+// request's context: a frozen store hung requests for ever.
+func TestFrozenStoreNeverHangsARequest(t *testing.T) {
+	cfg := quietConfig(frozenStore{newStore(t)})
+	cfg.StoreTimeout = 50 * time.Millisecond
+	e := idem.New(cfg)
+	returned := make(chan idem.Decision, 1)
+	go func() { returned <- e.Begin(context.Background(), charge("k", `{}`)) }()
+	select {
+	case d := <-returned:
+		if d.Response.Status != 503 {
+			t.Fatalf("Acquire on a frozen store: %+v, want 503", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Begin hung on a frozen store")
+	}
+
+	// A store that froze after the lock was taken.
+	healthy := newStore(t)
+	swap := &switchable{Store: healthy}
+	cfg = quietConfig(swap)
+	cfg.StoreTimeout = 50 * time.Millisecond
+	d := idem.New(cfg).Begin(context.Background(), charge("k", `{}`))
+	swap.frozen.Store(true)
+	finished := make(chan error, 1)
+	go func() { finished <- finish(t, d.Lock, `{}`) }()
+	select {
+	case err := <-finished:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Finish on a frozen store: %v, want a deadline error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Finish hung on a frozen store")
+	}
+}
+
+type switchable struct {
+	idem.Store
+	frozen atomic.Bool
+}
+
+func (s *switchable) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
+	if s.frozen.Load() {
+		return frozenStore{}.Complete(ctx, id, token, c)
+	}
+	return s.Store.Complete(ctx, id, token, c)
+}
+
+func (s *switchable) Release(ctx context.Context, id idem.ID, token string) error {
+	if s.frozen.Load() {
+		return frozenStore{}.Release(ctx, id, token)
+	}
+	return s.Store.Release(ctx, id, token)
+}
+
+// Defect: a body limit enforced outside idemkit (http.MaxBytesReader) gave
+// 400 body-unreadable instead of 413.
+func TestOutsideBodyLimitIs413(t *testing.T) {
+	e := idem.New(quietConfig(newStore(t)))
+	r := charge("k", "")
+	r.Body = nil
+	r.BodyReader = http.MaxBytesReader(httptest.NewRecorder(), io.NopCloser(strings.NewReader(strings.Repeat("x", 100))), 10)
+	r.ContentLength = -1
+	d := e.Begin(context.Background(), r)
+	if d.Response.Status != 413 || !strings.Contains(string(d.Response.Body), idem.ProblemPayloadTooLarge) {
+		t.Fatalf("got %d %s, want 413 payload-too-large", d.Response.Status, d.Response.Body)
+	}
+}
+
+// Defect: the header value slices of problems, Retry-After and the replay
+// marker were shared between responses, so one middleware editing a value
+// in place corrupted every later response.
+func TestResponsesShareNoHeaderValues(t *testing.T) {
+	e := idem.New(quietConfig(newStore(t)))
+	d := e.Begin(context.Background(), charge("k", `{}`))
+	if err := finish(t, d.Lock, `{}`); err != nil {
+		t.Fatal(err)
+	}
+	held := e.Begin(context.Background(), charge("busy", `{}`))
+	defer held.Lock.Abandon(context.Background(), idem.ReasonPanic)
+	responses := func() []*idem.Decision {
+		replay := e.Begin(context.Background(), charge("k", `{}`))
+		conflict := e.Begin(context.Background(), charge("busy", `{}`))
+		missing := e.Begin(context.Background(), charge("", `{}`))
+		missing = e.Begin(context.Background(), &idem.Request{Method: http.MethodPost, Path: "/"})
+		return []*idem.Decision{&replay, &conflict, &missing}
+	}
+	var want []http.Header
+	for _, d := range responses() {
+		w := httptest.NewRecorder()
+		d.WriteTo(w)
+		want = append(want, w.Header().Clone())
+		for _, vs := range w.Header() {
+			for i := range vs {
+				vs[i] = "scribbled" // what a careless outer middleware might do
+			}
+		}
+	}
+	for i, d := range responses() {
+		w := httptest.NewRecorder()
+		d.WriteTo(w)
+		for name, vs := range want[i] {
+			if got := w.Header()[name]; strings.Join(got, ",") != strings.Join(vs, ",") {
+				t.Fatalf("response %d header %s = %q after an earlier response was edited, want %q", i, name, got, vs)
+			}
+		}
+	}
+}
+
+// Defect: the Engine cancelled nothing when the store said another request
+// had taken the key: the handler ran on unaware.
+func TestLeaseLostCancelsHandlerContext(t *testing.T) {
+	cfg := quietConfig(renewFails{newStore(t), idem.ErrLockLost})
+	cfg.Lease, cfg.RenewEvery = time.Second, 20*time.Millisecond
+	d := idem.New(cfg).Begin(context.Background(), charge("k", `{}`))
+	defer d.Lock.Abandon(context.Background(), idem.ReasonPanic)
+	held, ok := idem.HeldKey(d.Lock.Context())
+	if !ok || held.ID.Key != "k" || held.Token == "" {
+		t.Fatalf("HeldKey = %+v, %v", held, ok)
+	}
+	select {
+	case <-d.Lock.Context().Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler's context was never cancelled")
+	}
+	if cause := context.Cause(d.Lock.Context()); !errors.Is(cause, idem.ErrLeaseLost) {
+		t.Fatalf("cause %v, want ErrLeaseLost", cause)
+	}
+}

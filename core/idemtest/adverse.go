@@ -1,0 +1,266 @@
+package idemtest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/memstore"
+)
+
+// adverseCases are the bad days of the HTTP suite: clients that vanish
+// mid-response, leases lost while a handler runs, timeouts, a full store.
+var adverseCases = []httpCase{
+	{name: "Delivery/ClientResetMidBody", config: func(c *idem.Config) { c.MaxResponseBody = 2 << 20 },
+		run: func(t *testing.T, e *env) {
+			// The client resets its connection while a large response is
+			// written: what is stored must be what the handler wrote, whole.
+			const size = 960 << 10
+			path := fmt.Sprintf("/big?size=%d&pause=1", size)
+			resetDuringResponse(t, e, "k-reset", path)
+			select {
+			case <-e.app.bigDone:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the handler never finished writing")
+			}
+			r := e.settled(t, call{key: "k-reset", path: path, body: `{}`})
+			if !r.replayed() {
+				t.Fatalf("retry got %d, not a replay: the whole response the handler wrote was not stored", r.status)
+			}
+			if want := bigBody(1, size); !bytes.Equal(r.body, want) {
+				t.Fatalf("replayed body has %d bytes, want the handler's %d, whole", len(r.body), len(want))
+			}
+			e.wantCalls(t, 1)
+		}},
+	{name: "Context/HeldKey", run: func(t *testing.T, e *env) {
+		a := e.must(t, call{key: "k-held", tenant: "acct_a", path: "/held"}, 201)
+		b := e.must(t, call{key: "k-held", tenant: "acct_b", path: "/held"}, 201)
+		var ha, hb struct {
+			Held              bool
+			Scope, Key, Token string
+		}
+		mustJSON(t, a.body, &ha)
+		mustJSON(t, b.body, &hb)
+		if !ha.Held || ha.Key != "k-held" || ha.Scope != "acct_a" || ha.Token == "" {
+			t.Fatalf("handler saw %+v, want its key, scope and a token", ha)
+		}
+		if hb.Token == ha.Token || hb.Scope != "acct_b" {
+			t.Fatalf("two holders saw %+v and %+v: tokens must differ", ha, hb)
+		}
+	}},
+	{name: "Context/LeaseLostCancels", config: func(c *idem.Config) { c.RenewEvery = 40 * time.Millisecond },
+		run: func(t *testing.T, e *env) {
+			// The lease runs out while the handler runs (its renewals were
+			// never due on this clock, as if they had all failed): the
+			// handler's context is cancelled with ErrLeaseLost before
+			// another request may take the key over.
+			done := make(chan *result, 1)
+			go func() { done <- e.send(call{key: "k-lost", path: "/ctx", body: `{}`}) }()
+			waitEntered(t, e)
+			e.clock.Advance(idem.DefaultLease)
+			r := <-done
+			if r.err != nil || r.status != 503 || !strings.Contains(string(r.body), idem.ErrLeaseLost.Error()) {
+				t.Fatalf("handler answered %d %q (%v), want its context cancelled with ErrLeaseLost", r.status, r.body, r.err)
+			}
+		}},
+	{name: "Context/HandlerTimeout", config: func(c *idem.Config) { c.HandlerTimeout = 50 * time.Millisecond },
+		run: func(t *testing.T, e *env) {
+			r := e.send(call{key: "k-slow", path: "/ctx", body: `{}`})
+			<-e.app.entered
+			if r.err != nil || r.status != 503 || !strings.Contains(string(r.body), idem.ErrHandlerTimeout.Error()) {
+				t.Fatalf("handler answered %d %q (%v), want its context cancelled with ErrHandlerTimeout", r.status, r.body, r.err)
+			}
+			// Not stored: the key was released once the handler returned.
+			e.send(call{key: "k-slow", path: "/ctx", body: `{}`})
+			<-e.app.entered
+			e.wantCalls(t, 2)
+		}},
+	{name: "Store/Full", config: func(c *idem.Config) { c.Store = fullStore{c.Store} }, run: func(t *testing.T, e *env) {
+		r := e.send(call{key: "k1", body: `{}`})
+		wantProblem(t, r, 429, idem.ProblemStoreFull)
+		if r.header.Get("Retry-After") == "" {
+			t.Fatal("store-full without Retry-After")
+		}
+		e.wantCalls(t, 0)
+	}},
+}
+
+// fullStore has no room for any new key.
+type fullStore struct{ idem.Store }
+
+func (fullStore) Acquire(context.Context, idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
+	return idem.Record{}, 0, idem.ErrStoreFull
+}
+
+// resetDuringResponse sends a request on a connection of its own and
+// resets that connection (TCP RST) once the handler has written the first
+// part of its response, then lets the handler write the rest.
+func resetDuringResponse(t *testing.T, e *env, key, path string) {
+	t.Helper()
+	u, err := url.Parse(e.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: %s\r\nIdempotency-Key: %s\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", path, u.Host, key)
+	select {
+	case <-e.app.midBody:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler never wrote its first part")
+	}
+	conn.(*net.TCPConn).SetLinger(0) // Close sends RST
+	conn.Close()
+	time.Sleep(20 * time.Millisecond) // let the reset reach the server before it writes on
+	e.app.resume <- struct{}{}
+}
+
+// settled sends c until its key is no longer in flight (409), for a case
+// whose first request ended on the server after its client left.
+func (e *env) settled(t *testing.T, c call) *result {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := e.send(c)
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if r.status != 409 || time.Now().After(deadline) {
+			return r
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestHTTP2StreamReset checks that an adapter built on net/http stores a
+// response whole, or not at all, when an HTTP/2 client resets its stream
+// part way through the body. wrap mounts h behind the adapter's middleware
+// for e, as TestMiddleware's Mount does, but returns the handler so that
+// the test serves it over TLS with HTTP/2.
+func TestHTTP2StreamReset(t *testing.T, wrap func(e *idem.Engine, h http.Handler) http.Handler) {
+	t.Helper()
+	a := newApp()
+	e := idem.New(idem.Config{Store: memstore.New(memstore.WithPurgeInterval(0)), MaxResponseBody: 2 << 20,
+		Logger: slog.New(slog.DiscardHandler)})
+	srv := httptest.NewUnstartedServer(wrap(e, a))
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	client := srv.Client()
+
+	const size = 900 << 10
+	path := fmt.Sprintf("/big?size=%d&pause=1", size)
+	send := func(ctx context.Context) (*http.Response, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+path, strings.NewReader(`{}`))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Idempotency-Key", `"h2-reset"`)
+		req.Header.Set("Content-Type", "application/json")
+		return client.Do(req)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	resp, err := send(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.ProtoMajor != 2 {
+		t.Fatalf("served over %s, want HTTP/2", resp.Proto)
+	}
+	if _, err := io.ReadFull(resp.Body, make([]byte, 48<<10)); err != nil {
+		t.Fatal(err)
+	}
+	<-a.midBody
+	cancel() // RST_STREAM
+	resp.Body.Close()
+	time.Sleep(20 * time.Millisecond)
+	a.resume <- struct{}{}
+	<-a.bigDone
+
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, err := send(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(r.Body)
+		r.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.StatusCode == 409 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if r.Header.Get(idem.ReplayedHeader) != "true" {
+			t.Fatalf("retry got %d, not a replay of the whole response", r.StatusCode)
+		}
+		if want := bigBody(1, size); !bytes.Equal(body, want) {
+			t.Fatalf("replayed body has %d bytes, want the handler's %d, whole", len(body), len(want))
+		}
+		return
+	}
+}
+
+func mustJSON(t *testing.T, b []byte, v any) {
+	t.Helper()
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%v: %s", err, b)
+	}
+}
+
+// TestTimeoutInside checks that a timeout middleware registered inside the
+// adapter's middleware (http.TimeoutHandler, or a framework's timeout built
+// on it) can never let a retry run beside a handler it gave up on. wrap
+// mounts h behind the adapter's middleware for e with the timeout middleware
+// between them, set to give up after a short time.
+func TestTimeoutInside(t *testing.T, wrap func(e *idem.Engine, h http.Handler) http.Handler) {
+	t.Helper()
+	var calls atomic.Int64
+	release := make(chan struct{})
+	slow := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		<-release // ignores its context, as a handler stuck in a call may
+		w.WriteHeader(http.StatusCreated)
+	})
+	e := idem.New(idem.Config{Store: memstore.New(memstore.WithPurgeInterval(0)), Logger: slog.New(slog.DiscardHandler)})
+	srv := httptest.NewServer(wrap(e, slow))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	post := func() (int, string) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/charges", strings.NewReader(`{}`))
+		req.Header.Set("Idempotency-Key", `"timeout-1"`)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(body)
+	}
+	if status, body := post(); status != http.StatusServiceUnavailable {
+		t.Fatalf("first request: %d %s, want the timeout middleware's 503", status, body)
+	}
+	// The handler is still running: a retry must not run it again.
+	if status, body := post(); status != http.StatusConflict {
+		t.Fatalf("retry while the timed-out handler still runs: %d %s, want 409", status, body)
+	}
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("handler ran %d times, want once", n)
+	}
+}
