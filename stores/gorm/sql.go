@@ -71,9 +71,12 @@ type statements struct {
 	// checkSchema reads the key columns of no row: it fails on a table
 	// created by an earlier version of the store.
 	checkSchema string
-	// held is the condition of a batch renewal on one lock, repeated with
-	// OR per lock in the batch (see renewBatchSQL).
-	held string
+	// A batch renewal is head, then held once per lock joined by OR, then
+	// tail (see Store.RenewBatch). renewBatch updates and, but on MySQL,
+	// returns the rows it renewed; lockBatch (MySQL) reads and locks them.
+	held                           string
+	renewBatchHead, renewBatchTail string
+	lockBatchHead, lockBatchTail   string
 }
 
 // sqlWriter builds SQL with identifiers quoted by the GORM dialector, the
@@ -188,6 +191,19 @@ func buildStatements(db *gorm.DB, d dialect, table string) statements {
 
 	w.s("(").id(colScope).s(" = ? AND ").id(colKey).s(" = ? AND ").id(colToken).s(" = ?)")
 	st.held = w.done()
+	inFlightAnd := func() *sqlWriter { return w.s(" WHERE ").id(colState).s(" = " + stateInFlight + " AND (") }
+	w.s("UPDATE " + t + " SET ").id(colLeaseUntil).s(" = ?")
+	st.renewBatchHead = inFlightAnd().done()
+	w.s(")")
+	if d != dialectMySQL {
+		w.s(" RETURNING ").ids(colScope, colKey, colToken)
+	}
+	st.renewBatchTail = w.done()
+	if d == dialectMySQL {
+		w.s("SELECT ").ids(colScope, colKey, colToken).s(" FROM " + t)
+		st.lockBatchHead = inFlightAnd().done()
+		st.lockBatchTail = ") FOR UPDATE"
+	}
 
 	switch d {
 	case dialectPostgres:
