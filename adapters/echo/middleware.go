@@ -14,6 +14,8 @@ package idemecho
 import (
 	"bufio"
 	"bytes"
+	"errors"
+	"io"
 	"net"
 	"net/http"
 
@@ -34,6 +36,9 @@ func Middleware(e *idem.Engine, opts ...Option) echo.MiddlewareFunc {
 				return next(c)
 			}
 			req := e.HTTPRequest(r)
+			if req.BodyReader != nil {
+				req.BodyReader = bodyLimitReader{req.BodyReader}
+			}
 			if o.scope != nil {
 				req.Scope = o.scope(c)
 			}
@@ -54,6 +59,23 @@ func Middleware(e *idem.Engine, opts ...Option) echo.MiddlewareFunc {
 			}
 		}
 	}
+}
+
+// bodyLimitReader reports Echo's BodyLimit middleware, registered before
+// idemkit, refusing a body (chunked ones are only found too large while
+// read) as idem.ErrBodyTooLarge, so the client gets 413 payload-too-large
+// like any other oversized body.
+type bodyLimitReader struct{ io.Reader }
+
+func (r bodyLimitReader) Read(p []byte) (int, error) {
+	n, err := r.Reader.Read(p)
+	if err != nil && err != io.EOF {
+		var he *echo.HTTPError
+		if errors.As(err, &he) && he.Code == http.StatusRequestEntityTooLarge {
+			err = idem.ErrBodyTooLarge
+		}
+	}
+	return n, err
 }
 
 // bodyReader hands the body Begin read back to the handler, so c.Bind

@@ -16,6 +16,7 @@ import (
 	idemecho "github.com/idemkit/idemkit/adapters/echo"
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemtest"
+	"github.com/idemkit/idemkit/core/memstore"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 )
@@ -414,4 +415,25 @@ func TestTimeoutMiddlewareInside(t *testing.T) {
 		ec.Any("/*", echo.WrapHandler(h))
 		return ec
 	})
+}
+
+// Defect: Echo's BodyLimit before idemkit refused a chunked body while
+// idemkit read it, and the client got 400 body-unreadable instead of 413.
+func TestBodyLimitIs413(t *testing.T) {
+	ec := newEcho()
+	ec.Use(middleware.BodyLimit("1K"), idemecho.Middleware(idem.New(idem.Config{Store: memstore.New()})))
+	var calls atomic.Int64
+	ec.POST("/charges", counted(&calls))
+	url := start(t, ec)
+	req, _ := http.NewRequest(http.MethodPost, url+"/charges", io.MultiReader(strings.NewReader(strings.Repeat("x", 4096))))
+	req.Header.Set("Idempotency-Key", `"k"`)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 413 || !strings.Contains(string(body), idem.ProblemPayloadTooLarge) || calls.Load() != 0 {
+		t.Fatalf("chunked body over Echo's limit: %d %s (handler ran %d times), want 413 payload-too-large", resp.StatusCode, body, calls.Load())
+	}
 }
