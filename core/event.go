@@ -42,6 +42,28 @@ var eventNames = [...]string{
 	EventRenewError: "renew-error", EventStoreFull: "store-full",
 }
 
+// EventKinds returns every event kind, in order: for metrics that register
+// their series up front, and for docs that list them.
+func EventKinds() []EventKind {
+	kinds := make([]EventKind, 0, len(eventNames)-1)
+	for k := EventFirst; int(k) < len(eventNames); k++ {
+		kinds = append(kinds, k)
+	}
+	return kinds
+}
+
+// IsDecision reports whether events of this kind are a guarded request's
+// decision (exactly one per guarded request), as opposed to what became of
+// a handler that ran (stored, not-stored) or of its lease while it ran
+// (lease-lost, renew-error).
+func (k EventKind) IsDecision() bool {
+	switch k {
+	case EventStored, EventNotStored, EventLeaseLost, EventRenewError:
+		return false
+	}
+	return k >= EventFirst && int(k) < len(eventNames)
+}
+
 // String returns the event's stable lower-case name, usable as a metric label.
 func (k EventKind) String() string {
 	if int(k) < len(eventNames) && eventNames[k] != "" {
@@ -72,6 +94,12 @@ const (
 	// or use Config.HandlerTimeout.
 	ReasonTimeoutInside Reason = "timeout-inside"
 )
+
+// Reasons returns every Reason, in order.
+func Reasons() []Reason {
+	return []Reason{ReasonStatus, ReasonTooLarge, ReasonStreamed, ReasonPanic, ReasonLockLost,
+		ReasonStore, ReasonIncomplete, ReasonTimeoutInside}
+}
 
 // Warnings that could come once per request are logged at WARN at most once
 // a minute per Engine (and at DEBUG otherwise); every occurrence is still

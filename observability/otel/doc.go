@@ -25,8 +25,9 @@
 //
 // outcome is the event kind (first, takeover, replay, conflict, mismatch,
 // key-missing, key-invalid, too-large, body-unreadable, store-error,
-// stored, not-stored); reason is set on not-stored only (status,
-// too-large, streamed, panic, lock-lost, store-error).
+// stored, not-stored, lease-lost, renew-error, store-full); reason is set
+// on not-stored only (status, too-large, streamed, panic, lock-lost,
+// store-error, incomplete, timeout-inside).
 //
 // The route attribute is off by default: an event's route is the raw
 // request path, and paths holding ids would create one time series per

@@ -57,7 +57,7 @@ type Metrics struct {
 
 	// Building an attribute set sorts and allocates; the combinations in
 	// use are few, so each is built once and kept.
-	latencyAttrs [idem.EventNotStored + 1][]metric.RecordOption
+	latencyAttrs [][]metric.RecordOption // by event kind
 	series       sync.Map // seriesKey -> *seriesAttrs
 	seriesCount  atomic.Int64
 }
@@ -105,6 +105,7 @@ func New(opts ...Option) (*Metrics, error) {
 		metric.WithDescription("Requests holding an idempotency key while their handler runs.")); err != nil {
 		return nil, err
 	}
+	m.latencyAttrs = make([][]metric.RecordOption, len(idem.EventKinds())+1)
 	for k := range m.latencyAttrs {
 		m.latencyAttrs[k] = []metric.RecordOption{
 			metric.WithAttributeSet(attribute.NewSet(AttrOutcome.String(idem.EventKind(k).String()))),
@@ -180,16 +181,10 @@ func newSeriesAttrs(k seriesKey, withRoute bool) *seriesAttrs {
 func callsStore(k idem.EventKind) bool {
 	switch k {
 	case idem.EventFirst, idem.EventTakeover, idem.EventReplay, idem.EventConflict, idem.EventMismatch,
-		idem.EventStoreError, idem.EventStored, idem.EventNotStored:
+		idem.EventStoreError, idem.EventStoreFull, idem.EventStored, idem.EventNotStored, idem.EventRenewError:
 		return true
 	}
 	return false
-}
-
-// isDecision reports whether the event is a request's first (and only)
-// decision, as opposed to the outcome of a handler that ran.
-func isDecision(k idem.EventKind) bool {
-	return k != idem.EventStored && k != idem.EventNotStored
 }
 
 func annotate(ctx context.Context, ev *idem.Event) {
@@ -211,7 +206,7 @@ func annotate(ctx context.Context, ev *idem.Event) {
 		attrs = append(attrs, SpanAttrReason.String(string(ev.Reason)))
 	}
 	span.AddEvent("idempotency."+kind, trace.WithAttributes(attrs...))
-	if isDecision(ev.Kind) {
+	if ev.Kind.IsDecision() {
 		span.SetAttributes(SpanAttrOutcome.String(kind))
 		if hash != "" {
 			span.SetAttributes(SpanAttrKeyHash.String(hash))
