@@ -58,7 +58,7 @@ type Metrics struct {
 	// Building an attribute set sorts and allocates; the combinations in
 	// use are few, so each is built once and kept.
 	latencyAttrs [][]metric.RecordOption // by event kind
-	series       sync.Map // seriesKey -> *seriesAttrs
+	series       sync.Map                // seriesKey -> *seriesAttrs
 	seriesCount  atomic.Int64
 }
 
