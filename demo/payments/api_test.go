@@ -358,6 +358,52 @@ var apiCases = []struct {
 			t.Fatalf("provider %v, balance %v: want 1 authorization for 1 charge", p, b)
 		}
 	}},
+	{"Charge/ListPages", func(t *testing.T, d *demo) {
+		acct := newAccount()
+		for range 5 { // within a second or two: ties in creation time are the rule
+			d.do(t, http.MethodPost, "/v1/charges", acct, newKey(), chargeBody)
+		}
+		page := func(query string) ([]string, bool) {
+			t.Helper()
+			r := d.do(t, http.MethodGet, "/v1/charges"+query, acct, "", "")
+			var l struct {
+				Data    []struct{ ID string }
+				HasMore bool `json:"has_more"`
+			}
+			if err := json.Unmarshal(r.body, &l); r.status != 200 || err != nil {
+				t.Fatalf("GET /v1/charges%s: %d %s", query, r.status, r.body)
+			}
+			var ids []string
+			for _, c := range l.Data {
+				ids = append(ids, c.ID)
+			}
+			return ids, l.HasMore
+		}
+		all, more := page("")
+		if len(all) != 5 || more {
+			t.Fatalf("one page of all: %d charges, has_more=%v", len(all), more)
+		}
+		var paged []string
+		for query := "?limit=2"; ; {
+			ids, more := page(query)
+			paged = append(paged, ids...)
+			if !more {
+				break
+			}
+			if len(paged) > 5 {
+				t.Fatalf("pages never end: %v", paged)
+			}
+			query = "?limit=2&starting_after=" + ids[len(ids)-1]
+		}
+		if strings.Join(paged, ",") != strings.Join(all, ",") {
+			t.Fatalf("pages of 2 gave %v, one page gave %v", paged, all)
+		}
+		for _, q := range []string{"?limit=0", "?limit=101", "?limit=x", "?starting_after=ch_nope", "?starting_after=" + all[0] + "%00"} {
+			d.do(t, http.MethodGet, "/v1/charges"+q, acct, "", "").problem(t, 400, "invalid-request")
+		}
+		// Another account's charge is no cursor.
+		d.do(t, http.MethodGet, "/v1/charges?starting_after="+all[0], newAccount(), "", "").problem(t, 400, "invalid-request")
+	}},
 	{"Charge/DeclinedIsRecorded", func(t *testing.T, d *demo) {
 		acct, key := newAccount(), newKey()
 		body := `{"amount":500,"currency":"eur","customer":"cus_declined"}`

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -169,8 +170,20 @@ func (a *API) getCharge(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, viewCharge(c))
 }
 
+// maxPage is the most charges one GET /v1/charges returns.
+const maxPage = 100
+
 func (a *API) listCharges(w http.ResponseWriter, r *http.Request) {
-	charges, err := payments.ListCharges(r.Context(), a.DB, account(r), 100)
+	limit := maxPage
+	if v := r.URL.Query().Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxPage {
+			a.writeProblem(w, 400, "invalid-request", "Invalid request", "limit must be an integer from 1 to "+strconv.Itoa(maxPage)+".")
+			return
+		}
+		limit = n
+	}
+	charges, more, err := payments.ListCharges(r.Context(), a.DB, account(r), limit, r.URL.Query().Get("starting_after"))
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -179,7 +192,7 @@ func (a *API) listCharges(w http.ResponseWriter, r *http.Request) {
 	for i, c := range charges {
 		views[i] = viewCharge(c)
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": views})
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": views, "has_more": more})
 }
 
 func (a *API) balance(w http.ResponseWriter, r *http.Request) {

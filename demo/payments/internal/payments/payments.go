@@ -205,14 +205,32 @@ func GetCharge(ctx context.Context, db *gorm.DB, account, id string) (Charge, er
 	return c, err
 }
 
-// ListCharges returns account's most recent charges, newest first.
-func ListCharges(ctx context.Context, db *gorm.DB, account string, limit int) ([]Charge, error) {
+// ListCharges returns up to limit of account's charges, newest first
+// (ties in creation time broken by id), and whether more follow. With
+// startingAfter, the id of one of account's charges, it returns the
+// charges that come after that one in this order: a client pages through
+// every charge by passing the last id of each page.
+func ListCharges(ctx context.Context, db *gorm.DB, account string, limit int, startingAfter string) ([]Charge, bool, error) {
 	charges := []Charge{}
 	if err := ValidAccount(account); err != nil {
-		return charges, err
+		return charges, false, err
 	}
-	err := db.WithContext(ctx).Where("account = ?", account).Order("created DESC, id DESC").Limit(limit).Find(&charges).Error
-	return charges, err
+	q := db.WithContext(ctx).Where("account = ?", account)
+	if startingAfter != "" {
+		cursor, err := GetCharge(ctx, db, account, startingAfter)
+		if errors.Is(err, ErrNotFound) {
+			return charges, false, fmt.Errorf("%w: starting_after must be the id of one of the account's charges", ErrInvalid)
+		}
+		if err != nil {
+			return charges, false, err
+		}
+		q = q.Where("(created < ? OR (created = ? AND id < ?))", cursor.Created, cursor.Created, cursor.ID)
+	}
+	err := q.Order("created DESC, id DESC").Limit(limit + 1).Find(&charges).Error
+	if more := len(charges) > limit; more {
+		return charges[:limit], true, err
+	}
+	return charges, false, err
 }
 
 // GetBalance sums account's charges and refunds.
