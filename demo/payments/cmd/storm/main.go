@@ -1,10 +1,12 @@
 // Command storm proves that the payments demo never double-charges: it
 // starts the demo (or targets a running one), puts a fault-injecting proxy
 // on loopback in front of it that resets connections, drops responses after
-// the server processed the request and delays requests, and sends charges
-// through a retrying client that reuses each charge's key. It then compares
-// the account's balance with what was sent, and exits non-zero if any
-// charge was duplicated or lost.
+// the server processed the request, and holds requests back until the
+// client has retried them, then sends both copies together; and it sends
+// charges through a retrying client that reuses each charge's key. It then
+// looks up every charge it sent, and the payment provider's authorizations,
+// and exits non-zero unless each charge was written exactly once with its
+// amount and authorized exactly once.
 //
 //	go run ./demo/payments/cmd/storm                    # 2,000 charges, 30% faults
 //	go run ./demo/payments/cmd/storm -n 500 -c 20 -framework fiber
@@ -28,8 +30,8 @@ func main() {
 	flag.IntVar(&o.Concurrency, "c", o.Concurrency, "concurrent clients")
 	flag.Float64Var(&o.Faults.Reset, "reset-rate", o.Faults.Reset, "share of requests whose connection is reset before reaching the server")
 	flag.Float64Var(&o.Faults.Drop, "drop-rate", o.Faults.Drop, "share of requests whose response is dropped after the server processed them")
-	flag.Float64Var(&o.Faults.Delay, "delay-rate", o.Faults.Delay, "share of requests delayed by -delay")
-	flag.DurationVar(&o.Faults.DelayFor, "delay", o.Faults.DelayFor, "delay added to delayed requests")
+	flag.Float64Var(&o.Faults.Delay, "delay-rate", o.Faults.Delay, "share of requests held back until the client retries them, then sent beside the retry")
+	flag.DurationVar(&o.Faults.DelayFor, "delay", o.Faults.DelayFor, "longest hold of a delayed request when no retry comes (above -attempt-timeout)")
 	flag.DurationVar(&o.AttemptTimeout, "attempt-timeout", o.AttemptTimeout, "client timeout per attempt")
 	flag.DurationVar(&o.Timeout, "timeout", o.Timeout, "bound on the whole run")
 	flag.DurationVar(&o.ProviderLatency, "provider-latency", o.ProviderLatency, "in-process demo: simulated provider latency")

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -34,8 +35,9 @@ type Options struct {
 	Charges     int
 	Concurrency int
 	Faults      Faults
-	// AttemptTimeout is the client's patience per attempt; below
-	// Faults.DelayFor, delayed requests are retried while they still run.
+	// AttemptTimeout is the client's patience per attempt. Below
+	// Faults.DelayFor, the client gives up on a delayed request and
+	// retries, and the proxy forwards the two together.
 	AttemptTimeout time.Duration
 	Timeout        time.Duration
 
@@ -53,7 +55,7 @@ func DefaultOptions() Options {
 		Framework:           "gin",
 		Charges:             2000,
 		Concurrency:         50,
-		Faults:              Faults{Reset: 0.10, Drop: 0.10, Delay: 0.10, DelayFor: 300 * time.Millisecond},
+		Faults:              Faults{Reset: 0.10, Drop: 0.10, Delay: 0.10, DelayFor: time.Second},
 		AttemptTimeout:      250 * time.Millisecond,
 		Timeout:             5 * time.Minute,
 		ProviderLatency:     5 * time.Millisecond,
@@ -73,11 +75,26 @@ type Report struct {
 	Resets      int64
 	Drops       int64
 	Delays      int64
-	Expected    balance
-	Found       balance
-	Duplicates  int64
-	Lost        int64
-	Elapsed     time.Duration
+	// Late counts delayed requests that reached the server after their
+	// client had given up, beside the retry.
+	Late int64
+	// Conflicts counts the server's 409 answers; PairConflicts those
+	// between a delayed request and the retry sent beside it.
+	Conflicts     int64
+	PairConflicts int64
+	Expected      balance
+	Found         balance
+	// Authorizations counts the times the payment provider took money for
+	// the storm's account, and ProviderCalls the requests it got.
+	Authorizations int64
+	ProviderCalls  int64
+	// Duplicates counts the rows beyond the first for a charge sent, Lost
+	// the charges sent without a row, and Mismatched the rows with another
+	// amount than the charge sent, or for no charge sent at all.
+	Duplicates int64
+	Lost       int64
+	Mismatched int64
+	Elapsed    time.Duration
 }
 
 type balance struct {
@@ -85,9 +102,11 @@ type balance struct {
 	Charges int64 `json:"charges"`
 }
 
-// OK reports whether every charge happened exactly once.
+// OK reports whether every charge happened exactly once, with its amount,
+// and the provider took the money once per charge.
 func (r Report) OK() bool {
-	return r.Duplicates == 0 && r.Lost == 0 && r.Found == r.Expected
+	return r.Duplicates == 0 && r.Lost == 0 && r.Mismatched == 0 && r.Found == r.Expected &&
+		r.Authorizations == r.Expected.Charges
 }
 
 // Print writes the summary.
@@ -97,22 +116,28 @@ func (r Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "faults injected     %d: %d resets before the server, %d responses dropped after it, %d delays\n",
 		r.Resets+r.Drops+r.Delays, r.Resets, r.Drops, r.Delays)
 	fmt.Fprintf(w, "replays             %d\n", r.Replays)
+	fmt.Fprintf(w, "in flight (409)     %d, %d of them between a delayed request and its retry (%d delayed requests arrived after their client gave up)\n",
+		r.Conflicts, r.PairConflicts, r.Late)
 	fmt.Fprintf(w, "settled afterwards  %d\n", r.Unsettled)
 	fmt.Fprintf(w, "charges expected    %d totalling %d\n", r.Expected.Charges, r.Expected.Charged)
 	fmt.Fprintf(w, "charges found       %d totalling %d\n", r.Found.Charges, r.Found.Charged)
+	fmt.Fprintf(w, "authorizations      %d at the payment provider (%d calls)\n", r.Authorizations, r.ProviderCalls)
 	fmt.Fprintf(w, "duplicates          %d\n", r.Duplicates)
 	fmt.Fprintf(w, "lost                %d\n", r.Lost)
+	fmt.Fprintf(w, "mismatched          %d\n", r.Mismatched)
 	fmt.Fprintf(w, "elapsed             %s\n", r.Elapsed.Round(time.Millisecond))
 }
 
 type charge struct {
-	key    string
-	amount int64
-	body   []byte
+	key         string
+	amount      int64
+	description string // names the charge among the account's rows
+	body        []byte
 }
 
 // Run starts (or targets) the server, puts the proxy in front, sends the
-// charges and compares the account's balance with what was sent.
+// charges, then holds every charge sent against the rows found for it and
+// the provider's authorizations.
 func Run(ctx context.Context, o Options) (Report, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
@@ -121,12 +146,12 @@ func Run(ctx context.Context, o Options) (Report, error) {
 
 	backend := strings.TrimSuffix(o.Target, "/")
 	if backend == "" {
-		url, stop, err := startServer(ctx, o)
+		addr, stop, err := startServer(ctx, o)
 		if err != nil {
 			return rep, err
 		}
 		defer stop()
-		backend = url
+		backend = addr
 	}
 	px := newProxy(backend, o.Faults)
 	pxURL, stopProxy, err := serve(px)
@@ -134,26 +159,31 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		return rep, err
 	}
 	defer stopProxy()
+	defer px.drain()
 
 	account := "storm_" + rand.Text()[:12]
 	auth := "Bearer " + account
 	charges := make([]charge, o.Charges)
 	for i := range charges {
 		amount := int64(100 + (i*7919)%9900)
+		desc := fmt.Sprintf("storm charge %d", i)
 		charges[i] = charge{
-			key:    idemclient.NewKey(),
-			amount: amount,
-			body:   fmt.Appendf(nil, `{"amount":%d,"currency":"usd","customer":"cus_%d","description":"storm charge %d"}`, amount, i, i),
+			key:         idemclient.NewKey(),
+			amount:      amount,
+			description: desc,
+			body:        fmt.Appendf(nil, `{"amount":%d,"currency":"usd","customer":"cus_%d","description":%q}`, amount, i, desc),
 		}
 		rep.Expected.Charges++
 		rep.Expected.Charged += amount
 	}
 
 	client := idemclient.NewClient(idemclient.Config{
-		Base:           &http.Transport{MaxIdleConnsPerHost: o.Concurrency},
-		MaxAttempts:    12,
-		BaseBackoff:    10 * time.Millisecond,
-		MaxBackoff:     300 * time.Millisecond,
+		Base:        &http.Transport{MaxIdleConnsPerHost: o.Concurrency},
+		MaxAttempts: 12,
+		BaseBackoff: 10 * time.Millisecond,
+		// The server's 409s ask for Retry-After: 1; a shorter MaxBackoff
+		// would hand them back instead of waiting.
+		MaxBackoff:     time.Second,
 		Budget:         time.Minute,
 		AttemptTimeout: o.AttemptTimeout,
 	})
@@ -193,6 +223,10 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		return rep, fmt.Errorf("storm did not finish within %s: %w", o.Timeout, err)
 	}
 
+	// Whatever the proxy still holds reaches the server now, and is
+	// answered, before anything is settled or counted.
+	px.drain()
+
 	// Charges whose client gave up are settled straight at the server, with
 	// their own keys: each then happened once, or happens now.
 	direct := idemclient.NewClient(idemclient.Config{MaxAttempts: 20, Budget: time.Minute})
@@ -203,20 +237,55 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		}
 	}
 
-	found, err := fetchBalance(ctx, backend, auth)
+	rows, err := fetchCharges(ctx, backend, auth)
 	if err != nil {
 		return rep, err
 	}
-	rep.Found = found
+	rep.check(charges, rows)
+	counts, err := fetchProviderCounts(ctx, backend, auth)
+	if err != nil {
+		return rep, err
+	}
+	rep.Authorizations, rep.ProviderCalls = counts.Authorizations, counts.Calls
 	rep.Attempts, rep.Replays = attempts.Load(), replays.Load()
 	rep.Retries = rep.Attempts - int64(o.Charges)
 	rep.Unsettled = len(unsettled)
 	rep.Forwarded = px.counts.forwarded.Load()
 	rep.Resets, rep.Drops, rep.Delays = px.counts.resets.Load(), px.counts.drops.Load(), px.counts.delays.Load()
-	rep.Duplicates = max(0, found.Charges-rep.Expected.Charges)
-	rep.Lost = max(0, rep.Expected.Charges-found.Charges)
+	rep.Late = px.counts.late.Load()
+	rep.Conflicts, rep.PairConflicts = px.counts.conflicts.Load(), px.counts.pairConflicts.Load()
 	rep.Elapsed = time.Since(start)
 	return rep, nil
+}
+
+// check holds every charge sent against the rows found for it: exactly
+// one, with its amount. Totals alone would let a duplicate and a loss
+// cancel out.
+func (rep *Report) check(sent []charge, rows []chargeRow) {
+	byDesc := make(map[string][]chargeRow, len(rows))
+	for _, r := range rows {
+		byDesc[r.Description] = append(byDesc[r.Description], r)
+		rep.Found.Charges++
+		rep.Found.Charged += r.Amount
+	}
+	for _, c := range sent {
+		found := byDesc[c.description]
+		delete(byDesc, c.description)
+		switch {
+		case len(found) == 0:
+			rep.Lost++
+		case len(found) > 1:
+			rep.Duplicates += int64(len(found) - 1)
+		}
+		for _, r := range found {
+			if r.Amount != c.amount {
+				rep.Mismatched++
+			}
+		}
+	}
+	for _, extra := range byDesc {
+		rep.Mismatched += int64(len(extra))
+	}
 }
 
 // post sends one charge. It returns why the server did not confirm it with
@@ -246,22 +315,63 @@ func post(ctx context.Context, c *http.Client, base, auth string, ch charge) (id
 	return res, ""
 }
 
-func fetchBalance(ctx context.Context, base, auth string) (balance, error) {
-	var b balance
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/balance", nil)
+// chargeRow is a charge as GET /v1/charges lists it.
+type chargeRow struct {
+	ID          string `json:"id"`
+	Amount      int64  `json:"amount"`
+	Description string `json:"description"`
+}
+
+// fetchCharges lists every charge of the account, page by page.
+func fetchCharges(ctx context.Context, base, auth string) ([]chargeRow, error) {
+	var all []chargeRow
+	after := ""
+	for {
+		u := base + "/v1/charges?limit=100"
+		if after != "" {
+			u += "&starting_after=" + url.QueryEscape(after)
+		}
+		var page struct {
+			Data    []chargeRow `json:"data"`
+			HasMore bool        `json:"has_more"`
+		}
+		if err := getJSON(ctx, u, auth, &page); err != nil {
+			return nil, err
+		}
+		all = append(all, page.Data...)
+		if !page.HasMore || len(page.Data) == 0 {
+			return all, nil
+		}
+		after = page.Data[len(page.Data)-1].ID
+	}
+}
+
+// providerCounts is what GET /debug/provider reports for the account.
+type providerCounts struct {
+	Calls          int64 `json:"calls"`
+	Authorizations int64 `json:"authorizations"`
+}
+
+func fetchProviderCounts(ctx context.Context, base, auth string) (providerCounts, error) {
+	var c providerCounts
+	return c, getJSON(ctx, base+"/debug/provider", auth, &c)
+}
+
+func getJSON(ctx context.Context, u, auth string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return b, err
+		return err
 	}
 	req.Header.Set("Authorization", auth)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return b, err
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return b, fmt.Errorf("GET /v1/balance: %s", resp.Status)
+		return fmt.Errorf("GET %s: %s", req.URL.Path, resp.Status)
 	}
-	return b, json.NewDecoder(resp.Body).Decode(&b)
+	return json.NewDecoder(resp.Body).Decode(v)
 }
 
 // startServer runs the demo in this process on a loopback port.
@@ -345,4 +455,4 @@ func progress(w io.Writer, done *atomic.Int64, total int) func() {
 	return func() { close(stop); <-finished }
 }
 
-var errFailed = errors.New("storm found duplicated or lost charges")
+var errFailed = errors.New("storm found duplicated, lost or mismatched charges, or provider authorizations that differ from the charges")

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -59,29 +60,85 @@ func runStorm(t *testing.T, o Options) Report {
 	if rep.Retries == 0 || rep.Replays == 0 || rep.Drops == 0 || rep.Resets == 0 {
 		t.Fatalf("the storm did not exercise retries, replays and faults: %+v", rep)
 	}
+	if rep.PairConflicts == 0 {
+		t.Fatalf("no delayed request and its retry met at the server (no 409 between them): the delays did not overlap a retry with its original: %+v", rep)
+	}
 	return rep
 }
 
-// TestStormCatchesDoubleCharges points the storm at a server that charges
-// on every request, idempotency key or not: the dropped responses must
-// show up as duplicates and fail the run.
-func TestStormCatchesDoubleCharges(t *testing.T) {
-	var mu sync.Mutex
-	charged := map[string][2]int64{} // account: charges, total
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		acct := r.Header.Get("Authorization")
-		mu.Lock()
-		defer mu.Unlock()
-		if r.Method == http.MethodGet {
-			json.NewEncoder(w).Encode(map[string]int64{"charges": charged[acct][0], "charged": charged[acct][1]})
+// fakeDemo is a stand-in for the demo that is wrong in a chosen way, for
+// the storm to catch. It serves the endpoints the storm reads: charges,
+// their list, the balance and the provider's counts.
+type fakeDemo struct {
+	// idempotent replays a charge whose key it has seen; otherwise every
+	// request charges, key or not.
+	idempotent bool
+	// record turns a charge's description and amount into the rows
+	// written; nil writes the one row asked for.
+	record func(description string, amount int64) []fakeRow
+	// extraAuthorizations are provider authorizations no charge accounts for.
+	extraAuthorizations int64
+
+	mu    sync.Mutex
+	keys  map[string]bool
+	rows  map[string][]fakeRow // by account
+	auths map[string]int64
+}
+
+type fakeRow struct {
+	Description string `json:"description"`
+	Amount      int64  `json:"amount"`
+}
+
+func (f *fakeDemo) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	acct := r.Header.Get("Authorization")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.keys == nil {
+		f.keys, f.rows, f.auths = map[string]bool{}, map[string][]fakeRow{}, map[string]int64{}
+	}
+	switch r.Method + " " + r.URL.Path {
+	case "POST /v1/charges":
+		var body fakeRow
+		json.NewDecoder(r.Body).Decode(&body)
+		k := acct + "\x00" + r.Header.Get("Idempotency-Key")
+		if f.idempotent && f.keys[k] {
+			w.Header().Set("Idempotent-Replayed", "true")
+			w.WriteHeader(http.StatusCreated)
 			return
 		}
-		var body struct{ Amount int64 }
-		json.NewDecoder(r.Body).Decode(&body)
-		c := charged[acct]
-		charged[acct] = [2]int64{c[0] + 1, c[1] + body.Amount}
+		f.keys[k] = true
+		f.auths[acct]++
+		rows := []fakeRow{body}
+		if f.record != nil {
+			rows = f.record(body.Description, body.Amount)
+		}
+		f.rows[acct] = append(f.rows[acct], rows...)
 		w.WriteHeader(http.StatusCreated)
-	}))
+	case "GET /v1/charges":
+		data := []map[string]any{}
+		for i, c := range f.rows[acct] {
+			data = append(data, map[string]any{"id": fmt.Sprintf("ch_%d", i), "amount": c.Amount, "description": c.Description})
+		}
+		json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data, "has_more": false})
+	case "GET /v1/balance":
+		var sum int64
+		for _, c := range f.rows[acct] {
+			sum += c.Amount
+		}
+		json.NewEncoder(w).Encode(map[string]int64{"charges": int64(len(f.rows[acct])), "charged": sum})
+	case "GET /debug/provider":
+		n := f.auths[acct] + f.extraAuthorizations
+		json.NewEncoder(w).Encode(map[string]int64{"calls": n, "authorizations": n})
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// stormAgainst runs a short storm against f.
+func stormAgainst(t *testing.T, f *fakeDemo) Report {
+	t.Helper()
+	srv := httptest.NewServer(f)
 	defer srv.Close()
 	o := DefaultOptions()
 	o.Target, o.Charges, o.Concurrency = srv.URL, 200, 10
@@ -89,8 +146,62 @@ func TestStormCatchesDoubleCharges(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.OK() || rep.Duplicates == 0 {
+	var sb strings.Builder
+	rep.Print(&sb)
+	t.Logf("storm summary:\n%s", sb.String())
+	return rep
+}
+
+// TestStormCatchesDoubleCharges points the storm at a server that charges
+// on every request, idempotency key or not: the dropped responses must
+// show up as duplicates and fail the run.
+func TestStormCatchesDoubleCharges(t *testing.T) {
+	if rep := stormAgainst(t, &fakeDemo{}); rep.OK() || rep.Duplicates == 0 {
 		t.Fatalf("a server without idempotency passed the storm: %+v", rep)
+	}
+}
+
+// TestStormChecksEveryCharge: errors that leave the count and the sum of
+// the charges as expected must fail the run too. The storm holds every
+// charge it sent against the rows found for it.
+func TestStormChecksEveryCharge(t *testing.T) {
+	amounts := map[string]int64{}
+	for name, record := range map[string]func(string, int64) []fakeRow{
+		// Charge 1 is lost, and charge 0 written twice, once with charge
+		// 1's amount: as many charges, the same total.
+		"a duplicate and a loss": func(desc string, amount int64) []fakeRow {
+			if desc == "storm charge 1" {
+				desc = "storm charge 0"
+			}
+			return []fakeRow{{desc, amount}}
+		},
+		// Charges 0 and 1 each get the other's amount.
+		"amounts swapped": func(desc string, amount int64) []fakeRow {
+			switch desc {
+			case "storm charge 0", "storm charge 1":
+				other := map[string]string{"storm charge 0": "storm charge 1", "storm charge 1": "storm charge 0"}[desc]
+				return []fakeRow{{desc, amounts[other]}}
+			}
+			return []fakeRow{{desc, amount}}
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			// The amounts the storm sends are fixed by the charge's index.
+			for i := range 2 {
+				amounts[fmt.Sprintf("storm charge %d", i)] = int64(100 + (i*7919)%9900)
+			}
+			if rep := stormAgainst(t, &fakeDemo{idempotent: true, record: record}); rep.OK() {
+				t.Fatalf("the storm passed a server that got charges wrong: %+v", rep)
+			}
+		})
+	}
+}
+
+// TestStormCountsProviderAuthorizations: a server that records every
+// charge once but took the money one time too many must fail the run.
+func TestStormCountsProviderAuthorizations(t *testing.T) {
+	if rep := stormAgainst(t, &fakeDemo{idempotent: true, extraAuthorizations: 1}); rep.OK() {
+		t.Fatalf("the storm passed a server that authorized a payment twice: %+v", rep)
 	}
 }
 
