@@ -70,7 +70,7 @@ func TestCountsUnderConcurrentChurn(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(w), 1))
 			held := map[idem.ID]string{}
 			for i := range ops {
-				now := at.Add(time.Duration(clock.Add(rng.Int64N(20))) * time.Millisecond)
+				now := at.Add(time.Duration(clock.Add(rng.Int64N(10))) * time.Millisecond)
 				id := idem.ID{Scope: scopes[rng.IntN(len(scopes))], Key: fmt.Sprint(rng.IntN(12))}
 				token := fmt.Sprint(w, "-", i)
 				var err error
