@@ -9,6 +9,13 @@
 // It works registered with Use, on a group or on one route. A handler's
 // returned error is rendered by e.HTTPErrorHandler inside the capture, so
 // it is stored or not exactly as if the handler had written that response.
+//
+// The handler runs with the lock's context (c.Request().Context()): idem.HeldKey finds the
+// key and owner token in it, and it is cancelled with cause
+// idem.ErrLeaseLost if the lease is lost. Register timeout middleware
+// before this one, or use idem.Config.HandlerTimeout: a timeout registered
+// after it (http.TimeoutHandler, Echo's Timeout) answers while the handler
+// still runs, so its key stays locked until the lease runs out.
 package idemecho
 
 import (

@@ -10,6 +10,11 @@
 // Fiber runs on fasthttp, which reuses request and response buffers once a
 // handler returns. The middleware copies everything idemkit keeps (method,
 // path, key, scope, response headers and body) out of those buffers.
+//
+// The handler runs with the lock's context as c.UserContext(): idem.HeldKey
+// finds the key and owner token in it, and it is cancelled with cause
+// idem.ErrLeaseLost if the lease is lost. Register timeout middleware
+// before this one, or use idem.Config.HandlerTimeout.
 package idemfiber
 
 import (

@@ -13,8 +13,10 @@ type options struct {
 // key's owner, ...): keys are unique per tenant, and tenants never see each
 // other's records. Without it all requests share one global scope. It runs
 // after the middleware registered before idemkit, such as authentication.
-// The middleware copies the returned string, so scope may return a value
-// that aliases fasthttp's buffers, such as c.Get("X-Account").
+// Derive it from authentication (what an auth middleware stored in
+// c.Locals), never from a header the client chooses freely, or a client
+// could probe another tenant's keys. The middleware copies the returned
+// string, so scope may return a value that aliases fasthttp's buffers.
 func WithScope(scope func(*fiber.Ctx) string) Option {
 	return func(o *options) { o.scope = scope }
 }

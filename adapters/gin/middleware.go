@@ -12,6 +12,13 @@
 // runs inside the capture, so what it writes is what gets stored. Errors in
 // c.Errors still unrendered when idemkit's turn ends leave the response
 // unknown, so it is not stored.
+//
+// The handler runs with the lock's context (c.Request.Context()): idem.HeldKey finds the
+// key and owner token in it, and it is cancelled with cause
+// idem.ErrLeaseLost if the lease is lost. Register timeout middleware
+// before this one, or use idem.Config.HandlerTimeout: a timeout registered
+// after it (http.TimeoutHandler, Echo's Timeout) answers while the handler
+// still runs, so its key stays locked until the lease runs out.
 package idemgin
 
 import (

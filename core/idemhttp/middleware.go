@@ -6,6 +6,13 @@
 //	mux := http.NewServeMux()
 //	mux.Handle("POST /v1/charges", createCharge)
 //	http.ListenAndServe(addr, idemhttp.Middleware(engine)(mux))
+//
+// The handler runs with the lock's context (r.Context()): idem.HeldKey finds the
+// key and owner token in it, and it is cancelled with cause
+// idem.ErrLeaseLost if the lease is lost. Register timeout middleware
+// before this one, or use idem.Config.HandlerTimeout: a timeout registered
+// after it (http.TimeoutHandler, Echo's Timeout) answers while the handler
+// still runs, so its key stays locked until the lease runs out.
 package idemhttp
 
 import (
