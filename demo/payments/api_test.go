@@ -431,6 +431,8 @@ var apiCases = []struct {
 		}
 		d.do(t, http.MethodPost, "/v1/refunds", acct, newKey(), fmt.Sprintf(`{"charge":%q,"amount":1001}`, id)).problem(t, 400, "refund-too-large")
 		d.do(t, http.MethodPost, "/v1/refunds", acct, newKey(), `{"charge":"ch_nope","amount":1}`).problem(t, 404, "not-found")
+		d.do(t, http.MethodPost, "/v1/refunds", acct, newKey(), `{"charge":"ch_\u0000","amount":1}`).problem(t, 404, "not-found")
+		d.do(t, http.MethodGet, "/v1/charges/ch_%00", acct, "", "").problem(t, 404, "not-found")
 		d.do(t, http.MethodPost, "/v1/refunds", newAccount(), newKey(), refund).problem(t, 404, "not-found")
 		if b := d.balance(t, acct); b["charged"] != 1999.0 || b["refunded"] != 999.0 || b["refunds"] != 1.0 {
 			t.Fatalf("balance %v", b)

@@ -149,7 +149,10 @@ type RefundRequest struct {
 // CreateRefund refunds part of a charge of account. The charge's refunded
 // total moves in one conditional UPDATE, so two concurrent refunds can never
 // together exceed the charge.
-func CreateRefund(_ context.Context, tx func() (*gorm.DB, error), account string, r RefundRequest, now time.Time) (Refund, error) {
+//
+// ctx is the request's context: cancelled with cause idem.ErrLeaseLost,
+// nothing is written and the error wraps ErrLeaseLost.
+func CreateRefund(ctx context.Context, tx func() (*gorm.DB, error), account string, r RefundRequest, now time.Time) (Refund, error) {
 	if err := ValidAccount(account); err != nil {
 		return Refund{}, err
 	}
@@ -162,6 +165,9 @@ func CreateRefund(_ context.Context, tx func() (*gorm.DB, error), account string
 	db, err := tx()
 	if err != nil {
 		return Refund{}, err
+	}
+	if leaseLost(ctx) {
+		return Refund{}, fmt.Errorf("%w: %w", ErrLeaseLost, context.Cause(ctx))
 	}
 	// The transaction's own context, as in CreateCharge.
 	res := db.Model(&Charge{}).

@@ -51,7 +51,8 @@ var ErrProviderKeyReused = errors.New("payment provider: idempotency key reused 
 // deduplicates by idempotency key, and counts what it did per account, so
 // that tests can hold the money taken against the charges recorded. Use it
 // by pointer; the zero value is a provider that answers at once and never
-// fails.
+// fails. Keys are forgotten after KeyRetention; the counts are kept for the
+// life of the process, one small entry per account that ever charged.
 type Provider struct {
 	Latency      time.Duration
 	FailureRate  float64       // 0..1: probability of a transient failure
