@@ -1,0 +1,167 @@
+package examples_test
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	idem "github.com/idemkit/idemkit/core"
+)
+
+// Tables in the docs that restate the code are checked against it, so that
+// neither can change without the other.
+
+// tableColumn returns the first column of the markdown table that follows
+// the line starting with after, each cell's backquoted name.
+func tableColumn(t *testing.T, doc, after string) []string {
+	t.Helper()
+	src, err := os.ReadFile(filepath.Join("..", doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(src)
+	i := strings.Index(text, after)
+	if i < 0 {
+		t.Fatalf("%s: no %q", doc, after)
+	}
+	cell := regexp.MustCompile("^\\| `([^`]+)` \\|")
+	var names []string
+	inTable := false
+	for _, line := range strings.Split(text[i:], "\n")[1:] {
+		switch {
+		case strings.HasPrefix(line, "|"):
+			inTable = true
+			if m := cell.FindStringSubmatch(line); m != nil {
+				names = append(names, m[1])
+			}
+		case inTable:
+			return names
+		}
+	}
+	return names
+}
+
+func TestOperationsListsEveryEventKind(t *testing.T) {
+	var kinds []string
+	for _, k := range idem.EventKinds() {
+		kinds = append(kinds, k.String())
+	}
+	if got := tableColumn(t, "operations.md", "The `outcome` values"); !slices.Equal(got, kinds) {
+		t.Errorf("operations.md outcomes %v\nthe Engine emits   %v", got, kinds)
+	}
+}
+
+func TestOperationsListsEveryReason(t *testing.T) {
+	var reasons []string
+	for _, r := range idem.Reasons() {
+		reasons = append(reasons, string(r))
+	}
+	if got := tableColumn(t, "operations.md", "`reason` on `not-stored`"); !slices.Equal(got, reasons) {
+		t.Errorf("operations.md reasons %v\nthe Engine uses   %v", got, reasons)
+	}
+}
+
+func TestOperationsLogLevelsCoverEveryEventKind(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(src)
+	table := text[strings.Index(text, "| level | events |"):]
+	table = table[:strings.Index(table, "\n\n")]
+	for _, k := range idem.EventKinds() {
+		if !strings.Contains(table, "`"+k.String()+"`") {
+			t.Errorf("operations.md's log level table does not say at which level %s is logged", k)
+		}
+	}
+}
+
+func TestConfigReferenceListsEveryField(t *testing.T) {
+	var fields []string
+	typ := reflect.TypeFor[idem.Config]()
+	for i := range typ.NumField() {
+		fields = append(fields, typ.Field(i).Name)
+	}
+	if got := tableColumn(t, "operations.md", "## Configuration reference"); !slices.Equal(got, fields) {
+		t.Errorf("operations.md configuration fields %v\nidem.Config has                  %v", got, fields)
+	}
+}
+
+func TestConfigReferenceDefaults(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := func(field string) string {
+		m := regexp.MustCompile("(?m)^\\| `" + field + "` \\| ([^|]+) \\|").FindStringSubmatch(string(src))
+		if m == nil {
+			t.Fatalf("no row for %s", field)
+		}
+		return strings.TrimSpace(m[1])
+	}
+	for field, want := range map[string]string{
+		"HeaderName":      "`" + idem.DefaultHeaderName + "`",
+		"TTL":             human(idem.DefaultTTL),
+		"Lease":           human(idem.DefaultLease),
+		"RetryAfter":      human(idem.DefaultRetryAfter),
+		"StoreTimeout":    human(idem.DefaultStoreTimeout),
+		"MaxRequestBody":  "1 MiB",
+		"MaxResponseBody": "1 MiB",
+	} {
+		if got := row(field); got != want {
+			t.Errorf("operations.md says %s defaults to %s, the code %s", field, got, want)
+		}
+	}
+	if idem.DefaultMaxRequestBody != 1<<20 || idem.DefaultMaxResponseBody != 1<<20 {
+		t.Error("the body limits changed: update operations.md")
+	}
+}
+
+// human writes a default duration the way the docs do: "30 s", "24 h".
+func human(d interface{ Hours() float64 }) string {
+	h := d.Hours()
+	switch {
+	case h >= 1 && h == float64(int(h)):
+		return strconv.Itoa(int(h)) + " h"
+	default:
+		return strconv.FormatFloat(h*3600, 'f', -1, 64) + " s"
+	}
+}
+
+func TestProblemsDocumentEveryType(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", "..", "core", "problem.go"), nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []string
+	ast.Inspect(f, func(n ast.Node) bool {
+		if spec, ok := n.(*ast.ValueSpec); ok && len(spec.Names) == 1 && strings.HasPrefix(spec.Names[0].Name, "Problem") && len(spec.Values) == 1 {
+			if lit, ok := spec.Values[0].(*ast.BasicLit); ok && lit.Kind == token.STRING && spec.Names[0].Name != "ProblemContentType" {
+				v, _ := strconv.Unquote(lit.Value)
+				types = append(types, v)
+			}
+		}
+		return true
+	})
+	src, err := os.ReadFile(filepath.Join("..", "problems.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var documented []string
+	for _, m := range regexp.MustCompile(`(?m)^## (\S+)$`).FindAllStringSubmatch(string(src), -1) {
+		documented = append(documented, m[1])
+	}
+	slices.Sort(types)
+	slices.Sort(documented)
+	if !slices.Equal(types, documented) || len(types) < 8 {
+		t.Errorf("problems.md documents %v\ncore/problem.go declares %v", documented, types)
+	}
+}
