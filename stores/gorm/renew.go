@@ -38,9 +38,9 @@ func (s *Store) RenewBatch(ctx context.Context, held []idem.Held, leaseUntil tim
 	if len(held) == 0 {
 		return nil
 	}
-	db := s.db.WithContext(s.stmtContext(ctx))
-	renewed := make(map[string]struct{}, len(held))
+	var renewed map[string]struct{}
 	chunks := func(tx *gorm.DB) error {
+		renewed = make(map[string]struct{}, len(held))
 		for start := 0; start < len(held); start += renewChunk {
 			if err := s.renewChunk(tx, held[start:min(start+renewChunk, len(held))], nanos(leaseUntil), renewed); err != nil {
 				return err
@@ -48,15 +48,15 @@ func (s *Store) RenewBatch(ctx context.Context, held []idem.Held, leaseUntil tim
 		}
 		return nil
 	}
-	var err error
-	switch {
-	case s.dialect == dialectMySQL:
-		err = db.Transaction(chunks, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
-	case len(held) <= renewChunk:
-		err = chunks(db)
-	default:
-		err = db.Transaction(chunks)
-	}
+	err := s.run(ctx, func(db *gorm.DB) error {
+		switch {
+		case s.dialect == dialectMySQL:
+			return db.Transaction(chunks, &sql.TxOptions{Isolation: sql.LevelReadCommitted})
+		case len(held) <= renewChunk:
+			return chunks(db)
+		}
+		return db.Transaction(chunks)
+	})
 	if err != nil {
 		return fmt.Errorf("gormstore: renew batch: %w", err)
 	}

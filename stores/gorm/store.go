@@ -22,6 +22,7 @@ import (
 // migrations, see SchemaSQL), and stop its purger with Close.
 type Store struct {
 	db      *gorm.DB // the user's, on a session whose logger is silent
+	pool    *sql.DB  // db's connection pool (SQLite only, see runSQLite)
 	dialect dialect
 	sql     statements
 	table   string
@@ -84,6 +85,11 @@ func New(db *gorm.DB, opts ...Option) (*Store, error) {
 		logger:    o.logger,
 		purgeDone: make(chan struct{}),
 	}
+	if d == dialectSQLite {
+		if s.pool, err = db.DB(); err != nil {
+			return nil, fmt.Errorf("gormstore: the SQLite connection pool: %w", err)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopPurge = cancel
 	if o.purgeInterval > 0 {
@@ -116,9 +122,8 @@ func checkTableName(name string) error {
 }
 
 // Close stops the background purger and waits for it to exit, cancelling a
-// purge in progress (on SQLite, whose statements are never cancelled, see
-// stmtContext, it waits for the current batch). It does not close the
-// database, which belongs to the caller. The Store stays usable.
+// purge in progress. It does not close the database, which belongs to the
+// caller. The Store stays usable.
 func (s *Store) Close() error {
 	s.closeOnce.Do(s.stopPurge)
 	<-s.purgeDone
@@ -139,13 +144,18 @@ func (s *Store) SchemaSQL() []string {
 // does not alter an existing table, and fails on one created by an earlier
 // version of the store, whose key columns differ.
 func (s *Store) AutoMigrate(ctx context.Context) error {
-	db := s.db.WithContext(ctx)
-	for _, stmt := range s.sql.createTable {
-		if err := db.Exec(stmt).Error; err != nil {
-			return fmt.Errorf("gormstore: migrate %s: %w", s.table, err)
+	err := s.run(ctx, func(db *gorm.DB) error {
+		for _, stmt := range s.sql.createTable {
+			if err := db.Exec(stmt).Error; err != nil {
+				return err
+			}
 		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("gormstore: migrate %s: %w", s.table, err)
 	}
-	if err := db.Exec(s.sql.checkSchema).Error; err != nil {
+	if err := s.run(ctx, func(db *gorm.DB) error { return db.Exec(s.sql.checkSchema).Error }); err != nil {
 		return fmt.Errorf("gormstore: table %s exists without the columns %s and %s: it was created by an earlier "+
 			"version of the store; recreate it (README, \"Upgrading\"): %w", s.table, colScope, colKey, err)
 	}
@@ -184,32 +194,67 @@ func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 // come in storms when clients retry, one indexed read that takes no lock
 // and writes nothing (on PostgreSQL, even an INSERT that does nothing costs
 // a transaction ID and a commit record; on SQLite it takes the single write
-// lock); a new key costs that read more. A live record is returned as it is. An expired record or a lapsed lease is
-// taken by an UPDATE whose WHERE clause repeats the condition, so it writes
-// only if the record is still as read. If another request wrote in
-// between, the INSERT or UPDATE changes nothing, or the read finds no
-// record, and Acquire starts over.
+// lock); a new key costs that read more. A live record is returned as it
+// is. An expired record or a lapsed lease is taken by an UPDATE whose WHERE
+// clause repeats the condition, so it writes only if the record is still
+// as read. If another request wrote in between, the INSERT or UPDATE
+// changes nothing, or the read finds no record, and Acquire starts over.
+//
+// A write whose client gives up half-way must not land after Acquire
+// reported the failure, leaving an in-flight record nobody holds (every
+// retry would get 409 until its lease ran out). On SQLite nothing is left
+// running when a call returns (see runSQLite). On a database server, which
+// commits a statement its client abandoned, the writes run to completion,
+// detached from ctx's cancellation and bounded by the lease, after which
+// such a record could be taken over anyway.
 func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
 	if err := ctx.Err(); err != nil {
 		return idem.Record{}, 0, err
 	}
-	db := s.db.WithContext(s.stmtContext(ctx))
-	wctx, cancel := s.writeContext(ctx, a.LeaseUntil.Sub(a.Now))
-	defer cancel()
-	wdb := s.db.WithContext(wctx)
+	var (
+		rec     idem.Record
+		outcome idem.AcquireOutcome
+		err     error
+	)
+	if s.dialect == dialectSQLite {
+		err = s.runSQLite(ctx, func(db *gorm.DB) (err error) {
+			rec, outcome, err = s.acquire(db, db, a)
+			return err
+		})
+	} else {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.LeaseUntil.Sub(a.Now))
+		defer cancel()
+		rec, outcome, err = s.acquire(s.db.WithContext(ctx), s.db.WithContext(wctx), a)
+	}
+	if err != nil {
+		return idem.Record{}, 0, fmt.Errorf("gormstore: acquire: %w", err)
+	}
+	if outcome != idem.Existing {
+		rec = s.acquired(ctx, a)
+	}
+	return rec, outcome, nil
+}
+
+// acquire is Acquire's work, reading on db and writing on wdb. It returns
+// the record found if the outcome is Existing.
+func (s *Store) acquire(db, wdb *gorm.DB, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
 	fp := blob(a.Fingerprint[:])
 	now, lease, expires := nanos(a.Now), nanos(a.LeaseUntil), nanos(a.ExpiresAt)
 	scope, key := hashID(a.ID)
 	for range maxAttempts {
-		created, rec, err := s.findOrCreate(wctx, db, a.ID, scope, key, fp, a.Token, lease, now, expires)
-		if created {
-			return s.acquired(ctx, a), idem.Created, nil
-		}
+		rec, err := s.get(db, a.ID, scope, key)
 		if errors.Is(err, idem.ErrNotFound) {
-			continue // the key was taken, released or purged meanwhile
+			created, err := s.insert(wdb, scope, key, fp, a.Token, lease, now, expires)
+			if err != nil {
+				return idem.Record{}, 0, err
+			}
+			if created {
+				return idem.Record{}, idem.Created, nil
+			}
+			continue // the key was taken meanwhile
 		}
 		if err != nil {
-			return idem.Record{}, 0, fmt.Errorf("gormstore: acquire: %w", err)
+			return idem.Record{}, 0, err
 		}
 		var (
 			outcome = idem.Created
@@ -227,65 +272,20 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 			return rec, idem.Existing, nil
 		}
 		if res.Error != nil {
-			return idem.Record{}, 0, fmt.Errorf("gormstore: acquire: %w", res.Error)
+			return idem.Record{}, 0, res.Error
 		}
 		if res.RowsAffected == 1 {
-			return s.acquired(ctx, a), outcome, nil
+			return idem.Record{}, outcome, nil
 		}
+		// The record changed, was released or purged meanwhile.
 	}
-	return idem.Record{}, 0, fmt.Errorf("gormstore: acquire: the record kept changing; gave up after %d attempts", maxAttempts)
-}
-
-// stmtContext returns the context a statement runs under. On SQLite it
-// cannot be cancelled: the driver interrupts a statement whose context
-// ends from another goroutine, and that interrupt can arrive late, after
-// the statement finished and its connection went back to the pool, and
-// abort whatever statement runs there next, perhaps another request's
-// completion or commit. Callers' cancellation is still honoured before a
-// statement starts (every method checks ctx first), and SQLite's busy
-// timeout bounds how long a statement waits for the write lock.
-func (s *Store) stmtContext(ctx context.Context) context.Context {
-	if s.dialect == dialectSQLite {
-		return context.WithoutCancel(ctx)
-	}
-	return ctx
-}
-
-// writeContext returns the context for Acquire's writes. A write the client
-// abandons when the request's context ends can still take effect after
-// Acquire reported the failure (a database server commits a statement its
-// client gave up on; SQLite, see stmtContext), leaving an in-flight record
-// nobody holds: every retry would get 409 until its lease ran out. So the
-// writes run to completion, detached from the request's cancellation, and
-// on a database server bounded by the lease, after which such a record
-// could be taken over anyway.
-func (s *Store) writeContext(ctx context.Context, bound time.Duration) (context.Context, context.CancelFunc) {
-	if s.dialect == dialectSQLite {
-		return s.stmtContext(ctx), func() {} // never cancelled already; the busy timeout bounds it
-	}
-	return context.WithTimeout(context.WithoutCancel(ctx), bound)
-}
-
-// findOrCreate reports that it created a new in-flight record for id, or
-// returns the record it found, or idem.ErrNotFound if neither: the key was
-// taken after the read, or freed after the INSERT failed.
-// The read runs on db, the INSERT under writeCtx.
-func (s *Store) findOrCreate(writeCtx context.Context, db *gorm.DB, id idem.ID, scope, key, fp blob, token string, lease, now, expires int64) (bool, idem.Record, error) {
-	rec, err := s.get(db, id, scope, key)
-	if !errors.Is(err, idem.ErrNotFound) {
-		return false, rec, err
-	}
-	created, err := s.insert(writeCtx, scope, key, fp, token, lease, now, expires)
-	if err == nil && !created {
-		err = idem.ErrNotFound
-	}
-	return created, idem.Record{}, err
+	return idem.Record{}, 0, fmt.Errorf("the record kept changing; gave up after %d attempts", maxAttempts)
 }
 
 // insert writes a new in-flight record unless one exists for the ID, and
 // reports whether it did.
-func (s *Store) insert(ctx context.Context, scope, key, fp blob, token string, lease, now, expires int64) (bool, error) {
-	res := s.db.WithContext(ctx).Exec(s.sql.insert, scope, key, fp, token, lease, now, expires)
+func (s *Store) insert(db *gorm.DB, scope, key, fp blob, token string, lease, now, expires int64) (bool, error) {
+	res := db.Exec(s.sql.insert, scope, key, fp, token, lease, now, expires)
 	if res.Error != nil {
 		// MySQL has no DO NOTHING that reports reliably whether it wrote
 		// (INSERT IGNORE would also truncate overlong values silently), so
@@ -327,27 +327,31 @@ func (s *Store) acquired(ctx context.Context, a idem.Acquire) idem.Record {
 
 // Renew implements idem.Store with one conditional UPDATE.
 func (s *Store) Renew(ctx context.Context, id idem.ID, token string, leaseUntil time.Time) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	db := s.db.WithContext(s.stmtContext(ctx))
-	scope, key := hashID(id)
-	res := db.Exec(s.sql.renew, nanos(leaseUntil), scope, key, token)
-	if res.Error != nil {
-		return fmt.Errorf("gormstore: renew: %w", res.Error)
-	}
-	if res.RowsAffected == 0 && s.dialect == dialectMySQL {
-		// MySQL counts changed rows, not matched ones: renewing to the
-		// lease already stored changes nothing, yet the token holds.
-		var one int
-		switch err := scanRow(db.Raw(s.sql.checkOwner, scope, key, token).Row(), db, &one); {
-		case err == nil:
-			return nil
-		case !errors.Is(err, sql.ErrNoRows):
-			return fmt.Errorf("gormstore: renew: %w", err)
+	lost := false
+	err := s.run(ctx, func(db *gorm.DB) error {
+		scope, key := hashID(id)
+		res := db.Exec(s.sql.renew, nanos(leaseUntil), scope, key, token)
+		if res.Error != nil {
+			return res.Error
 		}
-	}
-	if res.RowsAffected == 0 {
+		if res.RowsAffected == 0 && s.dialect == dialectMySQL {
+			// MySQL counts changed rows, not matched ones: renewing to the
+			// lease already stored changes nothing, yet the token holds.
+			var one int
+			switch err := scanRow(db.Raw(s.sql.checkOwner, scope, key, token).Row(), db, &one); {
+			case err == nil:
+				return nil
+			case !errors.Is(err, sql.ErrNoRows):
+				return err
+			}
+		}
+		lost = res.RowsAffected == 0
+		return nil
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("gormstore: renew: %w", err)
+	case lost:
 		return idem.ErrLockLost
 	}
 	return nil
@@ -371,11 +375,23 @@ func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.C
 	if tx != nil {
 		return s.completeInTx(ctx, tx, args)
 	}
-	res := s.db.WithContext(s.stmtContext(ctx)).Exec(s.sql.complete, args...)
-	if res.Error != nil {
-		return fmt.Errorf("gormstore: complete: %w", res.Error)
-	}
-	if res.RowsAffected == 0 {
+	return s.fenced(ctx, "complete", s.sql.complete, args...)
+}
+
+// fenced runs the call op, one UPDATE or DELETE of the in-flight record
+// its args name with their token, and returns idem.ErrLockLost if it
+// found none.
+func (s *Store) fenced(ctx context.Context, op, stmt string, args ...any) error {
+	var n int64
+	err := s.run(ctx, func(db *gorm.DB) error {
+		res := db.Exec(stmt, args...)
+		n = res.RowsAffected
+		return res.Error
+	})
+	switch {
+	case err != nil:
+		return fmt.Errorf("gormstore: %s: %w", op, err)
+	case n == 0:
 		return idem.ErrLockLost
 	}
 	return nil
@@ -385,8 +401,14 @@ func (s *Store) completeInTx(ctx context.Context, tx *gorm.DB, args []any) error
 	// Every failure here rolls the handler's writes back with the
 	// completion: the error says so (idem.ErrRolledBack), so that the
 	// adapter withholds the response that describes them.
-	// The transaction is the user's, with the user's logger.
-	res := tx.Session(&gorm.Session{Logger: silent{}, Context: s.stmtContext(ctx)}).Exec(s.sql.complete, args...)
+	// The transaction is the user's, with the user's logger. It holds its
+	// connection, and on SQLite the write lock already: the UPDATE never
+	// waits for it. SQLite's statements never get a cancellable context
+	// (see runSQLite).
+	if s.dialect == dialectSQLite {
+		ctx = context.WithoutCancel(ctx)
+	}
+	res := tx.Session(&gorm.Session{Logger: silent{}, Context: ctx}).Exec(s.sql.complete, args...)
 	if res.Error != nil {
 		tx.Rollback()
 		return fmt.Errorf("gormstore: complete: %w: %w", idem.ErrRolledBack, res.Error)
@@ -416,27 +438,27 @@ func (s *Store) Release(ctx context.Context, id idem.ID, token string) error {
 		tx.Rollback()
 	}
 	scope, key := hashID(id)
-	res := s.db.WithContext(s.stmtContext(ctx)).Exec(s.sql.release, scope, key, token)
-	if res.Error != nil {
-		return fmt.Errorf("gormstore: release: %w", res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return idem.ErrLockLost
-	}
-	return nil
+	return s.fenced(ctx, "release", s.sql.release, scope, key, token)
 }
 
 // Get implements idem.Store with one read by primary key.
 func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
-	if err := ctx.Err(); err != nil {
-		return idem.Record{}, err
-	}
 	scope, key := hashID(id)
-	rec, err := s.get(s.db.WithContext(s.stmtContext(ctx)), id, scope, key)
-	if err != nil && !errors.Is(err, idem.ErrNotFound) {
-		return rec, fmt.Errorf("gormstore: get: %w", err)
+	var (
+		rec    idem.Record
+		getErr error
+	)
+	err := s.run(ctx, func(db *gorm.DB) error {
+		rec, getErr = s.get(db, id, scope, key)
+		if errors.Is(getErr, idem.ErrNotFound) {
+			return nil
+		}
+		return getErr
+	})
+	if err != nil {
+		return idem.Record{ID: id}, fmt.Errorf("gormstore: get: %w", err)
 	}
-	return rec, err
+	return rec, getErr
 }
 
 // get reads id's record, whose key columns hold scope and key (hashID).
@@ -525,9 +547,14 @@ func (s *Store) Purge(ctx context.Context, now time.Time, limit int) (int, error
 		return 0, nil
 	}
 	n := nanos(now)
-	res := s.db.WithContext(s.stmtContext(ctx)).Exec(s.sql.purge, n, n, limit)
-	if res.Error != nil {
-		return 0, fmt.Errorf("gormstore: purge: %w", res.Error)
+	var purged int64
+	err := s.run(ctx, func(db *gorm.DB) error {
+		res := db.Exec(s.sql.purge, n, n, limit)
+		purged = res.RowsAffected
+		return res.Error
+	})
+	if err != nil {
+		return 0, fmt.Errorf("gormstore: purge: %w", err)
 	}
-	return int(res.RowsAffected), nil
+	return int(purged), nil
 }
