@@ -25,6 +25,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"reflect"
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/labstack/echo/v4"
@@ -39,7 +40,7 @@ func Middleware(e *idem.Engine, opts ...Option) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			r := c.Request()
-			if !e.Guards(r.Method) {
+			if !e.Guards(r.Method) || unrouted(c) {
 				return next(c)
 			}
 			req := e.HTTPRequest(r)
@@ -66,6 +67,19 @@ func Middleware(e *idem.Engine, opts ...Option) echo.MiddlewareFunc {
 			}
 		}
 	}
+}
+
+// Echo's own handlers for requests that match no route.
+var (
+	notFound         = reflect.ValueOf(echo.NotFoundHandler).Pointer()
+	methodNotAllowed = reflect.ValueOf(echo.MethodNotAllowedHandler).Pointer()
+)
+
+// unrouted reports whether the request matched no route: middleware added
+// with e.Use runs for those too, and their 404 or 405 is not guarded.
+func unrouted(c echo.Context) bool {
+	h := reflect.ValueOf(c.Handler()).Pointer()
+	return h == notFound || h == methodNotAllowed
 }
 
 // bodyLimitReader reports Echo's BodyLimit middleware, registered before

@@ -437,3 +437,10 @@ func TestBodyLimitIs413(t *testing.T) {
 		t.Fatalf("chunked body over Echo's limit: %d %s (handler ran %d times), want 413 payload-too-large", resp.StatusCode, body, calls.Load())
 	}
 }
+
+func TestUnmatchedRoutes(t *testing.T) {
+	ec := newEcho()
+	ec.Use(idemecho.Middleware(idem.New(idem.Config{Store: memstore.New()})))
+	ec.POST("/charges", func(c echo.Context) error { return c.NoContent(201) })
+	idemtest.TestUnmatchedRoutes(t, start(t, ec))
+}

@@ -42,8 +42,11 @@ func New(e *idem.Engine, opts ...Option) fiber.Handler {
 		opt(&o)
 	}
 	keyHeader := e.HeaderName()
+	var known routes
 	return func(c *fiber.Ctx) error {
-		if !e.Guards(c.Method()) {
+		if !e.Guards(c.Method()) || !known.match(c) {
+			// Unguarded methods and requests that match no route (Fiber's
+			// 404 and 405, which app.Use middleware also sees) pass untouched.
 			return c.Next()
 		}
 		r := c.Request()

@@ -717,3 +717,10 @@ func TestRequestRewritten(t *testing.T) {
 		t.Fatalf("events %q, want %q", stored, want)
 	}
 }
+
+func TestUnmatchedRoutes(t *testing.T) {
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	app.Use(idemfiber.New(idem.New(idem.Config{Store: memstore.New()})))
+	app.Post("/charges", func(c *fiber.Ctx) error { return c.SendStatus(201) })
+	idemtest.TestUnmatchedRoutes(t, listen(t, app))
+}

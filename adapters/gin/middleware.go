@@ -39,7 +39,9 @@ func Middleware(e *idem.Engine, opts ...Option) gin.HandlerFunc {
 	}
 	return func(c *gin.Context) {
 		r := c.Request
-		if !e.Guards(r.Method) {
+		if !e.Guards(r.Method) || c.FullPath() == "" {
+			// Unguarded methods and requests that match no route (Gin's 404
+			// and 405, which global middleware also sees) pass untouched.
 			return // Gin runs the rest of the chain after us
 		}
 		req := e.HTTPRequest(r)

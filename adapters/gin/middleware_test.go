@@ -16,6 +16,7 @@ import (
 	idemgin "github.com/idemkit/idemkit/adapters/gin"
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemtest"
+	"github.com/idemkit/idemkit/core/memstore"
 )
 
 func TestMain(m *testing.M) {
@@ -428,4 +429,14 @@ func TestHTTP2StreamReset(t *testing.T) {
 		r.Any("/*path", gin.WrapH(h))
 		return r
 	})
+}
+
+func TestUnmatchedRoutes(t *testing.T) {
+	r := gin.New()
+	r.Use(idemgin.Middleware(idem.New(idem.Config{Store: memstore.New()})))
+	r.HandleMethodNotAllowed = true
+	r.POST("/charges", func(c *gin.Context) { c.Status(201) })
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	idemtest.TestUnmatchedRoutes(t, srv.URL)
 }

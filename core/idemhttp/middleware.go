@@ -25,15 +25,18 @@ import (
 	idem "github.com/idemkit/idemkit/core"
 )
 
-// Middleware returns middleware that runs every request through e.
+// Middleware returns middleware that runs every request through e. When
+// it wraps an *http.ServeMux, requests the mux has no route for (its 404
+// and 405) pass through untouched, as the policy says.
 func Middleware(e *idem.Engine, opts ...Option) func(http.Handler) http.Handler {
 	var o options
 	for _, opt := range opts {
 		opt(&o)
 	}
 	return func(next http.Handler) http.Handler {
+		mux, _ := next.(*http.ServeMux)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if !e.Guards(r.Method) {
+			if !e.Guards(r.Method) || mux != nil && unrouted(mux, r) {
 				next.ServeHTTP(w, r)
 				return
 			}
@@ -57,6 +60,14 @@ func Middleware(e *idem.Engine, opts ...Option) func(http.Handler) http.Handler 
 			}
 		})
 	}
+}
+
+// unrouted reports whether mux has no route for r: its 404 or 405 is not
+// guarded. Other routers give no such answer; wrap the routes rather than
+// the router with them.
+func unrouted(mux *http.ServeMux, r *http.Request) bool {
+	_, pattern := mux.Handler(r)
+	return pattern == ""
 }
 
 // bodyReader hands the body Begin read back to the handler.

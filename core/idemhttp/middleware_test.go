@@ -11,6 +11,7 @@ import (
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemhttp"
 	"github.com/idemkit/idemkit/core/idemtest"
+	"github.com/idemkit/idemkit/core/memstore"
 )
 
 func mount(tb testing.TB, e *idem.Engine, h http.Handler) string {
@@ -36,4 +37,12 @@ func TestTimeoutHandlerInside(t *testing.T) {
 	idemtest.TestTimeoutInside(t, func(e *idem.Engine, h http.Handler) http.Handler {
 		return idemhttp.Middleware(e)(http.TimeoutHandler(h, 50*time.Millisecond, ""))
 	})
+}
+
+func TestUnmatchedRoutes(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /charges", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) })
+	srv := httptest.NewServer(idemhttp.Middleware(idem.New(idem.Config{Store: memstore.New()}))(mux))
+	t.Cleanup(srv.Close)
+	idemtest.TestUnmatchedRoutes(t, srv.URL)
 }

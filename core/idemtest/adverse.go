@@ -264,3 +264,43 @@ func TestTimeoutInside(t *testing.T, wrap func(e *idem.Engine, h http.Handler) h
 		t.Fatalf("handler ran %d times, want once", n)
 	}
 }
+
+// TestUnmatchedRoutes checks that requests matching no route pass through
+// the adapter untouched, even with its middleware registered for the whole
+// application: no key is required and nothing is recorded or replayed.
+// baseURL serves an application with the middleware registered globally and
+// a single route, POST /charges, answering 201.
+func TestUnmatchedRoutes(t *testing.T, baseURL string) {
+	t.Helper()
+	send := func(method, path, key string) *http.Response {
+		req, _ := http.NewRequest(method, baseURL+path, strings.NewReader(`{}`))
+		req.Header.Set("Content-Type", "application/json")
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	for _, c := range []struct{ method, path string }{{"POST", "/nope"}, {"PATCH", "/charges"}} {
+		if r := send(c.method, c.path, ""); r.StatusCode != 404 && r.StatusCode != 405 {
+			t.Fatalf("%s %s without a key: %d, want the framework's 404 or 405", c.method, c.path, r.StatusCode)
+		}
+		for range 2 {
+			r := send(c.method, c.path, `"unrouted"`)
+			if r.StatusCode != 404 && r.StatusCode != 405 || r.Header.Get(idem.ReplayedHeader) != "" {
+				t.Fatalf("%s %s with a key: %d %v, want the framework's 404 or 405, never replayed", c.method, c.path, r.StatusCode, r.Header)
+			}
+		}
+	}
+	if r := send("POST", "/charges", ""); r.StatusCode != 400 {
+		t.Fatalf("POST /charges without a key: %d, want 400: the route is guarded", r.StatusCode)
+	}
+	if r := send("POST", "/charges", `"unrouted"`); r.StatusCode != 201 || r.Header.Get(idem.ReplayedHeader) != "" {
+		t.Fatalf("POST /charges with the key used on unmatched routes: %d %v, want a first execution", r.StatusCode, r.Header)
+	}
+}
