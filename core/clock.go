@@ -17,6 +17,16 @@ type Clock interface {
 	AfterFunc(d time.Duration, f func()) Timer
 }
 
+// Spawner is an optional capability of a Clock: starting the goroutines
+// the Engine runs beside requests (its renewal calls to the store). With a
+// Clock that has it, the Engine starts each of them with Go instead of the
+// go statement, so that a simulation (package idemsim) decides when each
+// one runs, as it decides when timers fire. Go must run f exactly once,
+// concurrently with the caller; it must not wait for f.
+type Spawner interface {
+	Go(f func())
+}
+
 // Timer is a pending call of Clock.AfterFunc.
 type Timer interface {
 	// Stop prevents the call if it has not started yet, and reports

@@ -26,6 +26,7 @@ type renewer struct {
 	tick  time.Duration
 	guard time.Duration // a handler is stopped this long before its lease ends unrenewed
 	batch BatchRenewer  // the store's capability, or nil
+	spawn Spawner       // the clock's capability, or nil: start renewals with go
 
 	mu        sync.Mutex
 	head      *Lock // intrusive list of the locks held
@@ -44,6 +45,7 @@ func newRenewer(e *Engine) *renewer {
 	r := &renewer{e: e, tick: max(every/4, time.Millisecond)}
 	r.guard = r.tick
 	r.batch, _ = e.cfg.Store.(BatchRenewer)
+	r.spawn, _ = e.clock.(Spawner)
 	return r
 }
 
@@ -115,7 +117,8 @@ func (r *renewer) pass() {
 			for _, l := range due {
 				l.renewing = true
 			}
-			go r.renewBatch(append([]*Lock(nil), due...), now, leaseUntil)
+			locks := append([]*Lock(nil), due...)
+			r.start(func() { r.renewBatch(locks, now, leaseUntil) })
 		}
 	default:
 		for _, l := range due {
@@ -124,7 +127,7 @@ func (r *renewer) pass() {
 			}
 			r.calls++
 			l.renewing = true
-			go r.renewOne(l, now, leaseUntil)
+			r.start(func() { r.renewOne(l, now, leaseUntil) })
 		}
 	}
 	r.timer = r.e.clock.AfterFunc(r.tick, r.pass)
@@ -134,6 +137,16 @@ func (r *renewer) pass() {
 	for _, l := range risky {
 		l.loseLease(errLeaseRanOut)
 	}
+}
+
+// start runs f on a goroutine of its own, through the clock if it is a
+// Spawner.
+func (r *renewer) start(f func()) {
+	if r.spawn != nil {
+		r.spawn.Go(f)
+		return
+	}
+	go f()
 }
 
 // errLeaseRanOut says why a handler whose store did not refuse its renewals
