@@ -6,7 +6,7 @@ import (
 
 	idemecho "github.com/idemkit/idemkit/adapters/echo"
 	idem "github.com/idemkit/idemkit/core"
-	"github.com/idemkit/idemkit/core/idemtest"
+	"github.com/idemkit/idemkit/internal/benchkit"
 	"github.com/labstack/echo/v4"
 )
 
@@ -18,7 +18,7 @@ import (
 // createCharge binds the body and writes a ~150-byte 201 JSON response,
 // like a typical create endpoint.
 func createCharge(c echo.Context) error {
-	var req idemtest.BenchCharge
+	var req benchkit.Charge
 	if err := c.Bind(&req); err != nil {
 		return err
 	}
@@ -27,7 +27,7 @@ func createCharge(c echo.Context) error {
 }
 
 func BenchmarkMiddleware(b *testing.B) {
-	idemtest.BenchHTTP(b, func(e *idem.Engine) http.Handler {
+	benchkit.HTTP(b, func(e *idem.Engine) http.Handler {
 		ec := echo.New()
 		if e != nil {
 			ec.Use(idemecho.Middleware(e))

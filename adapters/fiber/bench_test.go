@@ -9,8 +9,8 @@ import (
 
 	idemfiber "github.com/idemkit/idemkit/adapters/fiber"
 	idem "github.com/idemkit/idemkit/core"
-	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
+	"github.com/idemkit/idemkit/internal/benchkit"
 )
 
 // The benchmarks compare each idemkit path with the same handler alone, in
@@ -23,7 +23,7 @@ import (
 // createCharge binds the body and answers a ~150-byte 201 JSON response,
 // like a typical create endpoint.
 func createCharge(c *fiber.Ctx) error {
-	var req idemtest.BenchCharge
+	var req benchkit.Charge
 	if err := c.BodyParser(&req); err != nil {
 		return fiber.NewError(fiber.StatusBadRequest, err.Error())
 	}
@@ -50,13 +50,13 @@ func serve(h fasthttp.RequestHandler, fctx *fasthttp.RequestCtx, key []byte) {
 	if key != nil {
 		req.Header.SetBytesV(idem.DefaultHeaderName, key)
 	}
-	req.SetBody(idemtest.BenchBody)
+	req.SetBody(benchkit.Body)
 	fctx.Response.Reset()
 	h(fctx)
 }
 
 func BenchmarkMiddleware(b *testing.B) {
-	idemtest.BenchCases(b, func(b *testing.B, e *idem.Engine) func(key []byte) int {
+	benchkit.Cases(b, func(b *testing.B, e *idem.Engine) func(key []byte) int {
 		h := benchApp(b, e, createCharge)
 		var fctx fasthttp.RequestCtx
 		return func(key []byte) int {

@@ -7,7 +7,7 @@ import (
 	"github.com/gin-gonic/gin"
 	idemgin "github.com/idemkit/idemkit/adapters/gin"
 	idem "github.com/idemkit/idemkit/core"
-	"github.com/idemkit/idemkit/core/idemtest"
+	"github.com/idemkit/idemkit/internal/benchkit"
 )
 
 // The benchmarks compare each idemkit path with the same Gin handler alone,
@@ -18,7 +18,7 @@ import (
 // createCharge binds the body and writes a ~150-byte 201 JSON response,
 // like a typical create endpoint.
 func createCharge(c *gin.Context) {
-	var req idemtest.BenchCharge
+	var req benchkit.Charge
 	if err := c.ShouldBindJSON(&req); err != nil {
 		c.AbortWithStatusJSON(http.StatusBadRequest, gin.H{"error": err.Error()})
 		return
@@ -29,7 +29,7 @@ func createCharge(c *gin.Context) {
 
 func BenchmarkMiddleware(b *testing.B) {
 	gin.SetMode(gin.ReleaseMode)
-	idemtest.BenchHTTP(b, func(e *idem.Engine) http.Handler {
+	benchkit.HTTP(b, func(e *idem.Engine) http.Handler {
 		r := gin.New()
 		if e != nil {
 			r.Use(idemgin.Middleware(e))

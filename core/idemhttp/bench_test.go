@@ -8,8 +8,8 @@ import (
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemhttp"
-	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
+	"github.com/idemkit/idemkit/internal/benchkit"
 )
 
 // The benchmarks compare each idemkit path with the same handler alone, in
@@ -20,7 +20,7 @@ import (
 // createCharge decodes the body and writes a ~150-byte 201 JSON response,
 // like a typical create endpoint.
 var createCharge = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-	var req idemtest.BenchCharge
+	var req benchkit.Charge
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -33,7 +33,7 @@ var createCharge = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request)
 })
 
 func BenchmarkMiddleware(b *testing.B) {
-	idemtest.BenchHTTP(b, func(e *idem.Engine) http.Handler {
+	benchkit.HTTP(b, func(e *idem.Engine) http.Handler {
 		if e == nil {
 			return createCharge
 		}
@@ -56,14 +56,14 @@ func BenchmarkConflict(b *testing.B) {
 		}
 		createCharge(w, r)
 	}))
-	go idemtest.BenchServe(h, key, idemtest.NewBenchWriter())
+	go benchkit.Serve(h, key, benchkit.NewWriter())
 	<-held
 	defer close(release)
-	w := idemtest.NewBenchWriter()
+	w := benchkit.NewWriter()
 	b.ReportAllocs()
 	for b.Loop() {
 		w.Reset()
-		idemtest.BenchServe(h, key, w)
+		benchkit.Serve(h, key, w)
 		if w.Status != http.StatusConflict {
 			b.Fatalf("status %d", w.Status)
 		}

@@ -1,4 +1,12 @@
-package idemtest
+// Package benchkit is the benchmark fixture that the net/http middleware and
+// every adapter share, so that their handler-alone baselines, and so their
+// ratios, are comparable: a ~100-byte charge request decoded by the handler,
+// and a ~150-byte 201 response.
+//
+// It is internal: benchmarks are not part of idemkit's API, so the fixture
+// can change with them. Go's internal rule goes by import path, so the
+// adapter modules under github.com/idemkit/idemkit/ may import it.
+package benchkit
 
 import (
 	"bytes"
@@ -13,23 +21,19 @@ import (
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
-// The benchmark fixture every adapter's benchmarks share, so that their
-// handler-alone baselines, and so their ratios, are comparable: a ~100-byte
-// charge request decoded by the handler, and a ~150-byte 201 response.
+// Body is the request body of the benchmarks.
+var Body = []byte(`{"amount":1999,"currency":"usd","customer":"cus_8f3a","description":"Order #1234 for two items"}`)
 
-// BenchBody is the request body of the benchmarks.
-var BenchBody = []byte(`{"amount":1999,"currency":"usd","customer":"cus_8f3a","description":"Order #1234 for two items"}`)
-
-// BenchCharge is BenchBody decoded.
-type BenchCharge struct {
+// Charge is Body decoded.
+type Charge struct {
 	Amount      int64  `json:"amount"`
 	Currency    string `json:"currency"`
 	Customer    string `json:"customer"`
 	Description string `json:"description"`
 }
 
-// BenchChargeResult is the benchmark handler's response body.
-type BenchChargeResult struct {
+// ChargeResult is the benchmark handler's response body.
+type ChargeResult struct {
 	ID       string `json:"id"`
 	Object   string `json:"object"`
 	Amount   int64  `json:"amount"`
@@ -40,34 +44,34 @@ type BenchChargeResult struct {
 }
 
 // Result is the response the benchmark handler writes for c.
-func (c BenchCharge) Result() BenchChargeResult {
-	return BenchChargeResult{"ch_3MmlLrLkdIwHu7ix0snN0B15", "charge", c.Amount, c.Currency, c.Customer,
+func (c Charge) Result() ChargeResult {
+	return ChargeResult{"ch_3MmlLrLkdIwHu7ix0snN0B15", "charge", c.Amount, c.Currency, c.Customer,
 		"succeeded", "2026-11-22T13:21:41Z"}
 }
 
-// BenchWriter is a reusable http.ResponseWriter, so that benchmarks measure
+// Writer is a reusable http.ResponseWriter, so that benchmarks measure
 // the middleware and the handler rather than a recorder's allocations.
-type BenchWriter struct {
+type Writer struct {
 	H      http.Header
 	Status int
 	N      int
 }
 
-// NewBenchWriter returns an empty BenchWriter.
-func NewBenchWriter() *BenchWriter { return &BenchWriter{H: http.Header{}} }
+// NewWriter returns an empty Writer.
+func NewWriter() *Writer { return &Writer{H: http.Header{}} }
 
 // Header implements http.ResponseWriter.
-func (w *BenchWriter) Header() http.Header { return w.H }
+func (w *Writer) Header() http.Header { return w.H }
 
 // WriteHeader implements http.ResponseWriter.
-func (w *BenchWriter) WriteHeader(code int) {
+func (w *Writer) WriteHeader(code int) {
 	if w.Status == 0 {
 		w.Status = code
 	}
 }
 
 // Write implements http.ResponseWriter.
-func (w *BenchWriter) Write(p []byte) (int, error) {
+func (w *Writer) Write(p []byte) (int, error) {
 	if w.Status == 0 {
 		w.Status = http.StatusOK
 	}
@@ -76,20 +80,20 @@ func (w *BenchWriter) Write(p []byte) (int, error) {
 }
 
 // Reset empties w for the next request.
-func (w *BenchWriter) Reset() {
+func (w *Writer) Reset() {
 	clear(w.H)
 	w.Status, w.N = 0, 0
 }
 
-// BenchCases runs the benchmark cases every adapter reports, as
+// Cases runs the benchmark cases every adapter reports, as
 // sub-benchmarks of b: HandlerAlone (newServe(nil), the baseline),
 // FirstRequest (a new key each time), Replay and NoKey (the 400), the
 // others with newServe(e) for an Engine on a memory store that grows as
 // real traffic would make it. newServe returns a function that sends one
 // benchmark request (key nil: no key header) to the benchmark handler
-// (decode BenchBody, answer BenchCharge.Result with 201), wrapped in the
+// (decode Body, answer Charge.Result with 201), wrapped in the
 // adapter's middleware for e when e is not nil, and returns its status.
-func BenchCases(b *testing.B, newServe func(b *testing.B, e *idem.Engine) func(key []byte) int) {
+func Cases(b *testing.B, newServe func(b *testing.B, e *idem.Engine) func(key []byte) int) {
 	fixedKey := func(int, []byte) []byte { return []byte(`"8e03978e-40d5-43e8-bc93-6894a57f9324"`) }
 	uniqueKey := func(i int, buf []byte) []byte {
 		buf = append(buf[:0], `"bench-`...)
@@ -136,14 +140,14 @@ func BenchCases(b *testing.B, newServe func(b *testing.B, e *idem.Engine) func(k
 	}
 }
 
-// BenchHTTP is BenchCases for an adapter built on net/http: newHandler
+// HTTP is Cases for an adapter built on net/http: newHandler
 // returns the benchmark handler, wrapped for e when e is not nil.
-func BenchHTTP(b *testing.B, newHandler func(e *idem.Engine) http.Handler) {
-	BenchCases(b, func(_ *testing.B, e *idem.Engine) func(key []byte) int {
-		h, w := newHandler(e), NewBenchWriter()
+func HTTP(b *testing.B, newHandler func(e *idem.Engine) http.Handler) {
+	Cases(b, func(_ *testing.B, e *idem.Engine) func(key []byte) int {
+		h, w := newHandler(e), NewWriter()
 		return func(key []byte) int {
 			w.Reset()
-			BenchServe(h, key, w)
+			Serve(h, key, w)
 			return w.Status
 		}
 	})
@@ -151,16 +155,16 @@ func BenchHTTP(b *testing.B, newHandler func(e *idem.Engine) http.Handler) {
 
 var benchURL = &url.URL{Path: "/v1/charges"}
 
-// BenchServe sends h one benchmark request, with the key header if key is
+// Serve sends h one benchmark request, with the key header if key is
 // not nil.
-func BenchServe(h http.Handler, key []byte, w http.ResponseWriter) {
+func Serve(h http.Handler, key []byte, w http.ResponseWriter) {
 	r := &http.Request{
 		Method:        http.MethodPost,
 		URL:           benchURL,
 		RequestURI:    "/v1/charges",
 		Header:        http.Header{"Content-Type": {"application/json"}},
-		Body:          io.NopCloser(bytes.NewReader(BenchBody)),
-		ContentLength: int64(len(BenchBody)),
+		Body:          io.NopCloser(bytes.NewReader(Body)),
+		ContentLength: int64(len(Body)),
 	}
 	if key != nil {
 		r.Header[idem.DefaultHeaderName] = []string{string(key)}
