@@ -319,8 +319,17 @@ var apiCases = []struct {
 	{"Charge/AccountsDifferingInCaseAreApart", func(t *testing.T, d *demo) {
 		upper := "ACCT_" + rand.Text()[:10]
 		lower := strings.ToLower(upper)
-		d.do(t, http.MethodPost, "/v1/charges", upper, newKey(), chargeBody)
-		id := d.do(t, http.MethodPost, "/v1/charges", lower, newKey(), chargeBody).json(t)["id"].(string)
+		for _, acct := range []string{upper, lower} {
+			if r := d.do(t, http.MethodPost, "/v1/charges", acct, newKey(), chargeBody); r.status != 201 {
+				t.Fatalf("charge for %s: %d %s", acct, r.status, r.body)
+			}
+		}
+		list := d.do(t, http.MethodGet, "/v1/charges", lower, "", "")
+		data, _ := list.json(t)["data"].([]any)
+		if len(data) != 1 {
+			t.Fatalf("%s lists %d charges, want its own 1: %s", lower, len(data), list.body)
+		}
+		id, _ := data[0].(map[string]any)["id"].(string)
 		if b := d.balance(t, upper); b["charges"] != 1.0 {
 			t.Fatalf("%s sees %v charges, want its own 1", upper, b["charges"])
 		}
