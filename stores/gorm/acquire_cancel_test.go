@@ -2,14 +2,20 @@ package gormstore
 
 import (
 	"context"
+	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	idem "github.com/idemkit/idemkit/core"
 	"gorm.io/gorm"
 )
 
 type cancelOnInsertKey struct{}
+
+// holdInsertKey carries a channel the INSERT waits for after the cancel.
+type holdInsertKey struct{}
 
 // ownServerPool opens a pool of its own on the server in env, so that the
 // callback a test registers reaches no other test.
@@ -30,13 +36,17 @@ func ownServerPool(env string, dial func(string) gorm.Dialector) func(testing.TB
 
 // TestAcquireWhenTheClientLeavesMidWrite: a client that goes away while
 // Acquire writes must not leave a record behind that nobody holds. Here the
-// request's context is cancelled just before the INSERT runs; the INSERT
-// runs to completion anyway, Acquire reports Created, held by the request's
-// token, and the Engine runs or releases it. Had the INSERT followed the
-// request's context, a database server could commit the statement its
-// client abandoned after Acquire had failed (seen under load in the storm:
-// 409 to every retry until the lease ran out), and SQLite's driver could
-// deliver the interrupt late, to another statement on the connection.
+// request's context is cancelled just before the INSERT runs.
+//   - On SQLite no statement follows the context (the driver could deliver
+//     its interrupt late, to another statement on the connection); the
+//     INSERT runs, and Acquire reports Created, held by the request's
+//     token, which the Engine runs or releases.
+//   - A database server commits a statement its client abandoned, so had
+//     the INSERT followed the context it could land after Acquire failed
+//     (seen under load in the storm: 409 to every retry until the lease
+//     ran out). The INSERT runs detached, Acquire returns at once with the
+//     context's error, and the store itself releases the record the INSERT
+//     wrote once it has: no record remains, and a retry creates the key.
 func TestAcquireWhenTheClientLeavesMidWrite(t *testing.T) {
 	cases := []struct {
 		name string
@@ -49,10 +59,25 @@ func TestAcquireWhenTheClientLeavesMidWrite(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			db := c.open(t)
+			var inserted atomic.Int32
 			err := db.Callback().Raw().Before("gorm:raw").Register("test:cancel_on_insert", func(tx *gorm.DB) {
 				cancel, _ := tx.Statement.Context.Value(cancelOnInsertKey{}).(context.CancelFunc)
 				if cancel != nil && strings.HasPrefix(strings.TrimSpace(tx.Statement.SQL.String()), "INSERT") {
 					cancel()
+					if hold, _ := tx.Statement.Context.Value(holdInsertKey{}).(chan struct{}); hold != nil {
+						select { // until Acquire has returned
+						case <-hold:
+						case <-time.After(10 * time.Second):
+						}
+					}
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = db.Callback().Raw().After("gorm:raw").Register("test:count_inserts", func(tx *gorm.DB) {
+				if strings.HasPrefix(strings.TrimSpace(tx.Statement.SQL.String()), "INSERT") && tx.Error == nil && tx.RowsAffected == 1 {
+					inserted.Add(1)
 				}
 			})
 			if err != nil {
@@ -62,20 +87,44 @@ func TestAcquireWhenTheClientLeavesMidWrite(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			ctx = context.WithValue(ctx, cancelOnInsertKey{}, cancel)
+			hold := make(chan struct{})
+			if c.name != "sqlite" {
+				// The INSERT lands only after Acquire has returned.
+				ctx = context.WithValue(ctx, holdInsertKey{}, hold)
+			}
 			id := idem.ID{Scope: "acct", Key: "client-gone"}
 			_, outcome, err := s.Acquire(ctx, acquireAt(id, "tok", t0))
+			close(hold)
 			if ctx.Err() == nil {
 				t.Fatal("the callback did not cancel the request's context: the test proves nothing")
 			}
-			rec, getErr := s.Get(context.Background(), id)
-			if err != nil || outcome != idem.Created {
-				t.Fatalf("Acquire with the client gone mid-write: %v, %v; want Created", outcome, err)
+			if c.name == "sqlite" {
+				rec, getErr := s.Get(context.Background(), id)
+				if err != nil || outcome != idem.Created {
+					t.Fatalf("Acquire with the client gone mid-write: %v, %v; want Created", outcome, err)
+				}
+				if getErr != nil || rec.State != idem.InFlight || rec.Token != "tok" {
+					t.Fatalf("record %+v, %v; want in flight, held by tok", rec, getErr)
+				}
+				if err := s.Release(context.Background(), id, "tok"); err != nil {
+					t.Fatalf("Release: %v", err)
+				}
+				return
 			}
-			if getErr != nil || rec.State != idem.InFlight || rec.Token != "tok" {
-				t.Fatalf("record %+v, %v; want in flight, held by tok", rec, getErr)
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("Acquire with the client gone mid-write: %v, %v; want context.Canceled at once", outcome, err)
 			}
-			if err := s.Release(context.Background(), id, "tok"); err != nil {
-				t.Fatalf("Release: %v", err)
+			if err := s.Close(); err != nil { // waits for the detached INSERT
+				t.Fatal(err)
+			}
+			if inserted.Load() != 1 {
+				t.Fatalf("%d INSERTs wrote a row: the test proves nothing", inserted.Load())
+			}
+			if rec, err := s.Get(context.Background(), id); !errors.Is(err, idem.ErrNotFound) {
+				t.Fatalf("record after the abandoned Acquire: %v held by %q (%v), want none", rec.State, rec.Token, err)
+			}
+			if _, o, err := s.Acquire(context.Background(), acquireAt(id, "retry", t0)); err != nil || o != idem.Created {
+				t.Fatalf("the retry's Acquire: %v, %v; want Created", o, err)
 			}
 		})
 	}

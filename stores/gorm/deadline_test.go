@@ -61,7 +61,7 @@ func callBefore(t *testing.T, name string, call func() error) error {
 	case err := <-done:
 		return err
 	case <-time.After(writerHolds):
-		t.Fatalf("%s still waits for the write lock after %v: its deadline is not honoured", name, writerHolds)
+		t.Fatalf("%s has not returned after %v while another writer holds the lock: its deadline is not honoured", name, writerHolds)
 		return nil
 	}
 }
@@ -266,5 +266,57 @@ func TestSQLiteStatementsNeverCancellable(t *testing.T) {
 	}
 	if len(cancelable) > 0 {
 		t.Fatalf("%d of %d statements ran under a context that can end, first %q", len(cancelable), statements, cancelable[0])
+	}
+}
+
+// TestServerAcquireDeadlineBehindALock: on PostgreSQL and MySQL, an
+// Acquire whose INSERT waits behind another transaction's uncommitted row
+// for the same key returns at its deadline with the context's error,
+// before that transaction ends. The INSERT, which the server would commit
+// anyway, finishes on its own once the row's fate is known; if it took the
+// key, the store releases it, as nobody holds it.
+func TestServerAcquireDeadlineBehindALock(t *testing.T) {
+	const deadline = 100 * time.Millisecond
+	for _, name := range []string{"postgres", "mysql"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			db := backendNamed(name).open(t)
+			s := newStore(t, db)
+			ctx := testCtx(t)
+			id := idem.ID{Scope: "acct", Key: "contended"}
+			scope, key := hashID(id)
+			other := db.WithContext(ctx).Begin()
+			if other.Error != nil {
+				t.Fatal(other.Error)
+			}
+			defer other.Rollback()
+			a := acquireAt(id, "other", t0)
+			if err := other.Exec(s.sql.insert, scope, key, blob(fpA[:]), "other", nanos(a.LeaseUntil), nanos(t0), nanos(a.ExpiresAt)).Error; err != nil {
+				t.Fatal(err)
+			}
+			cctx, cancel := context.WithTimeout(ctx, deadline)
+			defer cancel()
+			err := callBefore(t, "Acquire", func() error {
+				_, _, err := s.Acquire(cctx, acquireAt(id, "tok", t0))
+				return err
+			})
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("Acquire behind another transaction's row: %v, want context.DeadlineExceeded", err)
+			}
+			// The other transaction gives up its row: the INSERT left
+			// running takes the key, for nobody.
+			if err := other.Rollback().Error; err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Close(); err != nil { // waits for the INSERT
+				t.Fatal(err)
+			}
+			if rec, err := s.Get(ctx, id); !errors.Is(err, idem.ErrNotFound) {
+				t.Fatalf("after the abandoned Acquire: %v held by %q (%v), want no record", rec.State, rec.Token, err)
+			}
+			if _, o, err := s.Acquire(ctx, acquireAt(id, "retry", t0)); err != nil || o != idem.Created {
+				t.Fatalf("the retry's Acquire: %v, %v; want Created", o, err)
+			}
+		})
 	}
 }

@@ -22,7 +22,7 @@ import (
 // migrations, see SchemaSQL), and stop its purger with Close.
 type Store struct {
 	db      *gorm.DB // the user's, on a session whose logger is silent
-	pool    *sql.DB  // db's connection pool (SQLite only, see runSQLite)
+	pool    *sql.DB  // db's connection pool
 	dialect dialect
 	sql     statements
 	table   string
@@ -34,6 +34,9 @@ type Store struct {
 	stopPurge context.CancelFunc
 	purgeDone chan struct{}
 	closeOnce sync.Once
+	// detached counts Acquire's writes left running after their caller
+	// gave up (see acquireDetached).
+	detached sync.WaitGroup
 
 	// beforeCommit, if set, runs between the completion's UPDATE and the
 	// COMMIT of a request's transaction. Tests use it to crash there.
@@ -85,10 +88,8 @@ func New(db *gorm.DB, opts ...Option) (*Store, error) {
 		logger:    o.logger,
 		purgeDone: make(chan struct{}),
 	}
-	if d == dialectSQLite {
-		if s.pool, err = db.DB(); err != nil {
-			return nil, fmt.Errorf("gormstore: the SQLite connection pool: %w", err)
-		}
+	if s.pool, err = db.DB(); err != nil {
+		return nil, fmt.Errorf("gormstore: the connection pool: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopPurge = cancel
@@ -122,11 +123,13 @@ func checkTableName(name string) error {
 }
 
 // Close stops the background purger and waits for it to exit, cancelling a
-// purge in progress. It does not close the database, which belongs to the
-// caller. The Store stays usable.
+// purge in progress, and waits for the writes of Acquire calls whose
+// caller gave up to finish (at most a lease, see Acquire). It does not
+// close the database, which belongs to the caller. The Store stays usable.
 func (s *Store) Close() error {
 	s.closeOnce.Do(s.stopPurge)
 	<-s.purgeDone
+	s.detached.Wait()
 	return nil
 }
 
@@ -200,13 +203,12 @@ func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 // as read. If another request wrote in between, the INSERT or UPDATE
 // changes nothing, or the read finds no record, and Acquire starts over.
 //
-// A write whose client gives up half-way must not land after Acquire
-// reported the failure, leaving an in-flight record nobody holds (every
-// retry would get 409 until its lease ran out). On SQLite nothing is left
-// running when a call returns (see runSQLite). On a database server, which
-// commits a statement its client abandoned, the writes run to completion,
-// detached from ctx's cancellation and bounded by the lease, after which
-// such a record could be taken over anyway.
+// Acquire returns by ctx's deadline, and a write of it must not land
+// after it reported the failure, leaving an in-flight record nobody holds
+// (every retry would get 409 until its lease ran out). On SQLite nothing
+// is left running when a call returns (see runSQLite). On a database
+// server, which commits a statement its client abandoned, see
+// acquireDetached.
 func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
 	if err := ctx.Err(); err != nil {
 		return idem.Record{}, 0, err
@@ -218,13 +220,11 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 	)
 	if s.dialect == dialectSQLite {
 		err = s.runSQLite(ctx, func(db *gorm.DB) (err error) {
-			rec, outcome, err = s.acquire(db, db, a)
+			rec, outcome, err = s.acquire(db, a)
 			return err
 		})
 	} else {
-		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.LeaseUntil.Sub(a.Now))
-		defer cancel()
-		rec, outcome, err = s.acquire(s.db.WithContext(ctx), s.db.WithContext(wctx), a)
+		rec, outcome, err = s.acquireDetached(ctx, a)
 	}
 	if err != nil {
 		return idem.Record{}, 0, fmt.Errorf("gormstore: acquire: %w", err)
@@ -235,16 +235,77 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 	return rec, outcome, nil
 }
 
-// acquire is Acquire's work, reading on db and writing on wdb. It returns
-// the record found if the outcome is Existing.
-func (s *Store) acquire(db, wdb *gorm.DB, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
+// acquireDetached runs Acquire's statements on a database server on a
+// connection of its own, detached from ctx's cancellation and bounded by
+// the lease (after which a record left behind could be taken over
+// anyway), and returns when they are done or ctx ends, whichever comes
+// first. Waiting for the connection follows ctx: no statement has been
+// sent yet. If the caller has gone when the statements are done and they
+// took the key, the record is released on the same connection, fenced by
+// the caller's token: nobody else will. The Engine releases what a failed
+// Acquire may have written too, but its release can reach the server
+// before a write still under way there.
+func (s *Store) acquireDetached(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
+	conn, err := s.pool.Conn(ctx)
+	if err != nil {
+		return idem.Record{}, 0, err
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.LeaseUntil.Sub(a.Now))
+	db := s.db.WithContext(wctx)
+	db.Statement.ConnPool = conn
+	type result struct {
+		rec     idem.Record
+		outcome idem.AcquireOutcome
+		err     error
+	}
+	var (
+		mu   sync.Mutex
+		gone bool // the caller returned without the result
+	)
+	done := make(chan result, 1)
+	s.detached.Add(1)
+	go func() {
+		defer s.detached.Done()
+		defer cancel()
+		defer conn.Close()
+		rec, outcome, err := s.acquire(db, a)
+		mu.Lock()
+		abandoned := gone
+		if !abandoned {
+			done <- result{rec, outcome, err}
+		}
+		mu.Unlock()
+		if abandoned && err == nil && outcome != idem.Existing {
+			scope, key := hashID(a.ID)
+			_ = db.Exec(s.sql.release, scope, key, a.Token).Error
+		}
+	}()
+	select {
+	case r := <-done:
+		return r.rec, r.outcome, r.err
+	case <-ctx.Done():
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	select {
+	case r := <-done: // finished meanwhile: the caller holds what it took
+		return r.rec, r.outcome, r.err
+	default:
+		gone = true
+		return idem.Record{}, 0, ctx.Err()
+	}
+}
+
+// acquire is Acquire's work, on db. It returns the record found if the
+// outcome is Existing.
+func (s *Store) acquire(db *gorm.DB, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
 	fp := blob(a.Fingerprint[:])
 	now, lease, expires := nanos(a.Now), nanos(a.LeaseUntil), nanos(a.ExpiresAt)
 	scope, key := hashID(a.ID)
 	for range maxAttempts {
 		rec, err := s.get(db, a.ID, scope, key)
 		if errors.Is(err, idem.ErrNotFound) {
-			created, err := s.insert(wdb, scope, key, fp, a.Token, lease, now, expires)
+			created, err := s.insert(db, scope, key, fp, a.Token, lease, now, expires)
 			if err != nil {
 				return idem.Record{}, 0, err
 			}
@@ -262,11 +323,11 @@ func (s *Store) acquire(db, wdb *gorm.DB, a idem.Acquire) (idem.Record, idem.Acq
 		)
 		switch {
 		case rec.Expired(a.Now):
-			res = wdb.Exec(s.sql.replaceExpired, fp, a.Token, lease, now, expires,
+			res = db.Exec(s.sql.replaceExpired, fp, a.Token, lease, now, expires,
 				scope, key, now, now)
 		case rec.State == idem.InFlight && !a.Now.Before(rec.LeaseUntil) && rec.Fingerprint == a.Fingerprint:
 			outcome = idem.TookOver
-			res = wdb.Exec(s.sql.takeOverLapsed, a.Token, lease, now, expires,
+			res = db.Exec(s.sql.takeOverLapsed, a.Token, lease, now, expires,
 				scope, key, now, now, fp)
 		default:
 			return rec, idem.Existing, nil
