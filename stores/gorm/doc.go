@@ -13,7 +13,12 @@
 // Every method is one statement, or a few statements each conditional on
 // what it expects, never a read followed by an unconditional write; all
 // times come from the Engine and are stored as Unix nanoseconds (BIGINT),
-// exact and compared alike on every dialect.
+// exact and compared alike on every dialect. Records are keyed by the
+// SHA-256 of their scope and key, so any byte string of any length is a
+// valid scope or key. The store renews many leases in one step
+// (idem.BatchRenewer), every call ends by its context's deadline (SQLite
+// included), and its statements never reach the GORM logger of the
+// *gorm.DB it is given.
 //
 // With Tx, a handler's own writes and the stored response commit in one
 // transaction: see Tx and WithTxSlot. Package sqlitedb opens SQLite files
