@@ -1,0 +1,142 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+	"github.com/redis/go-redis/v9"
+)
+
+// The addresses of the test servers. scripts/test-all (make test) starts a
+// throwaway redis-server and a three-master Redis Cluster and sets them,
+// see scripts/redis-servers.sh. Without them the tests fail, except under
+// -short, where they are skipped so that a quick run needs no server.
+const (
+	singleEnv  = "IDEMKIT_TEST_REDIS_ADDR"
+	clusterEnv = "IDEMKIT_TEST_REDIS_CLUSTER_ADDRS"
+)
+
+// topology is a kind of Redis deployment the tests run against.
+type topology struct {
+	name string
+	// dial returns a new client, closed when tb ends.
+	dial func(testing.TB) redis.UniversalClient
+}
+
+var topologies = []topology{
+	{"single", dialSingle},
+	{"cluster", dialCluster},
+}
+
+// serverEnv returns the value of env, failing the test if it is unset.
+func serverEnv(tb testing.TB, env string) string {
+	tb.Helper()
+	v := os.Getenv(env)
+	if v == "" {
+		if testing.Short() {
+			tb.Skipf("%s is not set; -short skips the tests that need Redis", env)
+		}
+		tb.Fatalf("%s is not set: run the tests with `make test` (scripts/test-all), which starts Redis, "+
+			"or `source scripts/redis-servers.sh && start_redis_servers` first", env)
+	}
+	return v
+}
+
+func dialSingle(tb testing.TB) redis.UniversalClient {
+	tb.Helper()
+	c := redis.NewClient(&redis.Options{Addr: serverEnv(tb, singleEnv)})
+	tb.Cleanup(func() { _ = c.Close() })
+	ping(tb, c)
+	return c
+}
+
+func dialCluster(tb testing.TB) redis.UniversalClient {
+	tb.Helper()
+	addrs := strings.Split(serverEnv(tb, clusterEnv), ",")
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	tb.Cleanup(func() { _ = c.Close() })
+	ping(tb, c)
+	return c
+}
+
+func ping(tb testing.TB, c redis.UniversalClient) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		tb.Fatalf("Redis does not answer: %v", err)
+	}
+}
+
+// testPrefix returns a key prefix no other test uses, and removes every
+// key under it when tb ends, so tests share the servers without meeting.
+func testPrefix(tb testing.TB, c redis.UniversalClient) string {
+	tb.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	prefix := "idemtest:" + hex.EncodeToString(b[:]) + ":"
+	tb.Cleanup(func() { dropPrefix(tb, c, prefix) })
+	return prefix
+}
+
+// dropPrefix deletes every key under prefix on every master.
+func dropPrefix(tb testing.TB, c redis.UniversalClient, prefix string) {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := &Store{c: c, prefix: prefix}
+	nodes, err := s.masters(ctx)
+	if err != nil {
+		tb.Errorf("cleaning up %s: %v", prefix, err)
+		return
+	}
+	for _, node := range nodes {
+		iter := node.Scan(ctx, 0, globEscape(prefix)+"*", 1000).Iterator()
+		for iter.Next(ctx) {
+			if err := c.Del(ctx, iter.Val()).Err(); err != nil {
+				tb.Errorf("cleaning up %s: %v", prefix, err)
+				return
+			}
+		}
+		if err := iter.Err(); err != nil {
+			tb.Errorf("cleaning up %s: %v", prefix, err)
+		}
+	}
+}
+
+// newStore returns a Store on c under a prefix of its own.
+func newStore(tb testing.TB, c redis.UniversalClient) *Store {
+	tb.Helper()
+	s, err := New(c, WithPrefix(testPrefix(tb, c)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// t0 is a fixed time, as the Engine would pass it.
+var t0 = time.Date(2031, 3, 14, 15, 9, 26, 535_897_932, time.UTC)
+
+const (
+	lease = 30 * time.Second
+	ttl   = 24 * time.Hour
+)
+
+var fp = idem.Fingerprint{0: 'a', 31: 1}
+
+func acquireAt(id idem.ID, token string, now time.Time) idem.Acquire {
+	return idem.Acquire{ID: id, Fingerprint: fp, Token: token, Now: now,
+		LeaseUntil: now.Add(lease), ExpiresAt: now.Add(ttl)}
+}
+
+func testContext(tb testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	tb.Cleanup(cancel)
+	return ctx
+}

@@ -1,0 +1,249 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+	"github.com/redis/go-redis/v9"
+)
+
+// DefaultPrefix begins the name of every key the store writes, unless
+// WithPrefix says otherwise.
+const DefaultPrefix = "idem:"
+
+// Store is an idem.Store keeping records in Redis: one hash per record,
+// written by Lua scripts, each one atomic round trip, and removed by Redis
+// itself when its TTL runs out. It works on any redis.UniversalClient: a
+// single node, Sentinel or Cluster. The caller owns the client and closes
+// it; the store starts no goroutine and needs no Close.
+type Store struct {
+	c      redis.UniversalClient
+	prefix string
+}
+
+var (
+	_ idem.Store        = (*Store)(nil)
+	_ idem.BatchRenewer = (*Store)(nil)
+)
+
+// Option configures a Store.
+type Option func(*options)
+
+type options struct {
+	prefix string
+}
+
+// WithPrefix sets the text every key name begins with (default
+// DefaultPrefix), so that several applications, or several stores of one,
+// share a Redis without meeting. It may not contain '{' or '}': the part of
+// a key name in braces is its Cluster hash tag, which the store sets itself.
+func WithPrefix(p string) Option {
+	return func(o *options) { o.prefix = p }
+}
+
+// New returns a Store on c. It does not contact Redis.
+func New(c redis.UniversalClient, opts ...Option) (*Store, error) {
+	if c == nil {
+		return nil, errors.New("redisstore: nil redis client")
+	}
+	o := options{prefix: DefaultPrefix}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if strings.ContainsAny(o.prefix, "{}") {
+		return nil, fmt.Errorf("redisstore: key prefix %q contains a brace, which would change the keys' Cluster hash tag", o.prefix)
+	}
+	return &Store{c: c, prefix: o.prefix}, nil
+}
+
+// Key returns the name of the Redis key that holds id's record: the
+// prefix, then, as the hash tag, the hex SHA-256 of the scope and the key
+// (the scope's length first, so that no two IDs share an input). Any
+// bytes of any length are safe in a scope or key: none reaches the key
+// space as such, and none is ever written in clear. The hash tag puts all
+// of a record on one Cluster slot; records spread over all the slots.
+func (s *Store) Key(id idem.ID) string {
+	buf := make([]byte, 0, binary.MaxVarintLen64+len(id.Scope)+len(id.Key))
+	buf = binary.AppendUvarint(buf, uint64(len(id.Scope)))
+	buf = append(buf, id.Scope...)
+	buf = append(buf, id.Key...)
+	sum := sha256.Sum256(buf)
+	name := make([]byte, 0, len(s.prefix)+2+hex.EncodedLen(len(sum)))
+	name = append(name, s.prefix...)
+	name = append(name, '{')
+	name = hex.AppendEncode(name, sum[:])
+	name = append(name, '}')
+	return string(name)
+}
+
+// Acquire implements idem.Store with one script: the decision and the
+// write are one atomic step on the record's slot.
+func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
+	if err := ctx.Err(); err != nil {
+		return idem.Record{}, 0, fmt.Errorf("redisstore: acquire: %w", err)
+	}
+	ttl := ttlMillis(later(a.ExpiresAt, a.LeaseUntil), a.Now)
+	res, err := acquireScript.Run(ctx, s.c, []string{s.Key(a.ID)},
+		a.Fingerprint[:], a.Token,
+		a.Now.Unix(), a.Now.Nanosecond(),
+		a.LeaseUntil.Unix(), a.LeaseUntil.Nanosecond(),
+		a.ExpiresAt.Unix(), a.ExpiresAt.Nanosecond(),
+		ttl).Slice()
+	if err != nil {
+		return idem.Record{}, 0, fmt.Errorf("redisstore: acquire: %w", err)
+	}
+	outcome, _ := res[0].(int64)
+	switch {
+	case outcome == 1 || outcome == 2:
+		return idem.Record{
+			ID: a.ID, Fingerprint: a.Fingerprint, State: idem.InFlight, Token: a.Token,
+			LeaseUntil: a.LeaseUntil, ExpiresAt: a.ExpiresAt, CreatedAt: a.Now,
+		}, map[int64]idem.AcquireOutcome{1: idem.Created, 2: idem.TookOver}[outcome], nil
+	case outcome == 0 && len(res) == 1+len(recordFields):
+		rec, err := decodeRecord(a.ID, res[1:])
+		if err != nil {
+			return idem.Record{}, 0, err
+		}
+		return rec, idem.Existing, nil
+	}
+	return idem.Record{}, 0, fmt.Errorf("redisstore: acquire: unexpected reply %v", res[0])
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// Renew implements idem.Store with one script.
+func (s *Store) Renew(ctx context.Context, id idem.ID, token string, leaseUntil time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redisstore: renew: %w", err)
+	}
+	n, err := renewScript.Run(ctx, s.c, []string{s.Key(id)}, token, leaseUntil.Unix(), leaseUntil.Nanosecond()).Int64()
+	if err != nil {
+		return fmt.Errorf("redisstore: renew: %w", err)
+	}
+	if n != 1 {
+		return idem.ErrLockLost
+	}
+	return nil
+}
+
+// Complete implements idem.Store with one script. The response is copied
+// into the script's argument before it is sent.
+func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redisstore: complete: %w", err)
+	}
+	n, err := completeScript.Run(ctx, s.c, []string{s.Key(id)}, token, encodeResponse(c.Response),
+		c.CompletedAt.Unix(), c.CompletedAt.Nanosecond(),
+		c.ExpiresAt.Unix(), c.ExpiresAt.Nanosecond(),
+		ttlMillis(c.ExpiresAt, c.CompletedAt)).Int64()
+	if err != nil {
+		return fmt.Errorf("redisstore: complete: %w", err)
+	}
+	if n != 1 {
+		return idem.ErrLockLost
+	}
+	return nil
+}
+
+// Release implements idem.Store with one script.
+func (s *Store) Release(ctx context.Context, id idem.ID, token string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redisstore: release: %w", err)
+	}
+	n, err := releaseScript.Run(ctx, s.c, []string{s.Key(id)}, token).Int64()
+	if err != nil {
+		return fmt.Errorf("redisstore: release: %w", err)
+	}
+	if n != 1 {
+		return idem.ErrLockLost
+	}
+	return nil
+}
+
+// Get implements idem.Store with one HMGET. A record Redis has removed
+// for its TTL is not found; one whose expiry has passed by the Engine's
+// clock but not yet by Redis's TTL is returned, expired, as the contract
+// allows.
+func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return idem.Record{}, fmt.Errorf("redisstore: get: %w", err)
+	}
+	v, err := s.c.HMGet(ctx, s.Key(id), recordFields...).Result()
+	if err != nil {
+		return idem.Record{}, fmt.Errorf("redisstore: get: %w", err)
+	}
+	return decodeRecord(id, v)
+}
+
+// RenewBatch implements idem.BatchRenewer: one renewal script per lease,
+// all sent in one pipeline. Each lease's renewal is atomic and fenced by
+// its token exactly as Renew is; the batch as a whole is not one
+// transaction (in a Cluster its records live on many slots). On a single
+// node the batch is one round trip; on a Cluster it is one round trip to
+// each master that holds some of the records, all at once.
+func (s *Store) RenewBatch(ctx context.Context, held []idem.Held, leaseUntil time.Time, lost []bool) error {
+	if len(lost) != len(held) {
+		return fmt.Errorf("redisstore: renew batch: %d leases but %d results", len(held), len(lost))
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redisstore: renew batch: %w", err)
+	}
+	if len(held) == 0 {
+		return nil
+	}
+	keys := make([][]string, len(held))
+	for i, h := range held {
+		keys[i] = []string{s.Key(h.ID)}
+	}
+	sec, nsec := leaseUntil.Unix(), leaseUntil.Nanosecond()
+	cmds := make([]*redis.Cmd, len(held))
+	run := func(todo []int, eval bool) {
+		_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, i := range todo {
+				if eval {
+					cmds[i] = renewScript.Eval(ctx, p, keys[i], held[i].Token, sec, nsec)
+				} else {
+					cmds[i] = renewScript.EvalSha(ctx, p, keys[i], held[i].Token, sec, nsec)
+				}
+			}
+			return nil
+		})
+	}
+	all := make([]int, len(held))
+	for i := range all {
+		all[i] = i
+	}
+	run(all, false)
+	// A node that does not know the script yet (first use, or a restart
+	// since) refused it without running it: send those in full.
+	var unknown []int
+	for i, c := range cmds {
+		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			unknown = append(unknown, i)
+		}
+	}
+	if len(unknown) > 0 {
+		run(unknown, true)
+	}
+	for i, c := range cmds {
+		n, err := c.Int64()
+		if err != nil {
+			return fmt.Errorf("redisstore: renew batch: %w", err)
+		}
+		lost[i] = n != 1
+	}
+	return nil
+}
