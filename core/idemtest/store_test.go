@@ -24,6 +24,8 @@ func TestStoreSuiteCatchesBrokenStores(t *testing.T) {
 		{"Purge/Batched", func(s *memstore.Store) idem.Store { return unboundedPurge{s} }},
 		{"Complete/CopiesResponse", func(s *memstore.Store) idem.Store { return &keepsLentResponse{Store: s} }},
 		{"Concurrent/OneWinner", func(*memstore.Store) idem.Store { return &readThenWrite{records: map[idem.ID]idem.Record{}} }},
+		{"IDs/AnyBytes", func(s *memstore.Store) idem.Store { return truncatesIDs{s} }},
+		{"RenewBatch/OnlyHeldLeases", func(s *memstore.Store) idem.Store { return batchWithoutFencing{s} }},
 	}
 	for _, c := range cases {
 		t.Run(c.check, func(t *testing.T) {
@@ -150,3 +152,43 @@ func (s *readThenWrite) Get(context.Context, idem.ID) (idem.Record, error) {
 	return idem.Record{}, idem.ErrNotFound
 }
 func (s *readThenWrite) Purge(context.Context, time.Time, int) (int, error) { return 0, nil }
+
+// truncatesIDs keeps only the first 255 bytes of scope and key, as a
+// fixed-width column does.
+type truncatesIDs struct{ *memstore.Store }
+
+func cut(id idem.ID) idem.ID {
+	if len(id.Scope) > 255 {
+		id.Scope = id.Scope[:255]
+	}
+	if len(id.Key) > 255 {
+		id.Key = id.Key[:255]
+	}
+	return id
+}
+
+func (s truncatesIDs) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
+	id := a.ID
+	a.ID = cut(id)
+	rec, o, err := s.Store.Acquire(ctx, a)
+	rec.ID = id
+	return rec, o, err
+}
+
+func (s truncatesIDs) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
+	rec, err := s.Store.Get(ctx, cut(id))
+	rec.ID = id
+	return rec, err
+}
+
+// batchWithoutFencing renews every record named, whoever holds it.
+type batchWithoutFencing struct{ *memstore.Store }
+
+func (s batchWithoutFencing) RenewBatch(ctx context.Context, held []idem.Held, until time.Time, lost []bool) error {
+	for _, h := range held {
+		if rec, err := s.Get(ctx, h.ID); err == nil && rec.State == idem.InFlight {
+			_ = s.Renew(ctx, h.ID, rec.Token, until)
+		}
+	}
+	return nil
+}
