@@ -20,11 +20,12 @@ import (
 // hangs delays no other lock's check. A pass also cancels the handler of
 // every lock whose lease is about to run out unrenewed (renewals failed or
 // are stuck): from the lease's end another request may take the key over,
-// and the handler must have been told to stop before then.
+// and the handler must have been told to stop at least one tick before
+// then.
 type renewer struct {
 	e     *Engine
 	tick  time.Duration
-	guard time.Duration // a handler is stopped this long before its lease ends unrenewed
+	guard time.Duration // a handler is stopped within this of its lease's end, unrenewed
 	batch BatchRenewer  // the store's capability, or nil
 	spawn Spawner       // the clock's capability, or nil: start renewals with go
 
@@ -43,7 +44,12 @@ const maxRenewCalls = 32
 func newRenewer(e *Engine) *renewer {
 	every := e.cfg.RenewEvery
 	r := &renewer{e: e, tick: max(every/4, time.Millisecond)}
-	r.guard = r.tick
+	// The first pass that finds a lease within guard of its end comes less
+	// than a tick after the lease entered that span, wherever the lease
+	// falls between passes: so two ticks tell the handler between one and
+	// two ticks before another request may take the key over. A handler
+	// that stops within a tick of being told never overlaps its successor.
+	r.guard = 2 * r.tick
 	r.batch, _ = e.cfg.Store.(BatchRenewer)
 	r.spawn, _ = e.clock.(Spawner)
 	return r
