@@ -1,0 +1,304 @@
+// Command loadbench measures what idemkit costs against the bare handler,
+// on loopback and in process, for net/http, Gin, Echo and Fiber, and
+// writes a markdown report with issue 12's targets and an SVG chart.
+//
+//	go run ./bench/cmd/loadbench -quick -out report.md -chart chart.svg
+//
+// Each server runs in a child process of this binary (GOMAXPROCS=1); the
+// load generator runs in the parent (GOMAXPROCS=1), on raw keep-alive
+// loopback connections. Every run is bounded in time and request count,
+// and the whole command by -timeout. -quick finishes in a few minutes;
+// the full run takes about half an hour.
+//
+// -profile DIR also writes CPU and allocation profiles of in-process First
+// for the configurations of -profile-configs, and their top 10 functions
+// in DIR/top.txt.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/idemkit/idemkit/bench/internal/report"
+	"github.com/idemkit/idemkit/bench/internal/servers"
+)
+
+// config is the parent's configuration, from flags.
+type config struct {
+	quick                       bool
+	out, chart, chartLink, json string
+	command                     string
+	sections                    map[string]bool
+	frameworks, kinds           []string
+	workloads                   []string
+	conns                       []int
+	reps                        int
+	warmup, duration            time.Duration
+	maxRequests                 int
+	inprocDuration              time.Duration
+	scaleSmall, scaleBig        int
+	scaleDuration               time.Duration
+	purgeRows                   int
+	purgeRate                   float64
+	purgeBase, purgeCap         time.Duration
+	memMaxRecords               int
+	profileDir                  string
+	profileConfigs              []string
+	profileDuration             time.Duration
+	timeout                     time.Duration
+	verbose                     bool
+}
+
+func main() {
+	var child childOptions
+	var childMode string
+	flag.StringVar(&childMode, "child", "", "internal: run as a child process (serve or inproc)")
+	flag.StringVar(&child.spec, "child-spec", "", "internal: framework/kind of the child's server")
+	flag.StringVar(&child.dir, "child-dir", "", "internal: the child's directory for SQLite files")
+	flag.IntVar(&child.maxRecords, "child-max-records", 0, "internal: memory store bound")
+	flag.DurationVar(&child.purgeInterval, "child-purge-interval", 0, "internal: GORM store purge interval (<0: none)")
+	flag.StringVar(&child.workloads, "child-workloads", "", "internal: in-process workloads")
+	flag.DurationVar(&child.duration, "child-duration", 0, "internal: in-process duration per workload")
+	childPrefix := flag.Uint64("child-prefix", 1, "internal: key prefix")
+	flag.StringVar(&child.profileDir, "child-profile-dir", "", "internal: where the child writes profiles")
+
+	var c config
+	flag.BoolVar(&c.quick, "quick", false, "short run (under 5 minutes): fewer repetitions, shorter runs, 100k instead of 1M records")
+	flag.StringVar(&c.out, "out", "benchmarks.md", "where to write the markdown report")
+	flag.StringVar(&c.chart, "chart", "", "where to write the SVG chart (none if empty)")
+	flag.StringVar(&c.chartLink, "chart-link", "", "the chart's path as the report links it (default: -chart relative to -out's directory)")
+	flag.StringVar(&c.json, "json", "", "where to write the raw figures as JSON (none if empty)")
+	flag.StringVar(&c.command, "command", "", "the command recorded in the report (default: this command line)")
+	sections := flag.String("sections", "loopback,inproc,scale,purge,profile", "sections to run")
+	frameworks := flag.String("frameworks", strings.Join(servers.Frameworks, ","), "frameworks")
+	kinds := flag.String("kinds", strings.Join(servers.Kinds, ","), "configurations: bare, mem, sqlite, insert, builtin")
+	workloads := flag.String("workloads", "First,Replay,Mix,Conflict", "loopback workloads")
+	conns := flag.String("conns", "", "loopback concurrencies (default 16 quick, 1,16,64 full)")
+	flag.IntVar(&c.reps, "reps", 3, "repetitions")
+	flag.DurationVar(&c.warmup, "warmup", 0, "warm-up per loopback run (default 150ms quick, 300ms full)")
+	flag.DurationVar(&c.duration, "duration", 0, "measured window per loopback run (default 400ms quick, 1.2s full)")
+	flag.IntVar(&c.maxRequests, "max-requests", 2_000_000, "bound on the requests measured per run")
+	flag.DurationVar(&c.inprocDuration, "inproc-duration", 0, "per in-process figure (default 300ms quick, 1s full)")
+	flag.IntVar(&c.scaleSmall, "scale-small", 10_000, "records stored, small case")
+	flag.IntVar(&c.scaleBig, "scale-big", 0, "records stored, big case (default 100k quick, 1M full)")
+	flag.DurationVar(&c.scaleDuration, "scale-duration", 0, "measured window of a scale run (default 1s quick, 2s full)")
+	flag.IntVar(&c.purgeRows, "purge-rows", 0, "expired SQLite rows to purge (default 100k quick, 1M full)")
+	flag.Float64Var(&c.purgeRate, "purge-rate", 500, "requests per second during the purge measurement")
+	flag.DurationVar(&c.purgeBase, "purge-base", 0, "measurement without a purge (default 3s quick, 10s full)")
+	flag.DurationVar(&c.purgeCap, "purge-cap", 0, "longest measurement during a purge (default 60s quick, 5m full)")
+	flag.IntVar(&c.memMaxRecords, "mem-max-records", 8_000_000, "memory store bound (high enough that no run fills it)")
+	flag.StringVar(&c.profileDir, "profile", "", "write CPU and allocation profiles of in-process First here")
+	profileConfigs := flag.String("profile-configs", "nethttp/bare,nethttp/mem,fiber/bare,fiber/mem,fiber/builtin,nethttp/sqlite,nethttp/insert",
+		"configurations profiled with -profile")
+	flag.DurationVar(&c.profileDuration, "profile-duration", 0, "in-process First per profile (default 2s quick, 5s full)")
+	flag.DurationVar(&c.timeout, "timeout", 0, "bound on the whole command (default 10m quick, 60m full)")
+	flag.BoolVar(&c.verbose, "v", true, "print each run's figures to stderr")
+	flag.Parse()
+
+	switch childMode {
+	case "serve":
+		if err := serveChild(child); err != nil {
+			fmt.Fprintln(os.Stderr, "loadbench child:", err)
+			os.Exit(1)
+		}
+		return
+	case "inproc":
+		child.prefix = uint32(*childPrefix)
+		if err := inprocChild(child); err != nil {
+			fmt.Fprintln(os.Stderr, "loadbench child:", err)
+			os.Exit(1)
+		}
+		return
+	case "":
+	default:
+		fmt.Fprintln(os.Stderr, "loadbench: unknown -child mode", childMode)
+		os.Exit(2)
+	}
+
+	// The load generator gets one P, as each server does, so that on a
+	// 2-core machine they do not fight over the same core.
+	runtime.GOMAXPROCS(1)
+
+	c.sections = set(*sections)
+	c.frameworks = list(*frameworks)
+	c.kinds = list(*kinds)
+	c.workloads = list(*workloads)
+	c.profileConfigs = list(*profileConfigs)
+	def := func(d *time.Duration, quick, full time.Duration) {
+		if *d == 0 {
+			*d = pick(c.quick, quick, full)
+		}
+	}
+	def(&c.warmup, 150*time.Millisecond, 300*time.Millisecond)
+	def(&c.duration, 400*time.Millisecond, 1200*time.Millisecond)
+	def(&c.inprocDuration, 300*time.Millisecond, time.Second)
+	def(&c.scaleDuration, time.Second, 2*time.Second)
+	def(&c.purgeBase, 3*time.Second, 10*time.Second)
+	def(&c.purgeCap, time.Minute, 5*time.Minute)
+	def(&c.profileDuration, 2*time.Second, 5*time.Second)
+	def(&c.timeout, 10*time.Minute, time.Hour)
+	if c.scaleBig == 0 {
+		c.scaleBig = pick(c.quick, 100_000, 1_000_000)
+	}
+	if c.purgeRows == 0 {
+		c.purgeRows = pick(c.quick, 100_000, 1_000_000)
+	}
+	if *conns == "" {
+		*conns = pick(c.quick, "16", "1,16,64")
+	}
+	for _, s := range list(*conns) {
+		n, err := strconv.Atoi(s)
+		if err != nil || n <= 0 {
+			fmt.Fprintln(os.Stderr, "loadbench: bad -conns", *conns)
+			os.Exit(2)
+		}
+		c.conns = append(c.conns, n)
+	}
+	if c.command == "" {
+		c.command = commandLine()
+	}
+	if err := run(c); err != nil {
+		fmt.Fprintln(os.Stderr, "loadbench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(c config) error {
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "loadbench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	b := &bench{cfg: c, dir: dir, ctx: ctx}
+	b.data.Machine = machine(c.command)
+	b.data.Setup = report.Setup{
+		Mode: pick(c.quick, "quick", "full"), Reps: c.reps, Warmup: c.warmup, Duration: c.duration,
+		Conns: c.conns, TargetConns: targetConns(c.conns), InProcDuration: c.inprocDuration,
+		ScaleSmall: c.scaleSmall, ScaleBig: c.scaleBig, ScaleDuration: c.scaleDuration,
+		MemMaxRecords: c.memMaxRecords,
+	}
+	started := time.Now()
+	steps := []struct {
+		name string
+		f    func() error
+	}{
+		{"loopback", b.loopback},
+		{"inproc", b.inproc},
+		{"scale", b.scale},
+		{"purge", b.purge},
+		{"profile", b.profile},
+	}
+	for _, s := range steps {
+		if !c.sections[s.name] || (s.name == "profile" && c.profileDir == "") {
+			continue
+		}
+		if ctx.Err() != nil {
+			b.note("section %s skipped: the -timeout of %s ran out", s.name, c.timeout)
+			continue
+		}
+		b.logf("== %s", s.name)
+		t := time.Now()
+		if err := s.f(); err != nil {
+			b.note("section %s failed: %v", s.name, err)
+		}
+		b.logf("== %s took %s", s.name, time.Since(t).Round(time.Second))
+	}
+	b.data.Machine.Took = time.Since(started)
+	return b.write()
+}
+
+func (b *bench) write() error {
+	c := b.cfg
+	link := c.chartLink
+	if link == "" && c.chart != "" {
+		link = c.chart
+		if rel, err := filepath.Rel(filepath.Dir(absPath(c.out)), absPath(c.chart)); err == nil {
+			link = filepath.ToSlash(rel)
+		}
+	}
+	if c.chart != "" {
+		if err := os.WriteFile(c.chart, []byte(report.SVG(&b.data)), 0o644); err != nil {
+			return err
+		}
+	}
+	if c.json != "" {
+		j, err := json.MarshalIndent(&b.data, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(c.json, j, 0o644); err != nil {
+			return err
+		}
+	}
+	md := report.Markdown(&b.data, link)
+	if c.out == "-" {
+		_, err := os.Stdout.WriteString(md)
+		return err
+	}
+	if err := os.WriteFile(c.out, []byte(md), 0o644); err != nil {
+		return err
+	}
+	b.logf("report written to %s", c.out)
+	return nil
+}
+
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
+}
+
+// targetConns is the concurrency issue 12's targets are read at: 16, or
+// the nearest measured.
+func targetConns(conns []int) int {
+	best := 0
+	for _, n := range conns {
+		if best == 0 || abs(n-16) < abs(best-16) {
+			best = n
+		}
+	}
+	return best
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
+
+func pick[T any](quick bool, q, f T) T {
+	if quick {
+		return q
+	}
+	return f
+}
+
+func list(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func set(s string) map[string]bool {
+	m := map[string]bool{}
+	for _, x := range list(s) {
+		m[x] = true
+	}
+	return m
+}

@@ -1,0 +1,159 @@
+package report
+
+import (
+	"encoding/xml"
+	"io"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func sample() *Data {
+	d := &Data{
+		Machine: Machine{CPUs: 2, CPU: "Test CPU", GoVersion: "go1.26", OS: "linux/amd64",
+			Command: "loadbench -quick", Started: time.Unix(0, 0), Took: time.Minute},
+		Setup: Setup{Mode: "quick", Reps: 3, Conns: []int{16}, TargetConns: 16, ScaleSmall: 10_000,
+			ScaleBig: 1_000_000, Duration: time.Second, MemMaxRecords: 8_000_000},
+	}
+	add := func(fw, kind, w string, rps ...float64) {
+		for rep, x := range rps {
+			d.Runs = append(d.Runs, Run{Framework: fw, Kind: kind, Workload: w, Conns: 16, Rep: rep, RPS: x,
+				P50: time.Millisecond, P99: 3 * time.Millisecond, AllocsPerOp: 30, BytesPerOp: 3000,
+				Status: map[int]int{201: int(x)}})
+		}
+	}
+	for _, w := range WorkloadOrder {
+		add("nethttp", "bare", w, 100, 200, 100)
+		add("fiber", "bare", w, 100, 100, 100)
+		add("fiber", "builtin", w, 80, 80, 80)
+	}
+	// Ratios per repetition 0.9, 0.5, 0.95: the median of the ratios is
+	// 0.9, while the ratio of the medians (100/100) would be 1.0.
+	add("nethttp", "mem", "First", 90, 100, 95)
+	add("nethttp", "mem", "Mix", 95, 190, 99)
+	add("nethttp", "mem", "Replay", 120, 240, 120)
+	add("fiber", "mem", "Mix", 100, 100, 110) // 1.25x the built-in's 80
+	add("fiber", "mem", "First", 72, 72, 72)  // 0.9x the built-in
+	add("nethttp", "sqlite", "First", 20, 40, 20)
+	add("nethttp", "insert", "First", 50, 100, 30)
+	for rep := range 3 {
+		d.InProc = append(d.InProc,
+			InProcRun{Framework: "nethttp", Kind: "bare", Workload: "First", Rep: rep, NsPerOp: 1000},
+			InProcRun{Framework: "nethttp", Kind: "mem", Workload: "First", Rep: rep, NsPerOp: 1600},
+			InProcRun{Framework: "nethttp", Kind: "bare", Workload: "NoKey", Rep: rep, NsPerOp: 1000},
+			InProcRun{Framework: "nethttp", Kind: "mem", Workload: "NoKey", Rep: rep, NsPerOp: 800},
+		)
+		d.Scale = append(d.Scale,
+			ScaleRun{Store: "mem", Records: 10_000, Rep: rep, P50: time.Millisecond},
+			ScaleRun{Store: "mem", Records: 1_000_000, Rep: rep, P50: 1100 * time.Microsecond})
+	}
+	d.Heap = []HeapFigure{{Store: "mem", Records: 1_000_000, PerRecord: 614}}
+	d.Purge = &Purge{Rows: 1_000_000, Rate: 500, Finished: true, PurgeTook: 10 * time.Second,
+		Without: Latency{Count: 100, P99: 2 * time.Millisecond}, During: Latency{Count: 100, P99: 5 * time.Millisecond}}
+	return d
+}
+
+func find(t *testing.T, ts []Target, prefix, where string) Target {
+	t.Helper()
+	for _, x := range ts {
+		if strings.HasPrefix(x.Target, prefix) && x.Where == where {
+			return x
+		}
+	}
+	t.Fatalf("no target %q for %q in %+v", prefix, where, ts)
+	return Target{}
+}
+
+func TestTargetsUseMedianOfPerRepetitionRatios(t *testing.T) {
+	ts := Targets(sample())
+	check := func(prefix, where, measured string, met bool) {
+		t.Helper()
+		x := find(t, ts, prefix, where)
+		if !strings.HasPrefix(x.Measured, measured) || x.Met == nil || *x.Met != met {
+			got := "nil"
+			if x.Met != nil {
+				got = map[bool]string{true: "met", false: "not met"}[*x.Met]
+			}
+			t.Errorf("%s / %s: measured %q (%s), want %q met=%v", prefix, where, x.Measured, got, measured, met)
+		}
+	}
+	check("First ≥ 0.90× bare", "net/http", "0.90", true)
+	check("Mix ≥ 0.90× bare", "net/http", "0.95", true)
+	check("Replay ≥ 1.0× bare", "net/http", "1.20", true)
+	check("Fiber: Mix ≥ 1.25×", "Fiber", "1.25", true)
+	check("Fiber: First ≥ 1.00×", "Fiber", "0.90", false)
+	check("in-process First ≤ 1.5× bare", "net/http", "1.60", false)
+	check("no-key 400", "net/http", "0.80", true)
+	check("memory store ≤ 300 B", "memory, 1,000,000 records", "614 B", false)
+	check("First's p50 within 20%", "memory", "1.10×", true)
+	check("SQLite store First ≥ 0.5×", "net/http", "0.40", false)
+	check("p99 during a purge ≤ 2×", "SQLite, 1,000,000 expired rows, First at 500/s", "2.50×", false)
+	// Fiber has no mem Replay run: the target row shows n/a, not a guess.
+	x := find(t, ts, "Replay ≥ 1.0× bare", "Fiber")
+	if x.Met != nil || x.Measured != "n/a" {
+		t.Errorf("Fiber Replay without data: %+v", x)
+	}
+}
+
+func TestMarkdown(t *testing.T) {
+	md := Markdown(sample(), "img/chart.svg")
+	for _, want := range []string{
+		"| CPU | Test CPU |", "| cores (`nproc`) | 2 |", "| Go | go1.26 |", "`loadbench -quick`",
+		"## Targets (issue 12)", "**not met**", "![Throughput relative to the bare handler, 16 connections](img/chart.svg)",
+		"### net/http", "### Fiber", "| First | 16 | idemkit, memory | 95 |", "0.40× INSERT", "1.25× built-in",
+		"## In process", "## Purging expired SQLite rows",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if strings.Contains(md, "NaN") {
+		t.Error("report prints NaN instead of n/a")
+	}
+}
+
+func TestSVGIsWellFormedWithOneBarPerMeasuredRatio(t *testing.T) {
+	svg := SVG(sample())
+	dec := xml.NewDecoder(strings.NewReader(svg))
+	bars := 0
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("SVG is not well-formed XML: %v", err)
+		}
+		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "rect" {
+			for _, a := range se.Attr {
+				if a.Name.Local == "class" && a.Value == "bar" {
+					bars++
+				}
+			}
+		}
+	}
+	// nethttp: mem First, Mix, Replay, sqlite First, insert First;
+	// fiber: mem Mix, First, builtin x 4 workloads.
+	if bars != 11 {
+		t.Errorf("%d bars, want 11", bars)
+	}
+	if !strings.Contains(svg, "Fiber&#39;s idempotency") {
+		t.Error("legend text not escaped")
+	}
+}
+
+func TestFormatting(t *testing.T) {
+	for _, c := range []struct {
+		got, want string
+	}{
+		{count(1234567), "1,234,567"}, {count(999), "999"}, {count(-1000), "-1,000"},
+		{durT(1500 * time.Nanosecond), "1.50 µs"}, {durT(136 * time.Millisecond), "136 ms"},
+		{durT(12340 * time.Microsecond), "12.3 ms"}, {durT(500), "500 ns"}, {dur(math.NaN()), "n/a"},
+		{ratio(math.NaN()), "n/a"}, {ratio(0.706), "0.71"}, {thousands(23456.6), "23,457"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
+	}
+}

@@ -1,0 +1,158 @@
+package report
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Target is one target of issue 12 with what the run measured.
+type Target struct {
+	Target   string // the target as stated
+	Where    string // framework or path it applies to
+	Measured string
+	// Met is nil when the run did not measure it.
+	Met *bool
+}
+
+func verdict(ok bool) *bool { return &ok }
+
+// Targets evaluates issue 12's targets against d. Loopback targets are
+// read at d.Setup.TargetConns connections.
+func Targets(d *Data) []Target {
+	var ts []Target
+	ix := indexRuns(d.Runs)
+	c := d.Setup.TargetConns
+	fws := frameworksIn(FrameworkOrder, func(f string) bool { return len(ix[cell{f, "bare", "First", c}]) > 0 })
+	at := fmt.Sprintf(" (loopback, %d connections)", c)
+
+	ratioTarget := func(name, workload, kind string, min float64) {
+		for _, fw := range fws {
+			r := ix.ratio(cell{fw, kind, workload, c}, cell{fw, "bare", workload, c}, rps)
+			ts = append(ts, ratioRow(name+at, FrameworkNames[fw], r, min, true))
+		}
+	}
+	ratioTarget("First ≥ 0.90× bare", "First", "mem", 0.90)
+	ratioTarget("Mix ≥ 0.90× bare", "Mix", "mem", 0.90)
+	ratioTarget("Replay ≥ 1.0× bare", "Replay", "mem", 1.0)
+	if len(ix[cell{"fiber", "builtin", "Mix", c}]) > 0 {
+		for _, w := range []struct {
+			workload string
+			min      float64
+		}{{"Mix", 1.25}, {"First", 1.0}} {
+			r := ix.ratio(cell{"fiber", "mem", w.workload, c}, cell{"fiber", "builtin", w.workload, c}, rps)
+			ts = append(ts, ratioRow(fmt.Sprintf("Fiber: %s ≥ %.2f× the built-in's throughput%s", w.workload, w.min, at),
+				"Fiber", r, w.min, true))
+		}
+	}
+
+	ip := indexInProc(d.InProc)
+	for _, fw := range FrameworkOrder {
+		if r := ip.ratio(inprocKey{fw, "mem", "First"}, inprocKey{fw, "bare", "First"}); !math.IsNaN(r) {
+			ts = append(ts, ratioRow("in-process First ≤ 1.5× bare", FrameworkNames[fw], r, 1.5, false))
+		}
+	}
+	for _, fw := range FrameworkOrder {
+		if r := ip.ratio(inprocKey{fw, "mem", "NoKey"}, inprocKey{fw, "bare", "NoKey"}); !math.IsNaN(r) {
+			ts = append(ts, ratioRow("no-key 400 no dearer than the bare handler (in process)", FrameworkNames[fw], r, 1.0, false))
+		}
+	}
+
+	big, small := d.Setup.ScaleBig, d.Setup.ScaleSmall
+	for _, h := range d.Heap {
+		if h.Store == "mem" && h.Records == big {
+			ts = append(ts, Target{
+				Target:   "memory store ≤ 300 B of live heap per record (150-byte response)",
+				Where:    fmt.Sprintf("memory, %s records", count(h.Records)),
+				Measured: fmt.Sprintf("%.0f B", h.PerRecord),
+				Met:      verdict(h.PerRecord <= 300),
+			})
+		}
+	}
+	for _, store := range []string{"mem", "sqlite"} {
+		r := scaleRatio(d.Scale, store, big, small, func(s ScaleRun) float64 { return float64(s.P50) })
+		if math.IsNaN(r) {
+			continue
+		}
+		t := Target{
+			Target:   fmt.Sprintf("First's p50 within 20%% from %s to %s records", count(small), count(big)),
+			Where:    StoreNames[store],
+			Measured: fmt.Sprintf("%.2f× (%s → %s)", r, dur(scaleMedian(d.Scale, store, small, p50)), dur(scaleMedian(d.Scale, store, big, p50))),
+		}
+		if store == "mem" { // the target names the memory store; SQLite is shown for reference
+			t.Met = verdict(r <= 1.2)
+		}
+		if big < 1_000_000 {
+			t.Where += " (not the target's 1 million)"
+		}
+		ts = append(ts, t)
+	}
+	for _, fw := range fws {
+		if r := ix.ratio(cell{fw, "sqlite", "First", c}, cell{fw, "insert", "First", c}, rps); !math.IsNaN(r) {
+			ts = append(ts, ratioRow("SQLite store First ≥ 0.5× one plain INSERT"+at, FrameworkNames[fw], r, 0.5, true))
+		}
+	}
+	if ir := ip.ratio(inprocKey{"nethttp", "sqlite", "First"}, inprocKey{"nethttp", "insert", "First"}); !math.IsNaN(ir) {
+		ts = append(ts, Target{
+			Target: "SQLite store First against one plain INSERT (in process, for reference)",
+			Where:  "net/http",
+			Measured: fmt.Sprintf("%.2f× the time (%s vs %s)", ir,
+				dur(ip.median(inprocKey{"nethttp", "sqlite", "First"}, nsOp)),
+				dur(ip.median(inprocKey{"nethttp", "insert", "First"}, nsOp))),
+		})
+	}
+	if p := d.Purge; p != nil {
+		r := float64(p.During.P99) / float64(p.Without.P99)
+		t := Target{
+			Target: "p99 during a purge ≤ 2× without",
+			Where:  fmt.Sprintf("SQLite, %s expired rows, First at %.0f/s", count(p.Rows), p.Rate),
+			Measured: fmt.Sprintf("%.2f× (%s → %s, max %s)", r, durT(p.Without.P99), durT(p.During.P99),
+				durT(p.During.Max)),
+			Met: verdict(r <= 2),
+		}
+		if p.Rows < 1_000_000 {
+			t.Where += " (not the target's 1 million)"
+		}
+		if !p.Finished {
+			t.Measured += fmt.Sprintf("; purge unfinished after %s", durT(p.PurgeTook))
+		}
+		ts = append(ts, t)
+	}
+	ts = append(ts, Target{
+		Target:   "default memory store capacity stated for a 24 h TTL at a realistic rate",
+		Where:    "README store table",
+		Measured: "documentation, not measured here",
+	})
+	return ts
+}
+
+func ratioRow(name, where string, r, bound float64, atLeast bool) Target {
+	t := Target{Target: name, Where: where, Measured: ratio(r)}
+	if !math.IsNaN(r) {
+		if atLeast {
+			t.Met = verdict(r >= bound)
+		} else {
+			t.Met = verdict(r <= bound)
+		}
+	}
+	return t
+}
+
+func p50(s ScaleRun) float64       { return float64(s.P50) }
+func nsOp(r InProcRun) float64     { return r.NsPerOp }
+func allocsOp(r InProcRun) float64 { return r.AllocsPerOp }
+func bytesOp(r InProcRun) float64  { return r.BytesPerOp }
+
+func writeTargets(b *strings.Builder, ts []Target) {
+	b.WriteString("| target | where | measured | met |\n| --- | --- | --- | --- |\n")
+	for _, t := range ts {
+		met := "n/a"
+		if t.Met != nil {
+			met = "met"
+			if !*t.Met {
+				met = "**not met**"
+			}
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", t.Target, t.Where, t.Measured, met)
+	}
+}

@@ -1,0 +1,280 @@
+package servers
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/idempotency"
+	"github.com/labstack/echo/v4"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	idemecho "github.com/idemkit/idemkit/adapters/echo"
+	idemfiber "github.com/idemkit/idemkit/adapters/fiber"
+	idemgin "github.com/idemkit/idemkit/adapters/gin"
+	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemhttp"
+	"github.com/idemkit/idemkit/core/memstore"
+	gormstore "github.com/idemkit/idemkit/stores/gorm"
+	"github.com/idemkit/idemkit/stores/gorm/sqlitedb"
+)
+
+// Frameworks are the frameworks measured, in report order.
+var Frameworks = []string{"nethttp", "gin", "echo", "fiber"}
+
+// Kinds of server.
+const (
+	Bare    = "bare"    // the handler alone
+	Mem     = "mem"     // idemkit, memory store
+	SQLite  = "sqlite"  // idemkit, GORM store on SQLite
+	Insert  = "insert"  // the handler plus one plain INSERT through GORM on SQLite
+	Builtin = "builtin" // Fiber's own middleware/idempotency (Fiber only)
+)
+
+// Kinds are the kinds of server, in report order.
+var Kinds = []string{Bare, Mem, SQLite, Insert, Builtin}
+
+// Valid reports whether the framework has that kind of server.
+func Valid(framework, kind string) bool {
+	return slices.Contains(Frameworks, framework) && slices.Contains(Kinds, kind) &&
+		(kind != Builtin || framework == "fiber")
+}
+
+// Options configure Build.
+type Options struct {
+	Framework, Kind string
+	// Dir holds the SQLite files.
+	Dir string
+	// MaxRecords bounds the memory store; the benchmark sets it high
+	// enough that a run never fills the store (a full store answers 429,
+	// which is not what is measured).
+	MaxRecords int
+	// PurgeInterval is the GORM store's purger interval (0: its default;
+	// negative: no purger, see StartPurger).
+	PurgeInterval time.Duration
+}
+
+// Server is a built server, ready to serve on a listener or to be called
+// in process.
+type Server struct {
+	Framework, Kind string
+	Handler         http.Handler // net/http, Gin, Echo
+	App             *fiber.App   // Fiber
+	Engine          *idem.Engine // idemkit kinds
+	Mem             *memstore.Store
+	GORM            *gormstore.Store
+	DB              *gorm.DB // SQLite kinds
+	httpServer      *http.Server
+	closers         []func()
+}
+
+// Build builds the server o describes.
+func Build(o Options) (*Server, error) {
+	if !Valid(o.Framework, o.Kind) {
+		return nil, fmt.Errorf("servers: no %q server on %q", o.Kind, o.Framework)
+	}
+	s := &Server{Framework: o.Framework, Kind: o.Kind}
+	ords := &orders{}
+	if o.Kind == SQLite || o.Kind == Insert {
+		db, err := sqlitedb.Open(filepath.Join(o.Dir, o.Framework+"-"+o.Kind+".db"), &gorm.Config{Logger: logger.Discard})
+		if err != nil {
+			return nil, err
+		}
+		s.DB = db
+		s.closers = append(s.closers, func() {
+			if sqlDB, err := db.DB(); err == nil {
+				sqlDB.Close()
+			}
+		})
+	}
+	switch o.Kind {
+	case Mem:
+		s.Mem = memstore.New(memstore.WithMaxRecords(o.MaxRecords))
+		s.closers = append(s.closers, func() { s.Mem.Close() })
+		s.Engine = idem.New(idem.Config{Store: s.Mem})
+	case SQLite:
+		var opts []gormstore.Option
+		switch {
+		case o.PurgeInterval > 0:
+			opts = append(opts, gormstore.WithPurgeInterval(o.PurgeInterval))
+		case o.PurgeInterval < 0:
+			opts = append(opts, gormstore.WithPurgeInterval(0))
+		}
+		gs, err := gormstore.New(s.DB, opts...)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.GORM = gs
+		s.closers = append(s.closers, func() { gs.Close() })
+		if err := gs.AutoMigrate(context.Background()); err != nil {
+			s.Close()
+			return nil, err
+		}
+		s.Engine = idem.New(idem.Config{Store: gs})
+	case Insert:
+		if err := s.DB.Exec(OrdersTable).Error; err != nil {
+			s.Close()
+			return nil, err
+		}
+		ords.db = s.DB
+	}
+	switch o.Framework {
+	case "nethttp":
+		s.Handler = netHTTP(ords, s.Engine)
+	case "gin":
+		s.Handler = ginEngine(ords, s.Engine)
+	case "echo":
+		s.Handler = echoServer(ords, s.Engine)
+	case "fiber":
+		s.App = fiberApp(ords, s.Engine, o.Kind == Builtin)
+	}
+	if s.Handler != nil {
+		s.httpServer = &http.Server{Handler: s.Handler, ReadHeaderTimeout: time.Minute}
+	}
+	return s, nil
+}
+
+// StartPurger starts the GORM store's own background purger on the
+// server's table, every interval: a second Store on the same database,
+// whose only work is its purger, so that the moment purging starts is the
+// caller's choice. Close stops it.
+func (s *Server) StartPurger(interval time.Duration) error {
+	if s.GORM == nil {
+		return ErrNoStore
+	}
+	p, err := gormstore.New(s.DB, gormstore.WithPurgeInterval(interval), gormstore.WithTable(s.GORM.Table()))
+	if err != nil {
+		return err
+	}
+	s.closers = append(s.closers, func() { p.Close() })
+	return nil
+}
+
+// Close releases the stores and the database.
+func (s *Server) Close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
+}
+
+// Serve serves on ln until Stop.
+func (s *Server) Serve(ln net.Listener) error {
+	if s.App != nil {
+		return s.App.Listener(ln)
+	}
+	return s.httpServer.Serve(ln)
+}
+
+// Stop closes the listener and the connections, then does what Close does.
+func (s *Server) Stop() {
+	if s.App != nil {
+		s.App.Shutdown()
+	} else {
+		s.httpServer.Close()
+	}
+	s.Close()
+}
+
+func netHTTP(ords *orders, e *idem.Engine) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+Path, func(w http.ResponseWriter, r *http.Request) {
+		var o order
+		if err := json.NewDecoder(r.Body).Decode(&o); err != nil {
+			http.Error(w, "bad JSON", http.StatusBadRequest)
+			return
+		}
+		resp, err := ords.create(r.Context(), &o)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		json.NewEncoder(w).Encode(resp)
+	})
+	if e == nil {
+		return mux
+	}
+	return idemhttp.Middleware(e)(mux)
+}
+
+func ginEngine(ords *orders, e *idem.Engine) http.Handler {
+	gin.SetMode(gin.ReleaseMode)
+	gin.DefaultWriter, gin.DefaultErrorWriter = io.Discard, io.Discard
+	r := gin.New()
+	if e != nil {
+		r.Use(idemgin.Middleware(e))
+	}
+	r.POST(Path, func(c *gin.Context) {
+		var o order
+		if err := c.ShouldBindJSON(&o); err != nil {
+			c.String(http.StatusBadRequest, "bad JSON")
+			return
+		}
+		resp, err := ords.create(c.Request.Context(), &o)
+		if err != nil {
+			c.String(http.StatusInternalServerError, err.Error())
+			return
+		}
+		c.JSON(http.StatusCreated, resp)
+	})
+	return r
+}
+
+func echoServer(ords *orders, e *idem.Engine) http.Handler {
+	x := echo.New()
+	x.HideBanner, x.HidePort = true, true
+	if e != nil {
+		x.Use(idemecho.Middleware(e))
+	}
+	x.POST(Path, func(c echo.Context) error {
+		var o order
+		if err := c.Bind(&o); err != nil {
+			return c.String(http.StatusBadRequest, "bad JSON")
+		}
+		resp, err := ords.create(c.Request().Context(), &o)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusCreated, resp)
+	})
+	return x
+}
+
+func fiberApp(ords *orders, e *idem.Engine, builtin bool) *fiber.App {
+	app := fiber.New(fiber.Config{DisableStartupMessage: true})
+	switch {
+	case e != nil:
+		app.Use(idemfiber.New(e))
+	case builtin:
+		app.Use(idempotency.New(idempotency.Config{KeyHeader: "Idempotency-Key"}))
+	}
+	app.Post(Path, func(c *fiber.Ctx) error {
+		var o order
+		if err := c.BodyParser(&o); err != nil {
+			return c.Status(http.StatusBadRequest).SendString("bad JSON")
+		}
+		resp, err := ords.create(c.UserContext(), &o)
+		if err != nil {
+			return err
+		}
+		return c.Status(http.StatusCreated).JSON(resp)
+	})
+	return app
+}
+
+// ErrNoStore is returned by the fill functions for a server without an
+// idemkit store.
+var ErrNoStore = errors.New("servers: the server has no idemkit store")

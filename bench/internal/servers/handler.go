@@ -1,0 +1,75 @@
+// Package servers builds the servers the benchmark measures: one endpoint,
+// POST /orders, on net/http, Gin, Echo and Fiber, bare or behind idemkit
+// (memory or GORM SQLite store), a bare handler that also INSERTs one row
+// through GORM (the SQLite baseline), and Fiber behind its own idempotency
+// middleware. It also calls them in process, without a network, and fills
+// their stores for the scale measurements.
+package servers
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// Path is the endpoint every server serves.
+const Path = "/orders"
+
+// RequestBody is the body every request sends: about 100 bytes of JSON.
+var RequestBody = []byte(`{"item":"paperback-0042","quantity":3,"customer":"cus_8f14e45fceea167a","note":"leave it at the door"}`)
+
+// order is the decoded request.
+type order struct {
+	Item     string `json:"item"`
+	Quantity int    `json:"quantity"`
+	Customer string `json:"customer"`
+	Note     string `json:"note"`
+}
+
+// created is the response: about 150 bytes of JSON.
+type created struct {
+	ID       string `json:"id"`
+	Item     string `json:"item"`
+	Quantity int    `json:"quantity"`
+	Customer string `json:"customer"`
+	Amount   int    `json:"amount"`
+	Currency string `json:"currency"`
+	Created  int64  `json:"created"`
+}
+
+// orders is what the handlers share: an id counter and, for the SQLite
+// baseline, the database.
+type orders struct {
+	seq atomic.Int64
+	db  *gorm.DB // nil: no INSERT
+}
+
+const insertOrder = "INSERT INTO orders (item, quantity, customer, note, created) VALUES (?, ?, ?, ?, ?)"
+
+// OrdersTable is the SQLite baseline's table.
+const OrdersTable = `CREATE TABLE IF NOT EXISTS orders (
+	id INTEGER PRIMARY KEY, item TEXT NOT NULL, quantity INTEGER NOT NULL,
+	customer TEXT NOT NULL, note TEXT NOT NULL, created INTEGER NOT NULL)`
+
+// create is the work of the endpoint once the framework decoded o: one
+// INSERT for the baseline, then the response.
+func (s *orders) create(ctx context.Context, o *order) (created, error) {
+	now := time.Now().Unix()
+	if s.db != nil {
+		if err := s.db.WithContext(ctx).Exec(insertOrder, o.Item, o.Quantity, o.Customer, o.Note, now).Error; err != nil {
+			return created{}, err
+		}
+	}
+	return created{
+		ID:       "ord_" + strconv.FormatInt(1e12+s.seq.Add(1), 10),
+		Item:     o.Item,
+		Quantity: o.Quantity,
+		Customer: o.Customer,
+		Amount:   1999 * o.Quantity,
+		Currency: "usd",
+		Created:  now,
+	}, nil
+}
