@@ -27,17 +27,21 @@ import (
 
 func main() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(os.Args[1:], log); err != nil {
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		return // the usage was asked for, and printed
+	case err != nil:
+		log.Error("payments demo not started", "error", err.Error())
+		os.Exit(2)
+	}
+	if err := run(cfg, log); err != nil {
 		log.Error("payments demo stopped", "error", err.Error())
 		os.Exit(1)
 	}
 }
 
-func run(args []string, log *slog.Logger) error {
-	cfg, err := parseFlags(args)
-	if err != nil {
-		return err
-	}
+func run(cfg app.Config, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
@@ -66,39 +70,4 @@ func run(args []string, log *slog.Logger) error {
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return <-served
-}
-
-// parseFlags reads the flags, with PAYMENTS_<FLAG> environment variables as
-// defaults that the command line overrides.
-func parseFlags(args []string) (app.Config, error) {
-	cfg := app.DefaultConfig()
-	fs := flag.NewFlagSet("payments", flag.ContinueOnError)
-	fs.StringVar(&cfg.Addr, "addr", cfg.Addr, "listen address")
-	fs.StringVar(&cfg.Framework, "framework", cfg.Framework, "gin|echo|fiber|nethttp")
-	fs.StringVar(&cfg.DB, "db", cfg.DB, "SQLite file path, or a postgres:// or mysql:// DSN")
-	fs.DurationVar(&cfg.TTL, "ttl", cfg.TTL, "how long idempotency keys are kept after completion")
-	fs.DurationVar(&cfg.Lease, "lease", cfg.Lease, "in-flight lease of a running request")
-	fs.DurationVar(&cfg.ProviderLatency, "provider-latency", cfg.ProviderLatency, "simulated payment-provider latency")
-	fs.Float64Var(&cfg.ProviderFailureRate, "provider-failure-rate", cfg.ProviderFailureRate, "probability 0..1 of a transient provider failure")
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		if v, ok := os.LookupEnv(app.EnvName(f.Name)); ok && envErr == nil {
-			if err := f.Value.Set(v); err != nil {
-				envErr = fmt.Errorf("%s=%q: %w", app.EnvName(f.Name), v, err)
-			}
-		}
-	})
-	if envErr != nil {
-		return cfg, envErr
-	}
-	if err := fs.Parse(args); err != nil {
-		return cfg, err
-	}
-	if fs.NArg() > 0 {
-		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	if cfg.ProviderFailureRate < 0 || cfg.ProviderFailureRate > 1 {
-		return cfg, errors.New("-provider-failure-rate must be between 0 and 1")
-	}
-	return cfg, nil
 }

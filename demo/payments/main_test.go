@@ -2,21 +2,81 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
 
+// binDir holds the demo's binary, built once for the tests that run it as
+// a user would.
+var binDir string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "payments-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binDir = dir
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+var buildOnce = sync.OnceValues(func() (string, error) {
+	exe := filepath.Join(binDir, "payments")
+	if out, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build: %v\n%s", err, out)
+	}
+	return exe, nil
+})
+
+// binary returns the path of the demo's command, built from this package.
+func binary(t *testing.T) string {
+	t.Helper()
+	exe, err := buildOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exe
+}
+
+// TestHelpExitsZero: asking for help is not an error: the usage goes out,
+// the exit status is 0 and nothing is logged at level ERROR.
+func TestHelpExitsZero(t *testing.T) {
+	exe := binary(t)
+	for _, arg := range []string{"-h", "-help", "--help"} {
+		var out bytes.Buffer
+		cmd := exec.Command(exe, arg)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			t.Errorf("payments %s: %v, want exit status 0:\n%s", arg, err, out.String())
+			continue
+		}
+		for _, want := range []string{"-addr", "-lease", "PAYMENTS_"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("payments %s: the usage lacks %q:\n%s", arg, want, out.String())
+			}
+		}
+		if strings.Contains(out.String(), "level=ERROR") {
+			t.Errorf("payments %s logged an error:\n%s", arg, out.String())
+		}
+	}
+}
+
 func TestFlagsAndEnvironment(t *testing.T) {
 	t.Setenv("PAYMENTS_PROVIDER_LATENCY", "7ms")
 	t.Setenv("PAYMENTS_FRAMEWORK", "echo")
-	cfg, err := parseFlags([]string{"-framework", "fiber", "-ttl", "1h", "-provider-failure-rate", "0.5"})
+	cfg, err := parseFlags([]string{"-framework", "fiber", "-ttl", "1h", "-provider-failure-rate", "0.5"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,12 +85,12 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		t.Fatalf("config %+v", cfg)
 	}
 	for _, args := range [][]string{{"-provider-failure-rate", "2"}, {"-ttl", "soon"}, {"extra"}} {
-		if _, err := parseFlags(args); err == nil {
+		if _, err := parseFlags(args, io.Discard); err == nil {
 			t.Errorf("parseFlags(%q) accepted bad input", args)
 		}
 	}
 	t.Setenv("PAYMENTS_LEASE", "forever")
-	if _, err := parseFlags(nil); err == nil || !strings.Contains(err.Error(), "PAYMENTS_LEASE") {
+	if _, err := parseFlags(nil, io.Discard); err == nil || !strings.Contains(err.Error(), "PAYMENTS_LEASE") {
 		t.Errorf("a bad environment variable gave %v", err)
 	}
 }
@@ -39,10 +99,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 // would, with no other set-up: it creates payments.db where it runs, serves
 // a charge, and exits cleanly on SIGTERM.
 func TestCommandRunsAndStopsGracefully(t *testing.T) {
-	exe := filepath.Join(t.TempDir(), "payments")
-	if out, err := exec.Command("go", "build", "-o", exe, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	exe := binary(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

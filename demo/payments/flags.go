@@ -1,0 +1,70 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/idemkit/idemkit/demo/payments/internal/app"
+)
+
+// parseFlags reads the flags into a Config, with PAYMENTS_<FLAG>
+// environment variables as defaults that the command line overrides. The
+// usage goes to usage; -h asks for it and returns flag.ErrHelp, which is
+// not a failure.
+func parseFlags(args []string, usage io.Writer) (app.Config, error) {
+	cfg := app.DefaultConfig()
+	fs := flag.NewFlagSet("payments", flag.ContinueOnError)
+	fs.SetOutput(usage)
+	fs.Usage = func() {
+		fmt.Fprint(usage, `Usage: payments [flags]
+
+The payments demo: an API whose charges never double-charge, however often
+clients retry. Every flag can also be set with an environment variable
+PAYMENTS_<FLAG> (upper case, dashes as underscores), e.g.
+PAYMENTS_PROVIDER_LATENCY=10ms; the command line wins over the variable.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+
+	fs.StringVar(&cfg.Addr, "addr", cfg.Addr, "listen address")
+	fs.StringVar(&cfg.Framework, "framework", cfg.Framework, "gin|echo|fiber|nethttp")
+	fs.StringVar(&cfg.DB, "db", cfg.DB, "SQLite file path, or a postgres:// or mysql:// DSN")
+	fs.DurationVar(&cfg.TTL, "ttl", cfg.TTL, "how long idempotency keys are kept after completion")
+	fs.DurationVar(&cfg.Lease, "lease", cfg.Lease, "in-flight lease of a running request")
+	fs.DurationVar(&cfg.ProviderLatency, "provider-latency", cfg.ProviderLatency, "simulated payment-provider latency")
+	fs.Float64Var(&cfg.ProviderFailureRate, "provider-failure-rate", cfg.ProviderFailureRate, "probability 0..1 of a transient provider failure")
+
+	if err := setFromEnvironment(fs); err != nil {
+		return cfg, err
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if cfg.ProviderFailureRate < 0 || cfg.ProviderFailureRate > 1 {
+		return cfg, errors.New("-provider-failure-rate must be between 0 and 1")
+	}
+	return cfg, nil
+}
+
+// setFromEnvironment sets every flag whose PAYMENTS_<FLAG> variable is
+// set, before the command line is parsed.
+func setFromEnvironment(fs *flag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := app.EnvName(f.Name)
+		if v, ok := os.LookupEnv(name); ok && err == nil {
+			if serr := f.Value.Set(v); serr != nil {
+				err = fmt.Errorf("%s=%q: %w", name, v, serr)
+			}
+		}
+	})
+	return err
+}
