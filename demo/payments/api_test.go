@@ -113,15 +113,26 @@ func (r reply) problem(t *testing.T, status int, name string) {
 
 func (d *demo) do(t *testing.T, method, path, account, key, body string) reply {
 	t.Helper()
+	h := http.Header{}
+	if account != "" {
+		h.Set("Authorization", "Bearer "+account)
+	}
+	return d.doHeader(t, method, path, h, key, body)
+}
+
+// doHeader sends a request with the given header fields, and a key and a
+// JSON body if not empty.
+func (d *demo) doHeader(t *testing.T, method, path string, h http.Header, key, body string) reply {
+	t.Helper()
 	req, err := http.NewRequest(method, d.url+path, strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
+	for name, values := range h {
+		req.Header[name] = values
+	}
 	if body != "" {
 		req.Header.Set("Content-Type", "application/json")
-	}
-	if account != "" {
-		req.Header.Set("Authorization", "Bearer "+account)
 	}
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
@@ -247,7 +258,21 @@ var apiCases = []struct {
 	}},
 	{"Charge/Unauthorized", func(t *testing.T, d *demo) {
 		key := newKey()
-		d.do(t, http.MethodPost, "/v1/charges", "", key, chargeBody).problem(t, 401, "unauthorized")
+		for _, auth := range []string{"", "Basic YWxhZGRpbjpvcGVuc2VzYW1l", "Bearer ", "Bearer    "} {
+			r := d.doHeader(t, http.MethodPost, "/v1/charges", http.Header{"Authorization": {auth}}, key, chargeBody)
+			r.problem(t, 401, "unauthorized")
+			// RFC 9110: a 401 names the scheme the client should use.
+			if got := r.header.Get("WWW-Authenticate"); !strings.HasPrefix(got, "Bearer") {
+				t.Fatalf("401 with Authorization %q: WWW-Authenticate %q, want the Bearer scheme", auth, got)
+			}
+		}
+		for _, path := range []string{"/v1/balance", "/v1/charges", "/debug/provider"} {
+			r := d.do(t, http.MethodGet, path, "", "", "")
+			r.problem(t, 401, "unauthorized")
+			if got := r.header.Get("WWW-Authenticate"); !strings.HasPrefix(got, "Bearer") {
+				t.Fatalf("GET %s without a token: WWW-Authenticate %q, want the Bearer scheme", path, got)
+			}
+		}
 		// Nothing was recorded for the key: the authenticated request runs.
 		if r := d.do(t, http.MethodPost, "/v1/charges", newAccount(), key, chargeBody); r.status != 201 || r.replayed() {
 			t.Fatalf("after a 401: %d replayed=%v", r.status, r.replayed())

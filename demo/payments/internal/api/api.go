@@ -258,9 +258,12 @@ func (a *API) Problem(status int, name, title, detail string) idem.Response {
 	return idem.Problem{Type: a.ProblemBase + name, Title: title, Status: status, Detail: detail}.Response()
 }
 
-// Unauthorized is the answer to a /v1 request without a bearer token.
+// Unauthorized is the answer to a /v1 request without a bearer token. Its
+// WWW-Authenticate field names the scheme to use (RFC 9110, RFC 6750).
 func (a *API) Unauthorized() idem.Response {
-	return a.Problem(401, "unauthorized", "Unauthorized", "Send an Authorization: Bearer <token> header; any non-empty token names an account.")
+	resp := a.Problem(401, "unauthorized", "Unauthorized", "Send an Authorization: Bearer <token> header; any non-empty token names an account.")
+	resp.Header = append(resp.Header, idem.HeaderField{Name: "WWW-Authenticate", Values: []string{`Bearer realm="payments demo"`}})
+	return resp
 }
 
 func (a *API) writeProblem(w http.ResponseWriter, status int, name, title, detail string) {
@@ -271,7 +274,7 @@ func (a *API) writeProblem(w http.ResponseWriter, status int, name, title, detai
 func WriteResponse(w http.ResponseWriter, resp idem.Response) {
 	h := w.Header()
 	for _, f := range resp.Header {
-		h[f.Name] = f.Values
+		h[http.CanonicalHeaderKey(f.Name)] = f.Values
 	}
 	w.WriteHeader(resp.Status)
 	w.Write(resp.Body)
