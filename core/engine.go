@@ -173,6 +173,9 @@ func (e *Engine) Begin(ctx context.Context, r *Request) Decision {
 		actx, cancel := e.storeContext(ctx)
 		rec, outcome, err = e.cfg.Store.Acquire(actx, a)
 		cancel()
+		if err == nil && (outcome == Created || outcome == TookOver) && e.renewer.tooLate(a.LeaseUntil) {
+			err = errAcquireTooLate
+		}
 		if err != nil && !errors.Is(err, ErrStoreFull) {
 			e.releaseOrphan(ctx, a)
 		}
@@ -229,6 +232,10 @@ func (e *Engine) Begin(ctx context.Context, r *Request) Decision {
 	e.emit(ctx, &ev, slog.LevelDebug)
 	return d
 }
+
+// errAcquireTooLate says why a request whose Acquire succeeded was not run.
+var errAcquireTooLate = errors.New("the store answered Acquire when the lease it took was about to run out: " +
+	"the handler was not run, since it could not be told to stop before another request may take the key over")
 
 // releaseOrphan frees the in-flight record a failed Acquire may have left
 // behind. A store can fail after its write took effect (the request's

@@ -55,6 +55,13 @@ func newRenewer(e *Engine) *renewer {
 	return r
 }
 
+// tooLate reports whether a lease until leaseEnd is already within the
+// guard: a handler starting on it could not be told to stop a tick before
+// its end.
+func (r *renewer) tooLate(leaseEnd time.Time) bool {
+	return !r.e.clock.Now().Before(leaseEnd.Add(-r.guard))
+}
+
 // callTimeout is the deadline of one renewal call: short enough that a
 // stuck call leaves time for the next attempt within the lease.
 func (r *renewer) callTimeout() time.Duration {
