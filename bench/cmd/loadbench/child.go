@@ -228,6 +228,11 @@ func inprocChild(o childOptions) error {
 	defer s.Close()
 	inv := s.Invoker()
 	fw, kind, _ := strings.Cut(o.spec, "/")
+	if o.profileDir != "" {
+		// Where the request waits rather than runs (a database lock, a
+		// channel): one sample per 10 µs blocked on average.
+		runtime.SetBlockProfileRate(10_000)
+	}
 	for _, w := range strings.Split(o.workloads, ",") {
 		var cpu *os.File
 		name := filepath.Join(o.profileDir, fw+"-"+kind+"-"+w)
@@ -243,8 +248,10 @@ func inprocChild(o childOptions) error {
 		if o.profileDir != "" {
 			pprof.StopCPUProfile()
 			cpu.Close()
-			if err := writeProfile("allocs", name+".allocs.pprof"); err != nil {
-				return err
+			for _, p := range []string{"allocs", "block"} {
+				if err := writeProfile(p, name+"."+p+".pprof"); err != nil {
+					return err
+				}
 			}
 		}
 		if err != nil {

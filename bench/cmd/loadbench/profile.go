@@ -7,11 +7,16 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/idemkit/idemkit/bench/internal/loadgen"
+	"github.com/idemkit/idemkit/bench/internal/servers"
 )
 
-// profile runs in-process First for each of -profile-configs with CPU and
-// allocation profiles written to -profile, and puts the top 10 functions
-// of each in top.txt there (when the go command is at hand).
+// profile measures First for each of -profile-configs twice, with profiles
+// written to -profile: in process (CPU, allocations, blocking) and on
+// loopback (the server child's CPU and allocations over the measured
+// window). The top 10 functions of each go to top.txt there, when the go
+// command is at hand.
 func (b *bench) profile() error {
 	dir, err := filepath.Abs(b.cfg.profileDir)
 	if err != nil {
@@ -21,36 +26,31 @@ func (b *bench) profile() error {
 		return err
 	}
 	var top bytes.Buffer
-	goCmd, lookErr := exec.LookPath("go")
 	for _, spec := range b.cfg.profileConfigs {
 		if b.ctx.Err() != nil {
 			return b.ctx.Err()
 		}
+		base := filepath.Join(dir, strings.ReplaceAll(spec, "/", "-")+"-First")
 		res, err := b.inprocChild(spec, []string{"First"}, b.cfg.profileDuration, dir)
 		if err != nil {
 			b.note("profile %s: %v", spec, err)
+		} else {
+			r := res[0]
+			fmt.Fprintf(&top, "## %s, in-process First: %.0f ns/op, %.1f allocs/op, %.0f B/op\n\n", spec, r.NsPerOp,
+				r.AllocsPerOp, r.BytesPerOp)
+			b.logf("profile %s in process: %.0f ns/op, %.1f allocs/op, %.0f B/op", spec, r.NsPerOp, r.AllocsPerOp, r.BytesPerOp)
+			b.tops(&top, base, true)
+		}
+
+		rps, err := b.profileLoopback(spec, base+"-loopback")
+		if err != nil {
+			b.note("profile %s on loopback: %v", spec, err)
 			continue
 		}
-		r := res[0]
-		fmt.Fprintf(&top, "### %s, in-process First: %.0f ns/op, %.1f allocs/op, %.0f B/op\n\n", spec, r.NsPerOp,
-			r.AllocsPerOp, r.BytesPerOp)
-		b.logf("profile %s: %.0f ns/op, %.1f allocs/op, %.0f B/op", spec, r.NsPerOp, r.AllocsPerOp, r.BytesPerOp)
-		if lookErr != nil {
-			continue
-		}
-		base := filepath.Join(dir, strings.ReplaceAll(spec, "/", "-")+"-First")
-		for _, p := range []struct{ title, file, index string }{
-			{"CPU", base + ".cpu.pprof", ""},
-			{"allocated bytes", base + ".allocs.pprof", "alloc_space"},
-			{"allocated objects", base + ".allocs.pprof", "alloc_objects"},
-		} {
-			args := []string{"tool", "pprof", "-top", "-nodecount=10"}
-			if p.index != "" {
-				args = append(args, "-sample_index="+p.index)
-			}
-			out, err := exec.CommandContext(b.ctx, goCmd, append(args, p.file)...).CombinedOutput()
-			fmt.Fprintf(&top, "%s (%s):\n\n```\n%s```\n\n", p.title, filepath.Base(p.file), trimPprof(out, err))
-		}
+		fmt.Fprintf(&top, "## %s, loopback First, %d connections, server process: %.0f req/s\n\n", spec,
+			b.data.Setup.TargetConns, rps)
+		b.logf("profile %s on loopback: %.0f req/s", spec, rps)
+		b.tops(&top, base+"-loopback", false)
 	}
 	path := filepath.Join(dir, "top.txt")
 	if err := os.WriteFile(path, top.Bytes(), 0o644); err != nil {
@@ -60,13 +60,72 @@ func (b *bench) profile() error {
 	return nil
 }
 
-// trimPprof drops pprof's header lines up to the table.
+// profileLoopback runs First on loopback against a server child that
+// profiles its CPU over the measured window, then writes its allocations.
+func (b *bench) profileLoopback(spec, base string) (float64, error) {
+	ch, err := b.startServer(spec, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer ch.stop()
+	var profErr error
+	res, err := loadgen.Run(b.ctx, loadgen.Config{
+		Addr: ch.addr, Path: servers.Path, KeyHeader: "Idempotency-Key", Body: servers.RequestBody,
+		Workload: loadgen.First, Conns: b.data.Setup.TargetConns, Warmup: b.cfg.warmup,
+		Duration: b.cfg.profileDuration, MaxRequests: b.cfg.maxRequests, Prefix: prefix(),
+		OnWindow: func(open bool) {
+			var err error
+			if open {
+				err = ch.call(nil, "cpu-start %s", base+".cpu.pprof")
+			} else {
+				err = ch.call(nil, "cpu-stop")
+			}
+			if err != nil && profErr == nil {
+				profErr = err
+			}
+		},
+	})
+	if err != nil {
+		return 0, err
+	}
+	if profErr != nil {
+		return 0, profErr
+	}
+	return res.RPS, ch.call(nil, "allocs %s", base+".allocs.pprof")
+}
+
+// tops appends the top 10 of base's profiles to w.
+func (b *bench) tops(w *bytes.Buffer, base string, block bool) {
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		fmt.Fprintf(w, "(no go command to read the profiles: %v)\n\n", err)
+		return
+	}
+	profiles := []struct{ title, file, index string }{
+		{"CPU", base + ".cpu.pprof", ""},
+		{"allocated bytes", base + ".allocs.pprof", "alloc_space"},
+		{"allocated objects", base + ".allocs.pprof", "alloc_objects"},
+	}
+	if block {
+		profiles = append(profiles, struct{ title, file, index string }{"time blocked", base + ".block.pprof", "delay"})
+	}
+	for _, p := range profiles {
+		args := []string{"tool", "pprof", "-top", "-nodecount=10"}
+		if p.index != "" {
+			args = append(args, "-sample_index="+p.index)
+		}
+		out, err := exec.CommandContext(b.ctx, goCmd, append(args, p.file)...).CombinedOutput()
+		fmt.Fprintf(w, "%s (%s):\n\n```\n%s```\n\n", p.title, filepath.Base(p.file), trimPprof(out, err))
+	}
+}
+
+// trimPprof keeps pprof's table and the line saying how much it shows.
 func trimPprof(out []byte, err error) string {
 	s := string(out)
 	if err != nil {
 		return s + "\n(" + err.Error() + ")\n"
 	}
-	if i := strings.Index(s, "      flat"); i >= 0 {
+	if i := strings.Index(s, "Showing nodes"); i >= 0 {
 		s = s[i:]
 	}
 	if !strings.HasSuffix(s, "\n") {

@@ -145,9 +145,10 @@ func TestMixRetriesOnlyCompletedKeys(t *testing.T) {
 	if retries < 50 || retries > 170 {
 		t.Errorf("%d retries in %d requests, want about 10%%", retries, len(ks.order))
 	}
-	if res.Replayed != retries && res.Replayed != retries-1 && res.Replayed != retries+1 {
-		// The window may cut one request at either end.
-		t.Errorf("%d replayed responses for %d retries", res.Replayed, retries)
+	// Once MaxRequests are measured, the answers the other connections were
+	// waiting for are not counted: at most one each.
+	if d := retries - res.Replayed; d < 0 || d > 3 {
+		t.Errorf("%d replayed responses for %d retries sent", res.Replayed, retries)
 	}
 }
 
