@@ -50,7 +50,7 @@ func serverEnv(tb testing.TB, env string) string {
 
 func dialSingle(tb testing.TB) redis.UniversalClient {
 	tb.Helper()
-	c := redis.NewClient(&redis.Options{Addr: serverEnv(tb, singleEnv)})
+	c := redis.NewClient(&redis.Options{Addr: serverEnv(tb, singleEnv), ContextTimeoutEnabled: true})
 	tb.Cleanup(func() { _ = c.Close() })
 	ping(tb, c)
 	return c
@@ -59,7 +59,7 @@ func dialSingle(tb testing.TB) redis.UniversalClient {
 func dialCluster(tb testing.TB) redis.UniversalClient {
 	tb.Helper()
 	addrs := strings.Split(serverEnv(tb, clusterEnv), ",")
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 	tb.Cleanup(func() { _ = c.Close() })
 	ping(tb, c)
 	return c

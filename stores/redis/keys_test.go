@@ -106,7 +106,7 @@ func countKeys(tb testing.TB, c redis.UniversalClient, prefix string) int {
 // records of one tenant spread over the Cluster's masters instead of
 // piling onto one slot.
 func TestKeysSpreadOverSlots(t *testing.T) {
-	c := redis.NewClient(&redis.Options{})
+	c := redis.NewClient(&redis.Options{ContextTimeoutEnabled: true})
 	defer c.Close()
 	s, err := New(c)
 	if err != nil {
@@ -189,7 +189,19 @@ func TestNewRefuses(t *testing.T) {
 	if _, err := New(nil); err == nil {
 		t.Fatal("New(nil) succeeded")
 	}
-	c := redis.NewClient(&redis.Options{})
+	for _, c := range []redis.UniversalClient{
+		redis.NewClient(&redis.Options{}),
+		redis.NewClusterClient(&redis.ClusterOptions{}),
+		redis.NewRing(&redis.RingOptions{}),
+		redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{"a:1", "b:1"}}),
+		redis.NewFailoverClient(&redis.FailoverOptions{MasterName: "m", SentinelAddrs: []string{"a:1"}}),
+	} {
+		if _, err := New(c); err == nil {
+			t.Errorf("New(%T without ContextTimeoutEnabled) succeeded", c)
+		}
+		_ = c.Close()
+	}
+	c := redis.NewUniversalClient(&redis.UniversalOptions{Addrs: []string{"a:1", "b:1"}, ContextTimeoutEnabled: true})
 	defer c.Close()
 	for _, p := range []string{"app{x}:", "}", "{"} {
 		if _, err := New(c, WithPrefix(p)); err == nil {

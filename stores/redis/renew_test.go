@@ -125,3 +125,39 @@ func TestRenewBatchErrors(t *testing.T) {
 		t.Fatalf("RenewBatch over a key of another type succeeded, lost %v", lost)
 	}
 }
+
+// TestRenewBatchLarge: a batch longer than one script's share is split,
+// and every lease still gets its own answer.
+func TestRenewBatchLarge(t *testing.T) {
+	s := newStore(t, dialSingle(t))
+	ctx := testContext(t)
+	n := 2*maxBatchScript + 17
+	held := make([]idem.Held, n)
+	wantLost := make([]bool, n)
+	for i := range held {
+		held[i] = idem.Held{ID: idem.ID{Key: fmt.Sprint("k-", i)}, Token: "tok"}
+		if wantLost[i] = i%7 == 3; !wantLost[i] {
+			if _, _, err := s.Acquire(ctx, acquireAt(held[i].ID, "tok", t0)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	lost := make([]bool, n)
+	for i := range lost {
+		lost[i] = !wantLost[i]
+	}
+	until := t0.Add(time.Hour)
+	if err := s.RenewBatch(ctx, held, until, lost); err != nil {
+		t.Fatal(err)
+	}
+	for i := range held {
+		if lost[i] != wantLost[i] {
+			t.Fatalf("lease %d: lost = %v, want %v", i, lost[i], wantLost[i])
+		}
+	}
+	for _, i := range []int{0, maxBatchScript - 1, maxBatchScript, 2 * maxBatchScript, n - 1} {
+		if rec, err := s.Get(ctx, held[i].ID); err != nil || !rec.LeaseUntil.Equal(until) {
+			t.Fatalf("lease %d: until %v (%v), want %v", i, rec.LeaseUntil, err, until)
+		}
+	}
+}

@@ -134,7 +134,7 @@ func TestRedisRestart(t *testing.T) {
 	p := startRedisProcess(t)
 	// One dial per attempt (the default is five, 100 ms apart) keeps the
 	// outage's 503s quick; the command retries stay as they are.
-	c := redis.NewClient(&redis.Options{Addr: p.addr(), DialerRetries: 1})
+	c := redis.NewClient(&redis.Options{Addr: p.addr(), DialerRetries: 1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	s, err := New(c)
 	if err != nil {

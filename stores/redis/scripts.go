@@ -69,33 +69,50 @@ return {1}
 // them; acquireScript returns the same list after its outcome.
 var recordFields = []string{"s", "f", "t", "ls", "ln", "es", "en", "cs", "cn", "ds", "dn", "r"}
 
-// renewScript is Store.Renew. KEYS[1] the record; ARGV: token, lease
-// until (s, ns). It returns 1, or 0 when the token holds no in-flight
-// record.
+// luaRenew defines renew(k, token, sec, nsec), the renewal of one lease:
+// 1, or 0 when the token holds no in-flight record.
 //
 // An in-flight record's key lives until the later of its expiry and its
 // lease (a holder that keeps renewing keeps its record, however long it
 // runs). When a renewal moves that end, the key's TTL moves by as much:
 // the difference of two Engine times, never a reading of Redis's clock.
-var renewScript = redis.NewScript(luaBefore + `
-local k = KEYS[1]
-local m = redis.call('HMGET', k, 's', 't', 'ls', 'ln', 'es', 'en')
-if m[1] ~= '1' or m[2] ~= ARGV[1] then
-  return 0
-end
-redis.call('HSET', k, 'ls', ARGV[2], 'ln', ARGV[3])
-local es, en = m[5], m[6]
-if before(es, en, m[3], m[4]) then
-  es, en = m[3], m[4]
-end
-if before(es, en, ARGV[2], ARGV[3]) then
-  local left = redis.call('PTTL', k)
-  if left > 0 then
-    local ms = (tonumber(ARGV[2]) - tonumber(es)) * 1000 + (tonumber(ARGV[3]) - tonumber(en)) / 1000000
-    redis.call('PEXPIRE', k, string.format('%d', left + math.ceil(ms)))
+const luaRenew = `
+local function renew(k, token, ls, ln)
+  local m = redis.call('HMGET', k, 's', 't', 'ls', 'ln', 'es', 'en')
+  if m[1] ~= '1' or m[2] ~= token then
+    return 0
   end
+  redis.call('HSET', k, 'ls', ls, 'ln', ln)
+  local es, en = m[5], m[6]
+  if before(es, en, m[3], m[4]) then
+    es, en = m[3], m[4]
+  end
+  if before(es, en, ls, ln) then
+    local left = redis.call('PTTL', k)
+    if left > 0 then
+      local ms = (tonumber(ls) - tonumber(es)) * 1000 + (tonumber(ln) - tonumber(en)) / 1000000
+      redis.call('PEXPIRE', k, string.format('%d', left + math.ceil(ms)))
+    end
+  end
+  return 1
 end
-return 1
+`
+
+// renewScript is Store.Renew, and one lease of RenewBatch on a Cluster.
+// KEYS[1] the record; ARGV: token, lease until (s, ns).
+var renewScript = redis.NewScript(luaBefore + luaRenew + `
+return renew(KEYS[1], ARGV[1], ARGV[2], ARGV[3])
+`)
+
+// renewBatchScript is RenewBatch on a single node: every lease in one
+// script. KEYS the records; ARGV: lease until (s, ns), then the token of
+// each record. It returns renew's answer for each.
+var renewBatchScript = redis.NewScript(luaBefore + luaRenew + `
+local out = {}
+for i, k in ipairs(KEYS) do
+  out[i] = renew(k, ARGV[2 + i], ARGV[1], ARGV[2])
+end
+return out
 `)
 
 // completeScript is Store.Complete. KEYS[1] the record; ARGV: token,

@@ -49,9 +49,19 @@ func WithPrefix(p string) Option {
 }
 
 // New returns a Store on c. It does not contact Redis.
+//
+// c must have ContextTimeoutEnabled set (in redis.Options, ClusterOptions,
+// FailoverOptions, RingOptions or UniversalOptions): without it go-redis
+// lets a command wait for its own read timeout, retries included, however
+// soon the context's deadline falls, and a Redis that stops answering
+// would hold requests and lease renewals well past the Engine's
+// StoreTimeout. New refuses such a client.
 func New(c redis.UniversalClient, opts ...Option) (*Store, error) {
 	if c == nil {
 		return nil, errors.New("redisstore: nil redis client")
+	}
+	if enabled, known := contextTimeouts(c); known && !enabled {
+		return nil, errors.New("redisstore: the redis client needs ContextTimeoutEnabled: true, so that every store call keeps the deadline of its context")
 	}
 	o := options{prefix: DefaultPrefix}
 	for _, opt := range opts {
@@ -61,6 +71,20 @@ func New(c redis.UniversalClient, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("redisstore: key prefix %q contains a brace, which would change the keys' Cluster hash tag", o.prefix)
 	}
 	return &Store{c: c, prefix: o.prefix}, nil
+}
+
+// contextTimeouts reports whether c honours its contexts' deadlines, and
+// whether it could tell (a client type of go-redis's own).
+func contextTimeouts(c redis.UniversalClient) (enabled, known bool) {
+	switch c := c.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled, true
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled, true
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled, true
+	}
+	return false, false
 }
 
 // Key returns the name of the Redis key that holds id's record: the
@@ -188,12 +212,17 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 	return decodeRecord(id, v)
 }
 
-// RenewBatch implements idem.BatchRenewer: one renewal script per lease,
-// all sent in one pipeline. Each lease's renewal is atomic and fenced by
-// its token exactly as Renew is; the batch as a whole is not one
-// transaction (in a Cluster its records live on many slots). On a single
-// node the batch is one round trip; on a Cluster it is one round trip to
-// each master that holds some of the records, all at once.
+// maxBatchScript bounds the leases one script renews, so that a renewal
+// pass never holds a Redis node for long (a script runs alone).
+const maxBatchScript = 1000
+
+// RenewBatch implements idem.BatchRenewer. Each lease's renewal is atomic
+// and fenced by its token exactly as Renew is; the batch as a whole is not
+// one transaction. On a single node (or Sentinel) the leases go in one
+// script per thousand, all sent at once: one round trip. On a Cluster (or
+// Ring) the records live on many slots, so each lease has a script of its
+// own, all in one pipeline that go-redis splits by node: one round trip to
+// each node that holds some of them, all at once.
 func (s *Store) RenewBatch(ctx context.Context, held []idem.Held, leaseUntil time.Time, lost []bool) error {
 	if len(lost) != len(held) {
 		return fmt.Errorf("redisstore: renew batch: %d leases but %d results", len(held), len(lost))
@@ -204,46 +233,63 @@ func (s *Store) RenewBatch(ctx context.Context, held []idem.Held, leaseUntil tim
 	if len(held) == 0 {
 		return nil
 	}
-	keys := make([][]string, len(held))
-	for i, h := range held {
-		keys[i] = []string{s.Key(h.ID)}
+	size := maxBatchScript
+	switch s.c.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+		size = 1
 	}
-	sec, nsec := leaseUntil.Unix(), leaseUntil.Nanosecond()
-	cmds := make([]*redis.Cmd, len(held))
-	run := func(todo []int, eval bool) {
+	type group struct {
+		from int
+		keys []string
+		args []any
+		cmd  *redis.Cmd
+	}
+	var groups []*group
+	for from := 0; from < len(held); from += size {
+		to := min(from+size, len(held))
+		g := &group{from: from, keys: make([]string, 0, to-from), args: make([]any, 0, 2+to-from)}
+		g.args = append(g.args, leaseUntil.Unix(), leaseUntil.Nanosecond())
+		for _, h := range held[from:to] {
+			g.keys = append(g.keys, s.Key(h.ID))
+			g.args = append(g.args, h.Token)
+		}
+		groups = append(groups, g)
+	}
+	send := func(gs []*group, eval bool) {
 		_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, i := range todo {
+			for _, g := range gs {
 				if eval {
-					cmds[i] = renewScript.Eval(ctx, p, keys[i], held[i].Token, sec, nsec)
+					g.cmd = renewBatchScript.Eval(ctx, p, g.keys, g.args...)
 				} else {
-					cmds[i] = renewScript.EvalSha(ctx, p, keys[i], held[i].Token, sec, nsec)
+					g.cmd = renewBatchScript.EvalSha(ctx, p, g.keys, g.args...)
 				}
 			}
 			return nil
 		})
 	}
-	all := make([]int, len(held))
-	for i := range all {
-		all[i] = i
-	}
-	run(all, false)
-	// A node that does not know the script yet (first use, or a restart
-	// since) refused it without running it: send those in full.
-	var unknown []int
-	for i, c := range cmds {
-		if redis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
-			unknown = append(unknown, i)
+	send(groups, false)
+	// A node that did not know the script yet (its first use there, or a
+	// restart since) refused it without running it: send those in full.
+	var unknown []*group
+	for _, g := range groups {
+		if redis.HasErrorPrefix(g.cmd.Err(), "NOSCRIPT") {
+			unknown = append(unknown, g)
 		}
 	}
 	if len(unknown) > 0 {
-		run(unknown, true)
+		send(unknown, true)
 	}
-	for i, c := range cmds {
-		n, err := c.Int64()
+	for _, g := range groups {
+		renewed, err := g.cmd.Int64Slice()
+		if err == nil && len(renewed) != len(g.keys) {
+			err = fmt.Errorf("%d answers for %d leases", len(renewed), len(g.keys))
+		}
 		if err != nil {
 			return fmt.Errorf("redisstore: renew batch: %w", err)
 		}
-		lost[i] = n != 1
+		for i, n := range renewed {
+			lost[g.from+i] = n != 1
+		}
 	}
 	return nil
 }
