@@ -48,7 +48,7 @@ func SVG(d *Data) string {
 	top = math.Ceil(top*5) / 5 // a round scale, in steps of 0.2
 
 	const (
-		left, right, topPad, bottom = 56.0, 16.0, 50.0, 78.0
+		left, right, topPad, bottom = 56.0, 74.0, 50.0, 78.0
 		barW, gap, groupGap         = 9.0, 1.0, 14.0
 		plotH                       = 260.0
 	)
@@ -70,7 +70,8 @@ func SVG(d *Data) string {
 	}
 	fmt.Fprintf(&b, `<line class="ref" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#1a202c" stroke-width="1.2"/>`+"\n", left, y(1), width-right, y(1))
 	fmt.Fprintf(&b, `<line class="ref" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#e53e3e" stroke-dasharray="5,4"/>`+"\n", left, y(0.9), width-right, y(0.9))
-	fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" fill="#e53e3e" text-anchor="end">0.90 target</text>`+"\n", width-right, y(0.9)+12)
+	fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" fill="#e53e3e">0.90 target</text>`+"\n", width-right+4, y(0.9)+10)
+	fmt.Fprintf(&b, `<text x="%.1f" y="%.1f">1.0 = bare</text>`+"\n", width-right+4, y(1)-2)
 
 	for i, g := range groups {
 		x0 := left + float64(i)*groupW + groupGap/2
