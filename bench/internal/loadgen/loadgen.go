@@ -154,7 +154,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		// Complete the shared key once; every measured request replays it.
 		c := conns[0]
 		g.setKey(c)
-		if status, err := c.roundTrip(); err != nil {
+		if status, err := c.roundTrip(time.Now().Add(maxWait)); err != nil {
 			return Result{}, fmt.Errorf("loadgen: priming the replayed key: %w", err)
 		} else if status >= 300 {
 			return Result{}, fmt.Errorf("loadgen: priming the replayed key: status %d", status)
@@ -279,9 +279,9 @@ func (c *conn) dial(addr string) error {
 	return nil
 }
 
-// roundTrip sends c's request and reads the answer.
-func (c *conn) roundTrip() (int, error) {
-	c.c.SetDeadline(time.Now().Add(30 * time.Second))
+// roundTrip sends c's request and reads the answer, giving up at deadline.
+func (c *conn) roundTrip(deadline time.Time) (int, error) {
+	c.c.SetDeadline(deadline)
 	if _, err := c.c.Write(c.req.Bytes()); err != nil {
 		return 0, err
 	}
@@ -296,11 +296,24 @@ func (c *conn) roundTrip() (int, error) {
 
 var errServerClosed = errors.New("server closed the connection")
 
+const (
+	// maxWait bounds the wait for one answer.
+	maxWait = 30 * time.Second
+	// grace is how long past the window's end an answer is awaited.
+	grace = 2 * time.Second
+)
+
 // exchange sends one request due at due and records it if it is in the
 // measured window. It reports false when the connection cannot go on.
 func (g *gen) exchange(c *conn, due time.Time) bool {
 	g.setKey(c)
-	status, err := c.roundTrip()
+	// A server that stops answering holds the run up a moment past its
+	// window at most, whatever the answer's own wait.
+	deadline := time.Now().Add(maxWait)
+	if d := g.end.Add(grace); d.Before(deadline) {
+		deadline = d
+	}
+	status, err := c.roundTrip(deadline)
 	done := time.Now()
 	if status != 0 && !due.Before(g.open) && !due.After(g.end) {
 		if max := g.cfg.MaxRequests; max <= 0 || g.measured.Add(1) <= int64(max) {
