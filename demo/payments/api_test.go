@@ -20,6 +20,7 @@ import (
 
 	idem "github.com/idemkit/idemkit/core"
 
+	"github.com/idemkit/idemkit/demo/payments/internal/api"
 	"github.com/idemkit/idemkit/demo/payments/internal/app"
 	"github.com/idemkit/idemkit/demo/payments/internal/server"
 )
@@ -517,6 +518,83 @@ var apiCases = []struct {
 			}
 		}
 	}},
+	{"Routes/WrongMethodIs405WithAllow", func(t *testing.T, d *demo) {
+		acct := newAccount()
+		for path, allow := range map[string]string{
+			"/v1/charges":                  "GET, POST",
+			"/v1/charges/ch_X":             "GET",
+			"/v1/refunds":                  "POST",
+			"/v1/balance":                  "GET",
+			"/healthz":                     "GET",
+			"/metrics":                     "GET",
+			"/debug/provider":              "GET",
+			"/docs/idempotency":            "GET",
+			"/docs/idempotency/key-reused": "GET",
+		} {
+			for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodHead, http.MethodOptions} {
+				if strings.Contains(", "+allow+", ", ", "+method+", ") {
+					continue
+				}
+				// Each with an account and a fresh key: the method is
+				// refused before authentication and idemkit look at it.
+				r := d.do(t, method, path, acct, newKey(), `{}`)
+				if r.status != 405 || r.header.Get("Allow") != allow {
+					t.Fatalf("%s %s: %d, Allow %q; want 405 and Allow %q: %s", method, path, r.status, r.header.Get("Allow"), allow, r.body)
+				}
+				if method != http.MethodHead {
+					r.problem(t, 405, "method-not-allowed")
+				}
+			}
+		}
+		// No key and no token: still 405, not 400 key-missing or 401.
+		d.do(t, http.MethodPost, "/v1/balance", "", "", "").problem(t, 405, "method-not-allowed")
+		// A key sent with a refused method records nothing: it still
+		// makes a charge afterwards (a recorded 405 would make it 422).
+		key := newKey()
+		d.do(t, http.MethodPost, "/v1/balance", acct, key, chargeBody).problem(t, 405, "method-not-allowed")
+		if r := d.do(t, http.MethodPost, "/v1/charges", acct, key, chargeBody); r.status != 201 || r.replayed() {
+			t.Fatalf("a charge with the key of a refused request: %d %s", r.status, r.body)
+		}
+	}},
+	{"Routes/UnknownPathIs404", func(t *testing.T, d *demo) {
+		acct := newAccount()
+		for _, path := range []string{"/nope", "/v1", "/v1/", "/v1/nope", "/v1/charges/", "/v1/charges/ch_X/refunds", "/v1//charges", "/healthz/x"} {
+			for _, method := range []string{http.MethodGet, http.MethodPost} {
+				// Without a key: 404, not 400 key-missing.
+				d.do(t, method, path, acct, "", "").problem(t, 404, "not-found")
+			}
+		}
+		// With a key: 404, and nothing recorded under the key.
+		key := newKey()
+		d.do(t, http.MethodPost, "/v1/nope", acct, key, chargeBody).problem(t, 404, "not-found")
+		if r := d.do(t, http.MethodPost, "/v1/charges", acct, key, chargeBody); r.status != 201 || r.replayed() {
+			t.Fatalf("a charge with the key of a request to no endpoint: %d %s", r.status, r.body)
+		}
+	}},
+	{"Docs/ProblemTypesResolveToAnchors", func(t *testing.T, d *demo) {
+		page := d.do(t, http.MethodGet, "/docs/idempotency", "", "", "")
+		if page.status != 200 {
+			t.Fatalf("policy page: %d", page.status)
+		}
+		noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		for _, name := range problemNames() {
+			typeURI := "/docs/idempotency/" + name
+			resp, err := noFollow.Get(d.url + typeURI)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/docs/idempotency#"+name {
+				t.Errorf("GET %s: %d Location %q, want 303 to /docs/idempotency#%s", typeURI, resp.StatusCode, resp.Header.Get("Location"), name)
+			}
+			if !bytes.Contains(page.body, []byte(`id="`+name+`"`)) {
+				t.Errorf("the policy page has no anchor %q for the problem type %s", name, typeURI)
+			}
+		}
+		for _, path := range []string{"/docs/idempotency/nope", "/docs/idempotency/", "/docs/idempotency/key-reused/x"} {
+			d.do(t, http.MethodGet, path, "", "", "").problem(t, 404, "not-found")
+		}
+	}},
 	{"Metrics", func(t *testing.T, d *demo) {
 		r := d.do(t, http.MethodGet, "/metrics", "", "", "")
 		if r.status != 200 || !bytes.Contains(r.body, []byte("idemkit_")) {
@@ -542,4 +620,13 @@ func TestProviderFailureIsNotRecorded(t *testing.T) {
 	if b := d.balance(t, acct); b["charges"] != 0.0 {
 		t.Fatalf("balance %v", b)
 	}
+}
+
+// problemNames are the names of every problem type the demo answers with:
+// idemkit's and the demo's own.
+func problemNames() []string {
+	return append([]string{
+		idem.ProblemKeyMissing, idem.ProblemKeyInvalid, idem.ProblemKeyReused, idem.ProblemInProgress,
+		idem.ProblemPayloadTooLarge, idem.ProblemStoreUnavailable, idem.ProblemBodyUnreadable, idem.ProblemStoreFull,
+	}, api.ProblemNames()...)
 }

@@ -46,10 +46,13 @@ func (a *API) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/charges/{id}", a.getCharge)
 	mux.HandleFunc("GET /v1/charges", a.listCharges)
 	mux.HandleFunc("GET /v1/balance", a.balance)
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		a.writeProblem(w, 404, "not-found", "Not found", "No such endpoint.")
-	})
+	mux.HandleFunc("/", a.NotFound)
 	return mux
+}
+
+// NotFound answers a path the demo does not serve.
+func (a *API) NotFound(w http.ResponseWriter, _ *http.Request) {
+	a.writeProblem(w, 404, ProblemNotFound, "Not found", "No such endpoint.")
 }
 
 // Account returns the account named by an "Authorization: Bearer <token>"
@@ -125,7 +128,7 @@ func viewCharge(c payments.Charge) chargeView {
 func (a *API) createCharge(w http.ResponseWriter, r *http.Request) {
 	var req payments.ChargeRequest
 	if err := decode(r, &req); err != nil {
-		a.writeProblem(w, 400, "invalid-request", "Invalid request", "The body must be a JSON object with amount, currency, customer and an optional description: "+err.Error())
+		a.writeProblem(w, 400, ProblemInvalidRequest, "Invalid request", "The body must be a JSON object with amount, currency, customer and an optional description: "+err.Error())
 		return
 	}
 	// The provider gets an idempotency key of its own for this charge: the
@@ -147,7 +150,7 @@ func (a *API) createCharge(w http.ResponseWriter, r *http.Request) {
 func (a *API) createRefund(w http.ResponseWriter, r *http.Request) {
 	var req payments.RefundRequest
 	if err := decode(r, &req); err != nil {
-		a.writeProblem(w, 400, "invalid-request", "Invalid request", "The body must be a JSON object with charge and amount: "+err.Error())
+		a.writeProblem(w, 400, ProblemInvalidRequest, "Invalid request", "The body must be a JSON object with charge and amount: "+err.Error())
 		return
 	}
 	ref, err := payments.CreateRefund(r.Context(), a.tx(r.Context()), account(r), req, a.Now())
@@ -178,7 +181,7 @@ func (a *API) listCharges(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxPage {
-			a.writeProblem(w, 400, "invalid-request", "Invalid request", "limit must be an integer from 1 to "+strconv.Itoa(maxPage)+".")
+			a.writeProblem(w, 400, ProblemInvalidRequest, "Invalid request", "limit must be an integer from 1 to "+strconv.Itoa(maxPage)+".")
 			return
 		}
 		limit = n
@@ -225,21 +228,21 @@ func (a *API) ProviderDebug(p *payments.Provider) http.Handler {
 func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, payments.ErrInvalid):
-		a.writeProblem(w, 400, "invalid-request", "Invalid request", err.Error())
+		a.writeProblem(w, 400, ProblemInvalidRequest, "Invalid request", err.Error())
 	case errors.Is(err, payments.ErrDeclined):
-		a.writeProblem(w, 402, "card-declined", "Card declined", "The customer's card was declined. No charge was made.")
+		a.writeProblem(w, 402, ProblemCardDeclined, "Card declined", "The customer's card was declined. No charge was made.")
 	case errors.Is(err, payments.ErrNotFound):
-		a.writeProblem(w, 404, "not-found", "Not found", "No such charge for this account.")
+		a.writeProblem(w, 404, ProblemNotFound, "Not found", "No such charge for this account.")
 	case errors.Is(err, payments.ErrOverRefund):
-		a.writeProblem(w, 400, "refund-too-large", "Refund too large", err.Error()+".")
+		a.writeProblem(w, 400, ProblemRefundTooLarge, "Refund too large", err.Error()+".")
 	case errors.Is(err, payments.ErrLeaseLost):
 		a.Logger.WarnContext(r.Context(), "charge abandoned: its idempotency lease was lost while the provider worked")
-		a.writeProblem(w, 503, "lease-lost", "Request superseded", "This attempt lost its hold on the Idempotency-Key while it ran, so it wrote nothing. Not recorded: retry with the same Idempotency-Key to get the charge's outcome.")
+		a.writeProblem(w, 503, ProblemLeaseLost, "Request superseded", "This attempt lost its hold on the Idempotency-Key while it ran, so it wrote nothing. Not recorded: retry with the same Idempotency-Key to get the charge's outcome.")
 	case errors.Is(err, payments.ErrProviderDown):
-		a.writeProblem(w, 503, "provider-unavailable", "Payment provider unavailable", "The payment provider failed transiently. No charge was made; retry with the same Idempotency-Key.")
+		a.writeProblem(w, 503, ProblemProviderUnavailable, "Payment provider unavailable", "The payment provider failed transiently. No charge was made; retry with the same Idempotency-Key.")
 	default:
 		a.Logger.ErrorContext(r.Context(), "request failed", slog.String("error", err.Error()))
-		a.writeProblem(w, 500, "internal-error", "Internal error", "The request failed. No charge was made; retry with the same Idempotency-Key.")
+		a.writeProblem(w, 500, ProblemInternalError, "Internal error", "The request failed. No charge was made; retry with the same Idempotency-Key.")
 	}
 }
 
@@ -261,7 +264,7 @@ func (a *API) Problem(status int, name, title, detail string) idem.Response {
 // Unauthorized is the answer to a /v1 request without a bearer token. Its
 // WWW-Authenticate field names the scheme to use (RFC 9110, RFC 6750).
 func (a *API) Unauthorized() idem.Response {
-	resp := a.Problem(401, "unauthorized", "Unauthorized", "Send an Authorization: Bearer <token> header; any non-empty token names an account.")
+	resp := a.Problem(401, ProblemUnauthorized, "Unauthorized", "Send an Authorization: Bearer <token> header; any non-empty token names an account.")
 	resp.Header = append(resp.Header, idem.HeaderField{Name: "WWW-Authenticate", Values: []string{`Bearer realm="payments demo"`}})
 	return resp
 }

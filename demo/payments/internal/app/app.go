@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -129,7 +130,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 		Engine:    engine,
 		API:       a,
 		Metrics:   m.handler,
-		Docs:      docs.Handler(docs.Policy{TTL: cfg.TTL, Lease: cfg.Lease}),
+		Docs:      docs.Handler(docs.Policy{TTL: cfg.TTL, Lease: cfg.Lease, Path: api.DocsPath, NotFound: http.HandlerFunc(a.NotFound)}),
 		Debug:     a.ProviderDebug(provider),
 		Logger:    log,
 	})

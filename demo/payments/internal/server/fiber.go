@@ -38,6 +38,7 @@ func newFiber(cfg Config) *fiberServer {
 			string(c.Response().Header.Peek(idem.ReplayedHeader)) == "true", time.Since(start))
 		return err
 	})
+	app.Use(guardFiber(cfg.API, apiRoutes(cfg)))
 	app.Use(recover.New())
 	app.Get("/healthz", adaptor.HTTPHandlerFunc(healthz))
 	app.Get("/metrics", adaptor.HTTPHandler(cfg.Metrics))

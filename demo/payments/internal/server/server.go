@@ -36,8 +36,11 @@ type Config struct {
 	Docs    http.Handler
 	// Debug serves GET /debug/provider, outside the /v1 API: it checks the
 	// bearer token itself.
-	Debug  http.Handler
-	Logger *slog.Logger
+	Debug http.Handler
+	// SeparateAdmin leaves GET /metrics and GET /debug/provider to the
+	// admin server (NewAdmin): the API server answers 404 for them.
+	SeparateAdmin bool
+	Logger        *slog.Logger
 }
 
 // Server is a running framework server.
@@ -48,17 +51,20 @@ type Server interface {
 
 // New builds the server for cfg.Framework.
 func New(cfg Config) (Server, error) {
+	var h http.Handler
 	switch cfg.Framework {
 	case "nethttp":
-		return newHTTPServer(logRequests(cfg.Logger, "nethttp", newNetHTTP(cfg))), nil
+		h = newNetHTTP(cfg)
 	case "gin":
-		return newHTTPServer(logRequests(cfg.Logger, "gin", newGin(cfg))), nil
+		h = newGin(cfg)
 	case "echo":
-		return newHTTPServer(logRequests(cfg.Logger, "echo", newEcho(cfg))), nil
+		h = newEcho(cfg)
 	case "fiber":
 		return newFiber(cfg), nil
+	default:
+		return nil, fmt.Errorf("unknown framework %q (want one of %v)", cfg.Framework, Frameworks)
 	}
-	return nil, fmt.Errorf("unknown framework %q (want one of %v)", cfg.Framework, Frameworks)
+	return newHTTPServer(logRequests(cfg.Logger, cfg.Framework, guard(cfg.API, apiRoutes(cfg), h))), nil
 }
 
 // scope is the tenant of a request: its account.
@@ -72,14 +78,14 @@ func scope(authorization string) string {
 func frameworkError(a *api.API, status int) idem.Response {
 	switch status {
 	case http.StatusNotFound:
-		return a.Problem(status, "not-found", "Not found", "No such endpoint.")
+		return a.Problem(status, api.ProblemNotFound, "Not found", "No such endpoint.")
 	case http.StatusMethodNotAllowed:
-		return a.Problem(status, "method-not-allowed", "Method not allowed", "This endpoint does not accept that method.")
+		return a.Problem(status, api.ProblemMethodNotAllowed, "Method not allowed", "This endpoint does not accept that method.")
 	}
 	if status < 500 {
-		return a.Problem(status, "invalid-request", http.StatusText(status), "The request was rejected.")
+		return a.Problem(status, api.ProblemInvalidRequest, http.StatusText(status), "The request was rejected.")
 	}
-	return a.Problem(status, "internal-error", "Internal error", "The request failed. No charge was made; retry with the same Idempotency-Key.")
+	return a.Problem(status, api.ProblemInternalError, "Internal error", "The request failed. No charge was made; retry with the same Idempotency-Key.")
 }
 
 func healthz(w http.ResponseWriter, _ *http.Request) {

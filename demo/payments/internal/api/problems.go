@@ -1,0 +1,24 @@
+package api
+
+// The names of the demo's own problem types; idemkit's are the idem.Problem*
+// constants. A type URI is DocsPath + "/" + name, and the policy page has a
+// section whose id is the name.
+const (
+	ProblemInvalidRequest      = "invalid-request"
+	ProblemUnauthorized        = "unauthorized"
+	ProblemCardDeclined        = "card-declined"
+	ProblemRefundTooLarge      = "refund-too-large"
+	ProblemNotFound            = "not-found"
+	ProblemMethodNotAllowed    = "method-not-allowed"
+	ProblemProviderUnavailable = "provider-unavailable"
+	ProblemLeaseLost           = "lease-lost"
+	ProblemInternalError       = "internal-error"
+)
+
+// ProblemNames lists the demo's own problem type names.
+func ProblemNames() []string {
+	return []string{
+		ProblemInvalidRequest, ProblemUnauthorized, ProblemCardDeclined, ProblemRefundTooLarge, ProblemNotFound,
+		ProblemMethodNotAllowed, ProblemProviderUnavailable, ProblemLeaseLost, ProblemInternalError,
+	}
+}
