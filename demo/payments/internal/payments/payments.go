@@ -239,22 +239,23 @@ func ListCharges(ctx context.Context, db *gorm.DB, account string, limit int, st
 	return charges, false, err
 }
 
-// GetBalance sums account's charges and refunds.
+// GetBalance sums account's charges and refunds in one statement, so that
+// both sums are read from one snapshot of the database: two statements
+// would let a charge and its refund commit between them, and the refunds
+// counted could then exceed the charges counted.
 func GetBalance(ctx context.Context, db *gorm.DB, account string) (Balance, error) {
 	var b Balance
 	if err := ValidAccount(account); err != nil {
 		return b, err
 	}
 	db = db.WithContext(ctx)
-	err := db.Model(&Charge{}).Where("account = ?", account).
-		Select("COALESCE(SUM(amount), 0) AS charged, COUNT(*) AS charges").Scan(&b).Error
-	if err != nil {
-		return b, err
+	of := func(model any, expr string) *gorm.DB {
+		return db.Session(&gorm.Session{NewDB: true}).Model(model).Where("account = ?", account).Select(expr)
 	}
-	var r struct{ Refunded, Refunds int64 }
-	err = db.Model(&Refund{}).Where("account = ?", account).
-		Select("COALESCE(SUM(amount), 0) AS refunded, COUNT(*) AS refunds").Scan(&r).Error
-	b.Refunded, b.Refunds = r.Refunded, r.Refunds
+	err := db.Raw("SELECT (?) AS charged, (?) AS charges, (?) AS refunded, (?) AS refunds",
+		of(&Charge{}, "COALESCE(SUM(amount), 0)"), of(&Charge{}, "COUNT(*)"),
+		of(&Refund{}, "COALESCE(SUM(amount), 0)"), of(&Refund{}, "COUNT(*)"),
+	).Scan(&b).Error
 	return b, err
 }
 
