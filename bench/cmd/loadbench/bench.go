@@ -94,7 +94,22 @@ func machine(command string) report.Machine {
 		OS:        runtime.GOOS + "/" + runtime.GOARCH,
 		Command:   command,
 		Started:   time.Now(),
+		LoadStart: loadAverage(),
 	}
+}
+
+// loadAverage returns the 1, 5 and 15 minute load averages of
+// /proc/loadavg, or "" where there is none.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // cpuModel reads the first "model name" of /proc/cpuinfo.

@@ -18,6 +18,8 @@ func inprocWorkloads(fw, kind string) []string {
 			return []string{"First"}
 		}
 		return nil
+	case "bare": // a key or none, a first request or a retry: the same to the bare handler
+		return []string{"First", "NoKey"}
 	default:
 		return []string{"First", "Replay", "NoKey"}
 	}

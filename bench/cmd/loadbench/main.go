@@ -82,9 +82,9 @@ func main() {
 	kinds := flag.String("kinds", strings.Join(servers.Kinds, ","), "configurations: bare, mem, sqlite, insert, builtin")
 	workloads := flag.String("workloads", "First,Replay,Mix,Conflict", "loopback workloads")
 	conns := flag.String("conns", "", "loopback concurrencies (default 16 quick, 1,16,64 full)")
-	flag.IntVar(&c.reps, "reps", 3, "repetitions")
-	flag.DurationVar(&c.warmup, "warmup", 0, "warm-up per loopback run (default 150ms quick, 300ms full)")
-	flag.DurationVar(&c.duration, "duration", 0, "measured window per loopback run (default 400ms quick, 1.2s full)")
+	flag.IntVar(&c.reps, "reps", 0, "repetitions (default 3 quick, 5 full)")
+	flag.DurationVar(&c.warmup, "warmup", 0, "warm-up per loopback run (default 150ms quick, 250ms full)")
+	flag.DurationVar(&c.duration, "duration", 0, "measured window per loopback run (default 400ms quick, 1s full)")
 	flag.IntVar(&c.maxRequests, "max-requests", 2_000_000, "bound on the requests measured per run")
 	flag.DurationVar(&c.inprocDuration, "inproc-duration", 0, "per in-process figure (default 300ms quick, 1s full)")
 	flag.IntVar(&c.scaleSmall, "scale-small", 10_000, "records stored, small case")
@@ -137,14 +137,17 @@ func main() {
 			*d = pick(c.quick, quick, full)
 		}
 	}
-	def(&c.warmup, 150*time.Millisecond, 300*time.Millisecond)
-	def(&c.duration, 400*time.Millisecond, 1200*time.Millisecond)
+	def(&c.warmup, 150*time.Millisecond, 250*time.Millisecond)
+	def(&c.duration, 400*time.Millisecond, time.Second)
 	def(&c.inprocDuration, 300*time.Millisecond, time.Second)
 	def(&c.scaleDuration, time.Second, 2*time.Second)
 	def(&c.purgeBase, 3*time.Second, 10*time.Second)
 	def(&c.purgeCap, time.Minute, 5*time.Minute)
 	def(&c.profileDuration, 2*time.Second, 5*time.Second)
 	def(&c.timeout, 10*time.Minute, time.Hour)
+	if c.reps <= 0 {
+		c.reps = pick(c.quick, 3, 5)
+	}
 	if c.scaleBig == 0 {
 		c.scaleBig = pick(c.quick, 100_000, 1_000_000)
 	}
@@ -214,6 +217,7 @@ func run(c config) error {
 		b.logf("== %s took %s", s.name, time.Since(t).Round(time.Second))
 	}
 	b.data.Machine.Took = time.Since(started)
+	b.data.Machine.LoadEnd = loadAverage()
 	return b.write()
 }
 

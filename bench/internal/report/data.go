@@ -35,6 +35,10 @@ type Machine struct {
 	Command   string
 	Started   time.Time
 	Took      time.Duration
+	// LoadStart and LoadEnd are /proc/loadavg's 1, 5 and 15 minute load
+	// averages when the run began and ended: a busy machine makes every
+	// figure noisier.
+	LoadStart, LoadEnd string
 }
 
 // Setup records the run's parameters.

@@ -48,7 +48,11 @@ func Markdown(d *Data, chartLink string) string {
 		m.CPU, m.CPUs, m.GoVersion, m.OS)
 	fmt.Fprintf(&b, "| command | `%s` |\n| mode | %s: %d repetitions, %s warm-up + %s per loopback run, %s per in-process figure |\n",
 		m.Command, d.Setup.Mode, d.Setup.Reps, durT(d.Setup.Warmup), durT(d.Setup.Duration), durT(d.Setup.InProcDuration))
-	fmt.Fprintf(&b, "| started | %s, took %s |\n\n", m.Started.UTC().Format("2006-01-02 15:04 MST"), m.Took.Round(time.Second))
+	fmt.Fprintf(&b, "| started | %s, took %s |\n", m.Started.UTC().Format("2006-01-02 15:04 MST"), m.Took.Round(time.Second))
+	if m.LoadStart != "" {
+		fmt.Fprintf(&b, "| load average (1, 5, 15 min) | %s at the start, %s at the end |\n", m.LoadStart, m.LoadEnd)
+	}
+	b.WriteString("\n")
 
 	b.WriteString("## Targets (issue 12)\n\n")
 	writeTargets(&b, Targets(d))
@@ -159,10 +163,10 @@ func responses(runs map[int]Run) string {
 	slices.Sort(codes)
 	var parts []string
 	for _, s := range codes {
-		parts = append(parts, fmt.Sprintf("%d: %s%%", s, fixed(100*float64(total[s])/float64(max(n, 1)), 0)))
+		parts = append(parts, fmt.Sprintf("%d: %s", s, percent(total[s], n)))
 	}
 	if replayed > 0 {
-		parts = append(parts, fmt.Sprintf("replayed %s%%", fixed(100*float64(replayed)/float64(max(n, 1)), 0)))
+		parts = append(parts, "replayed "+percent(replayed, n))
 	}
 	if errors > 0 {
 		parts = append(parts, fmt.Sprintf("%d conn. errors", errors))
@@ -303,6 +307,19 @@ func writeMethod(b *strings.Builder, d *Data) {
 	b.WriteString("- Allocations per request: the server process's `runtime.MemStats` (Mallocs, TotalAlloc) read " +
 		"at the start and end of the measured window, divided by the requests answered in it.\n")
 	b.WriteString("- p50/p99: nearest-rank percentiles of the measured window's latencies.\n\n")
+}
+
+// percent formats k of n as a percentage, never rounding a few to 0%.
+func percent(k, n int) string {
+	p := 100 * float64(k) / float64(max(n, 1))
+	switch {
+	case k > 0 && p < 0.1:
+		return "<0.1%"
+	case p < 1:
+		return fixed(p, 1) + "%"
+	default:
+		return fixed(p, 0) + "%"
+	}
 }
 
 func ratio(x float64) string {

@@ -150,7 +150,8 @@ func TestFormatting(t *testing.T) {
 		{count(1234567), "1,234,567"}, {count(999), "999"}, {count(-1000), "-1,000"},
 		{durT(1500 * time.Nanosecond), "1.50 µs"}, {durT(136 * time.Millisecond), "136 ms"},
 		{durT(12340 * time.Microsecond), "12.3 ms"}, {durT(500), "500 ns"}, {dur(math.NaN()), "n/a"},
-		{ratio(math.NaN()), "n/a"}, {ratio(0.706), "0.71"}, {thousands(23456.6), "23,457"},
+		{ratio(math.NaN()), "n/a"}, {percent(3, 10000), "<0.1%"}, {percent(30, 10000), "0.3%"}, {percent(0, 10), "0.0%"},
+		{percent(5, 10), "50%"}, {ratio(0.706), "0.71"}, {thousands(23456.6), "23,457"},
 	} {
 		if c.got != c.want {
 			t.Errorf("got %q, want %q", c.got, c.want)

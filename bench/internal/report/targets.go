@@ -75,9 +75,11 @@ func Targets(d *Data) []Target {
 			continue
 		}
 		t := Target{
-			Target:   fmt.Sprintf("First's p50 within 20%% from %s to %s records", count(small), count(big)),
-			Where:    StoreNames[store],
-			Measured: fmt.Sprintf("%.2f× (%s → %s)", r, dur(scaleMedian(d.Scale, store, small, p50)), dur(scaleMedian(d.Scale, store, big, p50))),
+			Target: fmt.Sprintf("First's p50 within 20%% from %s to %s records", count(small), count(big)),
+			Where:  StoreNames[store],
+			Measured: fmt.Sprintf("%.2f× (%s → %s; req/s %s → %s)", r, dur(scaleMedian(d.Scale, store, small, p50)),
+				dur(scaleMedian(d.Scale, store, big, p50)), thousands(scaleMedian(d.Scale, store, small, scaleRPS)),
+				thousands(scaleMedian(d.Scale, store, big, scaleRPS))),
 		}
 		if store == "mem" { // the target names the memory store; SQLite is shown for reference
 			t.Met = verdict(r <= 1.2)
@@ -139,6 +141,7 @@ func ratioRow(name, where string, r, bound float64, atLeast bool) Target {
 }
 
 func p50(s ScaleRun) float64       { return float64(s.P50) }
+func scaleRPS(s ScaleRun) float64  { return s.RPS }
 func nsOp(r InProcRun) float64     { return r.NsPerOp }
 func allocsOp(r InProcRun) float64 { return r.AllocsPerOp }
 func bytesOp(r InProcRun) float64  { return r.BytesPerOp }
