@@ -613,6 +613,9 @@ func TestProviderFailureIsNotRecorded(t *testing.T) {
 	for range 2 {
 		r := d.do(t, http.MethodPost, "/v1/charges", acct, key, chargeBody)
 		r.problem(t, 503, "provider-unavailable")
+		if r.header.Get("Retry-After") != "1" {
+			t.Fatalf("503 with Retry-After %q, want 1", r.header.Get("Retry-After"))
+		}
 		if r.replayed() {
 			t.Fatal("a provider failure was stored")
 		}

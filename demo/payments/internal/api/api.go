@@ -240,6 +240,9 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		a.writeProblem(w, 503, ProblemLeaseLost, "Request superseded", "This attempt lost its hold on the Idempotency-Key while it ran, so it wrote nothing. Not recorded: retry with the same Idempotency-Key to get the charge's outcome.")
 	case errors.Is(err, payments.ErrProviderDown):
 		a.writeProblem(w, 503, ProblemProviderUnavailable, "Payment provider unavailable", "The payment provider failed transiently. No charge was made; retry with the same Idempotency-Key.")
+	case a.databaseUnavailable(r.Context(), err):
+		a.Logger.WarnContext(r.Context(), "request failed: the database is unavailable", slog.String("error", err.Error()))
+		a.writeProblem(w, 503, ProblemDatabaseUnavailable, "Database unavailable", "The database could not be reached while the request ran, so nothing was written. Not recorded: retry with the same Idempotency-Key; the payment provider got this charge's own idempotency key, so the money is taken once.")
 	default:
 		a.Logger.ErrorContext(r.Context(), "request failed", slog.String("error", err.Error()))
 		a.writeProblem(w, 500, ProblemInternalError, "Internal error", "The request failed. No charge was made; retry with the same Idempotency-Key.")
@@ -256,9 +259,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(body)
 }
 
-// Problem renders one of the demo's own problems.
+// Problem renders one of the demo's own problems. A 503 carries
+// Retry-After: the request may succeed if sent again.
 func (a *API) Problem(status int, name, title, detail string) idem.Response {
-	return idem.Problem{Type: a.ProblemBase + name, Title: title, Status: status, Detail: detail}.Response()
+	resp := idem.Problem{Type: a.ProblemBase + name, Title: title, Status: status, Detail: detail}.Response()
+	if status == http.StatusServiceUnavailable {
+		resp.Header = append(resp.Header, idem.HeaderField{Name: "Retry-After", Values: []string{retryAfter}})
+	}
+	return resp
 }
 
 // Unauthorized is the answer to a /v1 request without a bearer token. Its

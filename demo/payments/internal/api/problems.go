@@ -12,6 +12,7 @@ const (
 	ProblemMethodNotAllowed    = "method-not-allowed"
 	ProblemProviderUnavailable = "provider-unavailable"
 	ProblemLeaseLost           = "lease-lost"
+	ProblemDatabaseUnavailable = "database-unavailable"
 	ProblemInternalError       = "internal-error"
 )
 
@@ -19,6 +20,10 @@ const (
 func ProblemNames() []string {
 	return []string{
 		ProblemInvalidRequest, ProblemUnauthorized, ProblemCardDeclined, ProblemRefundTooLarge, ProblemNotFound,
-		ProblemMethodNotAllowed, ProblemProviderUnavailable, ProblemLeaseLost, ProblemInternalError,
+		ProblemMethodNotAllowed, ProblemProviderUnavailable, ProblemLeaseLost, ProblemDatabaseUnavailable, ProblemInternalError,
 	}
 }
+
+// retryAfter is the Retry-After of the demo's own 503 answers, in seconds:
+// each says that the same request, retried with its key, may succeed.
+const retryAfter = "1"
