@@ -200,4 +200,3 @@ func TestDatabaseOutageDuringACharge(t *testing.T) {
 		})
 	}
 }
-
