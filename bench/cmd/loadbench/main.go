@@ -231,7 +231,7 @@ func (b *bench) write() error {
 		}
 	}
 	if c.chart != "" {
-		if err := os.WriteFile(c.chart, []byte(report.SVG(&b.data)), 0o644); err != nil {
+		if err := writeFile(c.chart, []byte(report.SVG(&b.data))); err != nil {
 			return err
 		}
 	}
@@ -240,7 +240,7 @@ func (b *bench) write() error {
 		if err != nil {
 			return err
 		}
-		if err := os.WriteFile(c.json, j, 0o644); err != nil {
+		if err := writeFile(c.json, j); err != nil {
 			return err
 		}
 	}
@@ -249,11 +249,19 @@ func (b *bench) write() error {
 		_, err := os.Stdout.WriteString(md)
 		return err
 	}
-	if err := os.WriteFile(c.out, []byte(md), 0o644); err != nil {
+	if err := writeFile(c.out, []byte(md)); err != nil {
 		return err
 	}
 	b.logf("report written to %s", c.out)
 	return nil
+}
+
+// writeFile writes b to path, creating its directory (docs/img, say).
+func writeFile(path string, b []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
 }
 
 func absPath(p string) string {

@@ -180,7 +180,8 @@ func writeInProc(b *strings.Builder, d *Data) {
 	b.WriteString("The framework's handler chain called directly (no network, no connection handling), " +
 		"one goroutine, `GOMAXPROCS=1`, in a process of its own per configuration. NoKey sends no " +
 		"`Idempotency-Key`: idemkit answers 400, the bare handler serves the request. " +
-		"Ratio: time per request over the bare handler's for the same request.\n\n")
+		"Ratio: time per request over the bare handler's for the same request (for Replay, its First: the bare " +
+		"handler cannot tell a retry from a first request).\n\n")
 	b.WriteString("| framework | configuration | workload | time/op | allocs/op | B/op | ratio to bare | responses |\n")
 	b.WriteString("| --- | --- | --- | ---: | ---: | ---: | ---: | --- |\n")
 	for _, fw := range FrameworkOrder {
