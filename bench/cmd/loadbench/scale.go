@@ -59,25 +59,33 @@ func (b *bench) scale() error {
 			}
 			fs = append(fs, f)
 		}
+		// One connection gives the cost of a request; the target concurrency
+		// the throughput under load, with the collector's work on a big heap.
+		conns := []int{1}
+		if n := b.data.Setup.TargetConns; n != 1 {
+			conns = append(conns, n)
+		}
 		for rep := range b.cfg.reps {
-			for i := range fs {
-				f := fs[(i+rep)%len(fs)]
-				if b.ctx.Err() != nil {
-					break
+			for _, n := range conns {
+				for i := range fs {
+					f := fs[(i+rep)%len(fs)]
+					if b.ctx.Err() != nil {
+						break
+					}
+					res, err := loadgen.Run(b.ctx, loadgen.Config{
+						Addr: f.ch.addr, Path: servers.Path, KeyHeader: "Idempotency-Key", Body: servers.RequestBody,
+						Workload: loadgen.First, Conns: n, Warmup: b.cfg.warmup,
+						Duration: b.cfg.scaleDuration, MaxRequests: b.cfg.maxRequests, Prefix: prefix(),
+					})
+					if err != nil {
+						b.note("scale, %s store, %d records, %d connections: %v", store, f.records, n, err)
+						continue
+					}
+					b.data.Scale = append(b.data.Scale, report.ScaleRun{Store: store, Records: f.records, Conns: n,
+						Rep: rep, RPS: res.RPS, P50: res.Latency.P50, P99: res.Latency.P99})
+					b.logf("scale rep %d %-6s %8d records c=%-2d: %8.0f req/s p50 %-9s p99 %s %v", rep+1, store,
+						f.records, n, res.RPS, res.Latency.P50, res.Latency.P99, res.Status)
 				}
-				res, err := loadgen.Run(b.ctx, loadgen.Config{
-					Addr: f.ch.addr, Path: servers.Path, KeyHeader: "Idempotency-Key", Body: servers.RequestBody,
-					Workload: loadgen.First, Conns: b.data.Setup.TargetConns, Warmup: b.cfg.warmup,
-					Duration: b.cfg.scaleDuration, MaxRequests: b.cfg.maxRequests, Prefix: prefix(),
-				})
-				if err != nil {
-					b.note("scale, %s store, %d records: %v", store, f.records, err)
-					continue
-				}
-				b.data.Scale = append(b.data.Scale, report.ScaleRun{Store: store, Records: f.records, Rep: rep,
-					RPS: res.RPS, P50: res.Latency.P50, P99: res.Latency.P99})
-				b.logf("scale rep %d %-6s %8d records: %8.0f req/s p50 %-9s p99 %s %v", rep+1, store, f.records,
-					res.RPS, res.Latency.P50, res.Latency.P99, res.Status)
 			}
 		}
 		for _, f := range fs {

@@ -79,6 +79,7 @@ type InProcRun struct {
 type ScaleRun struct {
 	Store   string // "mem" or "sqlite"
 	Records int
+	Conns   int
 	Rep     int
 	RPS     float64
 	P50     time.Duration
@@ -201,11 +202,12 @@ func (ix inprocIndex) ratio(a, b inprocKey) float64 {
 	return stats.Median(xs)
 }
 
-// scaleMedian is the median over repetitions of f for one store and size.
-func scaleMedian(runs []ScaleRun, store string, records int, f func(ScaleRun) float64) float64 {
+// scaleMedian is the median over repetitions of f for one store, size and
+// concurrency.
+func scaleMedian(runs []ScaleRun, store string, records, conns int, f func(ScaleRun) float64) float64 {
 	var xs []float64
 	for _, r := range runs {
-		if r.Store == store && r.Records == records {
+		if r.Store == store && r.Records == records && r.Conns == conns {
 			xs = append(xs, f(r))
 		}
 	}
@@ -213,10 +215,10 @@ func scaleMedian(runs []ScaleRun, store string, records int, f func(ScaleRun) fl
 }
 
 // scaleRatio pairs the runs of the two sizes by repetition.
-func scaleRatio(runs []ScaleRun, store string, big, small int, f func(ScaleRun) float64) float64 {
+func scaleRatio(runs []ScaleRun, store string, big, small, conns int, f func(ScaleRun) float64) float64 {
 	by := map[int]map[int]ScaleRun{}
 	for _, r := range runs {
-		if r.Store != store {
+		if r.Store != store || r.Conns != conns {
 			continue
 		}
 		if by[r.Rep] == nil {
