@@ -20,7 +20,6 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/app"
 )
@@ -41,6 +40,10 @@ func main() {
 	}
 }
 
+// run serves until SIGINT or SIGTERM, then shuts down gracefully: the
+// listeners close, and the requests running finish within the shutdown
+// grace (Config.ShutdownGrace: one lease and the store calls around it)
+// before the database is closed. A second signal stops the process at once.
 func run(cfg app.Config, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -50,24 +53,27 @@ func run(cfg app.Config, log *slog.Logger) error {
 		return err
 	}
 	defer a.Close()
-	ln, err := net.Listen("tcp", cfg.Addr)
+	apiLn, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return err
 	}
-	log.Info("payments demo listening", "addr", "http://"+ln.Addr().String(), "framework", cfg.Framework, "db", cfg.DBLabel())
+	var adminLn net.Listener
+	if cfg.AdminAddr != "" {
+		if adminLn, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
+			apiLn.Close()
+			return fmt.Errorf("admin listener: %w", err)
+		}
+	}
+	attrs := []any{"addr", "http://" + apiLn.Addr().String(), "framework", cfg.Framework, "db", cfg.DBLabel()}
+	if adminLn != nil {
+		attrs = append(attrs, "admin", "http://"+adminLn.Addr().String())
+	}
+	log.Info("payments demo listening", attrs...)
 
-	served := make(chan error, 1)
-	go func() { served <- a.Server.Serve(ln) }()
-	select {
-	case err := <-served:
-		return err
-	case <-ctx.Done():
-	}
-	log.Info("shutting down")
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	if err := a.Server.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	return <-served
+	go func() {
+		<-ctx.Done()
+		stop() // from now on, a second signal ends the process
+		log.Info("shutting down", "grace", cfg.ShutdownGrace())
+	}()
+	return a.Serve(ctx, apiLn, adminLn)
 }

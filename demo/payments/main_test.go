@@ -76,12 +76,14 @@ func TestHelpExitsZero(t *testing.T) {
 func TestFlagsAndEnvironment(t *testing.T) {
 	t.Setenv("PAYMENTS_PROVIDER_LATENCY", "7ms")
 	t.Setenv("PAYMENTS_FRAMEWORK", "echo")
+	t.Setenv("PAYMENTS_ADMIN_ADDR", "127.0.0.1:9090")
 	cfg, err := parseFlags([]string{"-framework", "fiber", "-ttl", "1h", "-provider-failure-rate", "0.5"}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cfg.ProviderLatency != 7*time.Millisecond || cfg.Framework != "fiber" || cfg.TTL != time.Hour ||
-		cfg.ProviderFailureRate != 0.5 || cfg.Addr != "127.0.0.1:8080" || cfg.DB != "payments.db" || cfg.Lease != 30*time.Second {
+		cfg.ProviderFailureRate != 0.5 || cfg.Addr != "127.0.0.1:8080" || cfg.DB != "payments.db" || cfg.Lease != 30*time.Second ||
+		cfg.AdminAddr != "127.0.0.1:9090" {
 		t.Fatalf("config %+v", cfg)
 	}
 	for _, args := range [][]string{{"-provider-failure-rate", "2"}, {"-ttl", "soon"}, {"extra"}} {

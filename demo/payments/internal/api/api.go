@@ -240,6 +240,9 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		a.writeProblem(w, 503, ProblemLeaseLost, "Request superseded", "This attempt lost its hold on the Idempotency-Key while it ran, so it wrote nothing. Not recorded: retry with the same Idempotency-Key to get the charge's outcome.")
 	case errors.Is(err, payments.ErrProviderDown):
 		a.writeProblem(w, 503, ProblemProviderUnavailable, "Payment provider unavailable", "The payment provider failed transiently. No charge was made; retry with the same Idempotency-Key.")
+	case errors.Is(context.Cause(r.Context()), idem.ErrHandlerTimeout):
+		a.Logger.WarnContext(r.Context(), "request abandoned: it ran for a whole lease", slog.String("error", err.Error()))
+		a.writeProblem(w, 503, ProblemTimedOut, "Request timed out", "The request ran too long and was abandoned, so nothing was written. Not recorded: retry with the same Idempotency-Key; the payment provider got this charge's own idempotency key, so the money is taken once.")
 	case a.databaseUnavailable(r.Context(), err):
 		a.Logger.WarnContext(r.Context(), "request failed: the database is unavailable", slog.String("error", err.Error()))
 		a.writeProblem(w, 503, ProblemDatabaseUnavailable, "Database unavailable", "The database could not be reached while the request ran, so nothing was written. Not recorded: retry with the same Idempotency-Key; the payment provider got this charge's own idempotency key, so the money is taken once.")

@@ -13,6 +13,7 @@ const (
 	ProblemProviderUnavailable = "provider-unavailable"
 	ProblemLeaseLost           = "lease-lost"
 	ProblemDatabaseUnavailable = "database-unavailable"
+	ProblemTimedOut            = "timed-out"
 	ProblemInternalError       = "internal-error"
 )
 
@@ -20,7 +21,8 @@ const (
 func ProblemNames() []string {
 	return []string{
 		ProblemInvalidRequest, ProblemUnauthorized, ProblemCardDeclined, ProblemRefundTooLarge, ProblemNotFound,
-		ProblemMethodNotAllowed, ProblemProviderUnavailable, ProblemLeaseLost, ProblemDatabaseUnavailable, ProblemInternalError,
+		ProblemMethodNotAllowed, ProblemProviderUnavailable, ProblemLeaseLost, ProblemDatabaseUnavailable,
+		ProblemTimedOut, ProblemInternalError,
 	}
 }
 

@@ -5,8 +5,10 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"strings"
@@ -28,13 +30,26 @@ import (
 
 // Config holds the demo's settings; each has a flag of the same name.
 type Config struct {
-	Addr                string
+	Addr string
+	// AdminAddr, if set, is the admin listener's address: GET /metrics and
+	// GET /debug/provider are served there, and no longer on Addr.
+	AdminAddr           string
 	Framework           string
 	DB                  string
 	TTL                 time.Duration
 	Lease               time.Duration
 	ProviderLatency     time.Duration
 	ProviderFailureRate float64
+}
+
+// ShutdownGrace is how long a shutdown waits for the requests running
+// when it began: one lease, the most a charge or refund may run (the
+// Engine's HandlerTimeout), plus the store calls around it, taking the key
+// and recording the response, each bounded by idem.DefaultStoreTimeout. So
+// every request running at SIGTERM ends, finished or timed out with its
+// key released, before the server stops waiting and closes the database.
+func (c Config) ShutdownGrace() time.Duration {
+	return c.Lease + 2*idem.DefaultStoreTimeout
 }
 
 // DefaultConfig returns the flags' defaults.
@@ -65,15 +80,19 @@ func (c Config) DBLabel() string {
 	return u.Redacted()
 }
 
-// App is a started demo: its server is built but not yet serving.
+// App is a started demo: its servers are built but not yet serving.
 type App struct {
 	Server server.Server
+	// Admin serves GET /metrics and GET /debug/provider when the Config has
+	// an AdminAddr; nil otherwise, and Server serves them.
+	Admin  server.Server
 	Engine *idem.Engine
 	DB     *gorm.DB
 	Store  *gormstore.Store
 	// Provider is the simulated payment provider the API charges through.
 	Provider *payments.Provider
 	metrics  *metrics
+	grace    time.Duration
 }
 
 // Open connects to the database, migrates it and builds the server.
@@ -111,9 +130,13 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 	problemBase := api.DocsPath + "/"
 	engine := idem.New(idem.Config{
 		Store:       store,
-		TTL:         cfg.TTL,
-		Lease:       cfg.Lease,
-		ProblemBase: problemBase,
+		TTL:   cfg.TTL,
+		Lease: cfg.Lease,
+		// A charge or refund that has run a whole lease is stuck (a
+		// provider that does not answer): it is abandoned, so that it never
+		// outlasts the shutdown grace.
+		HandlerTimeout: cfg.Lease,
+		ProblemBase:    problemBase,
 		Logger:      log,
 		OnEvent:     m.onEvent,
 	})
@@ -125,21 +148,69 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 		Logger:      log,
 		ProblemBase: problemBase,
 	}
-	srv, err := server.New(server.Config{
-		Framework: cfg.Framework,
-		Engine:    engine,
-		API:       a,
-		Metrics:   m.handler,
-		Docs:      docs.Handler(docs.Policy{TTL: cfg.TTL, Lease: cfg.Lease, Path: api.DocsPath, NotFound: http.HandlerFunc(a.NotFound)}),
-		Debug:     a.ProviderDebug(provider),
-		Logger:    log,
-	})
+	scfg := server.Config{
+		Framework:     cfg.Framework,
+		Engine:        engine,
+		API:           a,
+		Metrics:       m.handler,
+		Docs:          docs.Handler(docs.Policy{TTL: cfg.TTL, Lease: cfg.Lease, Path: api.DocsPath, NotFound: http.HandlerFunc(a.NotFound)}),
+		Debug:         a.ProviderDebug(provider),
+		SeparateAdmin: cfg.AdminAddr != "",
+		Logger:        log,
+	}
+	srv, err := server.New(scfg)
 	if err != nil {
 		store.Close()
 		m.prom.Shutdown(ctx)
 		return nil, err
 	}
-	return &App{Server: srv, Engine: engine, DB: db, Store: store, Provider: provider, metrics: m}, nil
+	app := &App{Server: srv, Engine: engine, DB: db, Store: store, Provider: provider, metrics: m, grace: cfg.ShutdownGrace()}
+	if scfg.SeparateAdmin {
+		app.Admin = server.NewAdmin(scfg)
+	}
+	return app, nil
+}
+
+// Serve serves the API on api, and the admin endpoints on admin if the App
+// has an admin server, until ctx ends or a server fails. Then it shuts
+// both down: they stop accepting connections and wait for the running
+// requests, for at most the Config's ShutdownGrace. It returns nil after a
+// clean shutdown. Close the App afterwards.
+func (a *App) Serve(ctx context.Context, api, admin net.Listener) error {
+	type served struct {
+		name string
+		err  error
+	}
+	done := make(chan served, 2)
+	running := []server.Server{a.Server}
+	go func() { done <- served{"API", a.Server.Serve(api)} }()
+	if a.Admin != nil {
+		running = append(running, a.Admin)
+		go func() { done <- served{"admin", a.Admin.Serve(admin)} }()
+	}
+	var errs []error
+	waiting := len(running)
+	select {
+	case s := <-done:
+		waiting--
+		if s.err != nil {
+			errs = append(errs, fmt.Errorf("%s server: %w", s.name, s.err))
+		}
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.grace)
+	defer cancel()
+	for _, s := range running {
+		if err := s.Shutdown(shutdownCtx); err != nil {
+			errs = append(errs, fmt.Errorf("shutdown after %v: %w", a.grace, err))
+		}
+	}
+	for ; waiting > 0; waiting-- {
+		if s := <-done; s.err != nil {
+			errs = append(errs, fmt.Errorf("%s server: %w", s.name, s.err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Close stops the store's purger and the metrics, and closes the database.

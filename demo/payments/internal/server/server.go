@@ -67,6 +67,18 @@ func New(cfg Config) (Server, error) {
 	return newHTTPServer(logRequests(cfg.Logger, cfg.Framework, guard(cfg.API, apiRoutes(cfg), h))), nil
 }
 
+// NewAdmin builds the admin server, for a Config with SeparateAdmin: GET
+// /metrics, GET /debug/provider and GET /healthz, on net/http whatever the
+// API's framework.
+func NewAdmin(cfg Config) Server {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", healthz)
+	mux.Handle("GET /metrics", cfg.Metrics)
+	mux.Handle("GET "+DebugPath, cfg.Debug)
+	rs := append(routes{{"/healthz", getOnly}}, adminRoutes()...)
+	return newHTTPServer(logRequests(cfg.Logger, "admin", guard(cfg.API, rs, recoverPanics(cfg.API, mux))))
+}
+
 // scope is the tenant of a request: its account.
 func scope(authorization string) string {
 	acct, _ := api.Account(authorization)
