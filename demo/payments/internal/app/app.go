@@ -129,7 +129,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 	}
 	problemBase := api.DocsPath + "/"
 	engine := idem.New(idem.Config{
-		Store:       store,
+		Store: store,
 		TTL:   cfg.TTL,
 		Lease: cfg.Lease,
 		// A charge or refund that has run a whole lease is stuck (a
@@ -137,8 +137,8 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 		// outlasts the shutdown grace.
 		HandlerTimeout: cfg.Lease,
 		ProblemBase:    problemBase,
-		Logger:      log,
-		OnEvent:     m.onEvent,
+		Logger:         log,
+		OnEvent:        m.onEvent,
 	})
 	provider := &payments.Provider{Latency: cfg.ProviderLatency, FailureRate: cfg.ProviderFailureRate}
 	a := &api.API{
