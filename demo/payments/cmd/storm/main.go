@@ -24,6 +24,7 @@ import (
 func main() {
 	o := DefaultOptions()
 	flag.StringVar(&o.Target, "target", o.Target, "base URL of a running demo (loopback only); empty starts one in-process")
+	flag.StringVar(&o.AdminTarget, "admin-target", o.AdminTarget, "base URL serving GET /debug/provider for -target, when that demo runs with -admin-addr (loopback only); default -target")
 	flag.StringVar(&o.Framework, "framework", o.Framework, "framework of the in-process demo: gin|echo|fiber|nethttp")
 	flag.StringVar(&o.DB, "db", o.DB, "database of the in-process demo (default: a fresh SQLite file)")
 	flag.IntVar(&o.Charges, "n", o.Charges, "number of charges")
@@ -39,9 +40,11 @@ func main() {
 	flag.Parse()
 	o.Progress = os.Stderr
 
-	if err := checkTarget(o.Target); err != nil {
-		fmt.Fprintln(os.Stderr, "storm:", err)
-		os.Exit(2)
+	for _, target := range []string{o.Target, o.AdminTarget} {
+		if err := checkTarget(target); err != nil {
+			fmt.Fprintln(os.Stderr, "storm:", err)
+			os.Exit(2)
+		}
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

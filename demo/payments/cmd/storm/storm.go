@@ -28,9 +28,13 @@ import (
 type Options struct {
 	// Target is the base URL of a running demo; empty starts one in this
 	// process on a fresh SQLite file (or on DB, if set).
-	Target    string
-	Framework string
-	DB        string
+	Target string
+	// AdminTarget is the base URL serving GET /debug/provider for Target,
+	// if not Target itself: a demo started with -admin-addr serves it on
+	// that listener.
+	AdminTarget string
+	Framework   string
+	DB          string
 
 	Charges     int
 	Concurrency int
@@ -242,7 +246,11 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		return rep, err
 	}
 	rep.check(charges, rows)
-	counts, err := fetchProviderCounts(ctx, backend, auth)
+	admin := strings.TrimSuffix(o.AdminTarget, "/")
+	if admin == "" {
+		admin = backend
+	}
+	counts, err := fetchProviderCounts(ctx, admin, auth)
 	if err != nil {
 		return rep, err
 	}

@@ -4,12 +4,18 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/idemkit/idemkit/demo/payments/internal/app"
 )
 
 // TestDefaultStorm is the storm's default run: 2,000 charges, 30% of the
@@ -214,4 +220,43 @@ func TestTargetMustBeLoopback(t *testing.T) {
 			t.Errorf("checkTarget(%q) = %v, want ok=%v", target, err, ok)
 		}
 	}
+}
+
+// TestStormAdminTarget: against a demo whose /debug/provider is on an admin
+// listener of its own (-admin-addr), the storm reads the provider's counts
+// from -admin-target.
+func TestStormAdminTarget(t *testing.T) {
+	cfg := app.DefaultConfig()
+	cfg.DB, cfg.AdminAddr = filepath.Join(t.TempDir(), "p.db"), "127.0.0.1:0"
+	cfg.ProviderLatency, cfg.ProviderFailureRate = 5*time.Millisecond, 0.05
+	a, err := app.Open(t.Context(), cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(ctx, apiLn, adminLn) }()
+	defer func() {
+		stop()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		a.Close()
+	}()
+
+	o := DefaultOptions()
+	o.Target, o.Charges, o.Concurrency = "http://"+apiLn.Addr().String(), 100, 10
+	if _, err := Run(context.Background(), o); err == nil || !strings.Contains(err.Error(), "/debug/provider") {
+		t.Fatalf("a storm without -admin-target against a demo with an admin listener: %v, want GET /debug/provider to fail", err)
+	}
+	o.AdminTarget = "http://" + adminLn.Addr().String()
+	runStorm(t, o)
 }
