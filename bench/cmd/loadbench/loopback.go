@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/idemkit/idemkit/bench/internal/loadgen"
 	"github.com/idemkit/idemkit/bench/internal/report"
@@ -105,6 +106,9 @@ func (b *bench) loopbackRun(ch *child, wl loadgen.Workload, conns int) (report.R
 		},
 	})
 	if err != nil {
+		if tail := lastLines(ch.stderr.String(), 3); tail != "" {
+			err = fmt.Errorf("%w; the server's stderr ends with: %s", err, tail)
+		}
 		return report.Run{}, err
 	}
 	if memErr != nil {
@@ -121,4 +125,13 @@ func (b *bench) loopbackRun(ch *child, wl loadgen.Workload, conns int) (report.R
 		BytesPerOp:  float64(after.Bytes-before.Bytes) / n,
 		Status:      res.Status, Replayed: res.Replayed, Errors: res.Errors,
 	}, nil
+}
+
+// lastLines returns the last n lines of s, joined with " | ".
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.TrimSpace(strings.Join(lines, " | "))
 }

@@ -57,3 +57,12 @@ func TestTrimPprof(t *testing.T) {
 		t.Errorf("trimPprof kept the header: %q", got)
 	}
 }
+
+func TestLastLines(t *testing.T) {
+	if got := lastLines("a\nb\nc\nd\n", 2); got != "c | d" {
+		t.Errorf("lastLines = %q", got)
+	}
+	if got := lastLines("", 3); got != "" {
+		t.Errorf("lastLines of nothing = %q", got)
+	}
+}
