@@ -82,7 +82,7 @@ func main() {
 	kinds := flag.String("kinds", strings.Join(servers.Kinds, ","), "configurations: bare, mem, sqlite, insert, builtin")
 	workloads := flag.String("workloads", "First,Replay,Mix,Conflict", "loopback workloads")
 	conns := flag.String("conns", "", "loopback concurrencies (default 16 quick, 1,16,64 full)")
-	flag.IntVar(&c.reps, "reps", 0, "repetitions (default 3 quick, 5 full)")
+	flag.IntVar(&c.reps, "reps", 0, "repetitions (default 3 quick, 4 full)")
 	flag.DurationVar(&c.warmup, "warmup", 0, "warm-up per loopback run (default 150ms quick, 250ms full)")
 	flag.DurationVar(&c.duration, "duration", 0, "measured window per loopback run (default 400ms quick, 1s full)")
 	flag.IntVar(&c.maxRequests, "max-requests", 2_000_000, "bound on the requests measured per run")
@@ -146,7 +146,7 @@ func main() {
 	def(&c.profileDuration, 2*time.Second, 5*time.Second)
 	def(&c.timeout, 10*time.Minute, time.Hour)
 	if c.reps <= 0 {
-		c.reps = pick(c.quick, 3, 5)
+		c.reps = pick(c.quick, 3, 4)
 	}
 	if c.scaleBig == 0 {
 		c.scaleBig = pick(c.quick, 100_000, 1_000_000)
