@@ -1,0 +1,234 @@
+package idemsim
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+)
+
+// faultStore is the store as one engine process sees it: every call
+// travels to the store and back with a latency, and may fail, hang or
+// come back ambiguous, as the weather of the moment says. The call itself
+// reaches the real store in one step of the scheduler, at one instant of
+// virtual time, so the store's answer depends only on the order of the
+// calls, which the seed fixes.
+type faultStore struct {
+	w *world
+	n *node
+}
+
+// batchFaultStore adds idem.BatchRenewer when the store under test has it.
+type batchFaultStore struct{ *faultStore }
+
+var (
+	_ idem.Store        = (*faultStore)(nil)
+	_ idem.BatchRenewer = batchFaultStore{}
+)
+
+// errInjected is the error of a failed call.
+var errInjected = errors.New("idemsim: injected store failure")
+
+// fault is what happens to one call.
+type fault uint8
+
+const (
+	faultNone       fault = iota
+	faultFailBefore       // fails without reaching the store
+	faultFailAfter        // reaches the store (its write commits), then fails
+	faultHang             // never reaches the store; the caller waits for its deadline
+	faultHangAfter        // reaches the store, then the answer never comes
+)
+
+var faultNames = [...]string{"slow", "fails", "commits then fails", "hangs", "commits then hangs"}
+
+type callPlan struct {
+	pre, post time.Duration // travel to the store, and back
+	fault     fault
+	ghost     bool // if the caller gives up before it arrives, it still lands (remote stores)
+}
+
+// call runs one store call: apply makes the real call and records its
+// answer in the model. It returns the error the caller sees.
+func (f *faultStore) call(ctx context.Context, what string, apply func(context.Context) error, ghost func()) error {
+	w, s := f.w, f.w.s
+	pl := w.planCall(f.n)
+	if pl.fault != faultNone || pl.pre+pl.post > w.p.storeTimeout/2 {
+		w.tracef("%s: %s, %s there, %s back", what, faultNames[pl.fault], ms(pl.pre), ms(pl.post))
+	}
+	if !s.sleepCtx(ctx, pl.pre) {
+		if pl.ghost && ghost != nil && pl.fault != faultFailBefore && pl.fault != faultHang {
+			rest := pl.pre
+			w.tracef("%s: the caller gave up; the call still lands later", what)
+			s.spawn(nil, "ghost "+what, func() {
+				s.sleep(rest)
+				ghost()
+			})
+		}
+		return fmt.Errorf("idemsim: %s: %w", what, ctx.Err())
+	}
+	switch pl.fault {
+	case faultFailBefore:
+		s.sleepCtx(ctx, pl.post)
+		return errInjected
+	case faultHang:
+		s.wait(time.Time{}, ctx, nil)
+		return fmt.Errorf("idemsim: %s: %w", what, ctx.Err())
+	}
+	err := apply(ctx)
+	switch pl.fault {
+	case faultFailAfter:
+		s.sleepCtx(ctx, pl.post)
+		return errInjected
+	case faultHangAfter:
+		s.wait(time.Time{}, ctx, nil)
+		return fmt.Errorf("idemsim: %s: %w", what, ctx.Err())
+	}
+	if !s.sleepCtx(ctx, pl.post) {
+		return fmt.Errorf("idemsim: %s: %w", what, ctx.Err())
+	}
+	return err
+}
+
+// Acquire implements idem.Store.
+func (f *faultStore) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
+	m := f.w.m
+	m.newToken(a.Token, f.n, a.ID)
+	if ex, ok := f.w.s.cur.tag.(*exchange); ok {
+		ex.token = a.Token
+	}
+	m.leaseAsked(a.Token, a.LeaseUntil)
+	var (
+		rec idem.Record
+		out idem.AcquireOutcome
+		err error
+	)
+	apply := func(ctx context.Context) error {
+		rec, out, err = f.w.store.Acquire(ctx, a)
+		m.observeAcquire(f.n, a, rec, out, err)
+		return err
+	}
+	ghost := func() {
+		r, o, e := f.w.store.Acquire(context.Background(), a)
+		m.observeAcquire(f.n, a, r, o, e)
+	}
+	if e := f.call(ctx, "acquire "+idName(a.ID)+" "+m.label(a.Token), apply, ghost); e != nil {
+		return idem.Record{}, 0, e
+	}
+	return rec, out, err
+}
+
+// Renew implements idem.Store.
+func (f *faultStore) Renew(ctx context.Context, id idem.ID, token string, until time.Time) error {
+	m := f.w.m
+	m.leaseAsked(token, until)
+	apply := func(ctx context.Context) error {
+		err := f.w.store.Renew(ctx, id, token, until)
+		m.observeRenew(id, token, until, err)
+		return err
+	}
+	ghost := func() {
+		m.observeRenew(id, token, until, f.w.store.Renew(context.Background(), id, token, until))
+	}
+	return f.call(ctx, "renew "+idName(id)+" "+m.label(token), apply, ghost)
+}
+
+// RenewBatch implements idem.BatchRenewer.
+func (f batchFaultStore) RenewBatch(ctx context.Context, held []idem.Held, until time.Time, lost []bool) error {
+	m := f.w.m
+	what := "renew batch"
+	for _, h := range held {
+		m.leaseAsked(h.Token, until)
+		what += " " + m.label(h.Token)
+	}
+	br := f.w.store.(idem.BatchRenewer)
+	apply := func(ctx context.Context) error {
+		err := br.RenewBatch(ctx, held, until, lost)
+		m.observeRenewBatch(held, until, lost, err)
+		return err
+	}
+	held2 := slices.Clone(held)
+	ghost := func() {
+		lost := make([]bool, len(held2))
+		m.observeRenewBatch(held2, until, lost, br.RenewBatch(context.Background(), held2, until, lost))
+	}
+	return f.call(ctx, what, apply, ghost)
+}
+
+// Complete implements idem.Store.
+func (f *faultStore) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
+	m := f.w.m
+	apply := func(ctx context.Context) error {
+		err := f.w.store.Complete(ctx, id, token, c)
+		m.observeComplete(id, token, c, err)
+		return err
+	}
+	var ghost func()
+	if f.w.remote {
+		// The Engine reuses the response's memory once Complete returns;
+		// a call that lands later carries its own copy, as the bytes sent
+		// over a network would be.
+		c2 := c
+		c2.Response = cloneResponse(c.Response)
+		ghost = func() {
+			m.observeComplete(id, token, c2, f.w.store.Complete(context.Background(), id, token, c2))
+		}
+	}
+	return f.call(ctx, "complete "+idName(id)+" "+m.label(token), apply, ghost)
+}
+
+// Release implements idem.Store.
+func (f *faultStore) Release(ctx context.Context, id idem.ID, token string) error {
+	m := f.w.m
+	apply := func(ctx context.Context) error {
+		err := f.w.store.Release(ctx, id, token)
+		m.observeRelease(id, token, err)
+		return err
+	}
+	ghost := func() {
+		m.observeRelease(id, token, f.w.store.Release(context.Background(), id, token))
+	}
+	return f.call(ctx, "release "+idName(id)+" "+m.label(token), apply, ghost)
+}
+
+// Get implements idem.Store. The Engine does not call it.
+func (f *faultStore) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
+	var (
+		rec idem.Record
+		err error
+	)
+	apply := func(ctx context.Context) error {
+		rec, err = f.w.store.Get(ctx, id)
+		f.w.m.observeGet(id, rec, err)
+		return err
+	}
+	if e := f.call(ctx, "get "+idName(id), apply, nil); e != nil && !errors.Is(e, idem.ErrNotFound) {
+		return idem.Record{}, e
+	}
+	return rec, err
+}
+
+// Purge implements idem.Store. The Engine does not call it; the world's
+// purger calls the store directly.
+func (f *faultStore) Purge(ctx context.Context, now time.Time, limit int) (int, error) {
+	var (
+		n   int
+		err error
+	)
+	apply := func(ctx context.Context) error {
+		n, err = f.w.store.Purge(ctx, now, limit)
+		f.w.m.observePurge(now, limit, n, err)
+		return err
+	}
+	if e := f.call(ctx, "purge", apply, nil); e != nil {
+		return 0, e
+	}
+	return n, err
+}
+
+func ms(d time.Duration) string {
+	return d.Round(time.Millisecond).String()
+}

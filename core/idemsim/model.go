@@ -1,0 +1,478 @@
+package idemsim
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+)
+
+// The invariants, numbered as in the package documentation. Contract is
+// the store's own: every answer it gave matches what its contract (the doc
+// comments of idem.Store) says about the calls that reached it.
+const (
+	invOneAtATime  = 1 // never two executions of one key at the same moment
+	invOneCommit   = 2 // never two committed executions per record lifetime
+	invReplay      = 3 // a replay is one whole response a handler produced for that key and fingerprint
+	invFreed       = 4 // a key whose holder died is free again within one lease (plus the renewal interval)
+	invAnswered    = 5 // a logical request that keeps retrying gets a definitive answer
+	invClean       = 6 // after the run: nothing left running, the store within its bound
+	invContract    = 7 // the store answers as its contract says
+	invPanic       = 8 // the simulated code panicked
+	invDeterminism = 9 // the store failed on its own, or something escaped the scheduler
+)
+
+var invNames = map[int]string{
+	invOneAtATime:  "1 (never two executions of one key at once)",
+	invOneCommit:   "2 (never two committed executions per record lifetime)",
+	invReplay:      "3 (a replay is a whole response a handler produced for that key and fingerprint)",
+	invFreed:       "4 (a key whose holder died is free again within one lease plus the renewal interval)",
+	invAnswered:    "5 (every logical request that keeps retrying gets a definitive answer)",
+	invClean:       "6 (nothing left running, store within its bound)",
+	invContract:    "store contract (the store's answers match idem.Store's documentation)",
+	invPanic:       "panic",
+	invDeterminism: "simulation integrity (the store failed with no fault injected)",
+}
+
+// model is what the handlers really did and what the store really holds,
+// as seen from outside the Engine: the executions (handler runs) with
+// their responses, and a shadow of every record, kept from the calls that
+// reached the store and their answers.
+type model struct {
+	w        *world
+	contract bool // check each store answer against the shadow
+
+	execs    []*exec
+	running  map[idem.ID]*exec // the execution of each key running now
+	produced map[respKey][]*response
+
+	shadow   map[idem.ID]*shadowRec
+	maxLease map[string]time.Time // per token: the latest lease its holder asked for
+	tokens   map[string]*tokenInfo
+	order    []string // the tokens, in order of first appearance
+	tokenSeq int
+	ids      []idem.ID // every ID used, in order of first use
+	idSeen   map[idem.ID]bool
+}
+
+type respKey struct {
+	id idem.ID
+	fp idem.Fingerprint
+}
+
+type response struct {
+	status      int
+	contentType string
+	body        []byte
+}
+
+// exec is one run of the handler.
+type exec struct {
+	n       int
+	id      idem.ID
+	fp      idem.Fingerprint
+	token   string
+	node    *node
+	att     *attempt
+	start   time.Time
+	end     time.Time
+	running bool
+	outcome string
+	// exempt: invariant 1 cannot hold for this run, which is documented:
+	// its handler ignores its context, or its process froze while it ran
+	// (a frozen process cannot be told to stop). Only fencing protects
+	// the record from it.
+	exempt string
+}
+
+type tokenInfo struct {
+	label string
+	node  *node
+	id    idem.ID
+	ended bool // the request that acquired it has ended (its server proc returned)
+}
+
+// shadowRec is a record as the store must hold it.
+type shadowRec struct {
+	rec     idem.Record
+	life    int // record lifetimes of this ID so far
+	commits int // completions committed in this lifetime
+}
+
+func newModel(w *world, contract bool) *model {
+	return &model{
+		w:        w,
+		contract: contract,
+		running:  map[idem.ID]*exec{},
+		produced: map[respKey][]*response{},
+		shadow:   map[idem.ID]*shadowRec{},
+		maxLease: map[string]time.Time{},
+		tokens:   map[string]*tokenInfo{},
+		idSeen:   map[idem.ID]bool{},
+	}
+}
+
+// label names a token in traces by its order of first appearance: the
+// tokens themselves differ from run to run.
+func (m *model) label(token string) string {
+	if t, ok := m.tokens[token]; ok {
+		return t.label
+	}
+	return "T?"
+}
+
+func (m *model) newToken(token string, n *node, id idem.ID) {
+	if _, ok := m.tokens[token]; ok {
+		return
+	}
+	m.tokenSeq++
+	m.tokens[token] = &tokenInfo{label: fmt.Sprintf("T%d", m.tokenSeq), node: n, id: id}
+	m.order = append(m.order, token)
+}
+
+func (m *model) useID(id idem.ID) {
+	if !m.idSeen[id] {
+		m.idSeen[id] = true
+		m.ids = append(m.ids, id)
+	}
+}
+
+// leaseAsked notes that token's holder asked the store for a lease until
+// until (whether or not the call reaches it).
+func (m *model) leaseAsked(token string, until time.Time) {
+	if until.After(m.maxLease[token]) {
+		m.maxLease[token] = until
+	}
+}
+
+// startExec records a handler starting, and checks invariant 1.
+func (m *model) startExec(id idem.ID, token string, n *node, att *attempt) *exec {
+	x := &exec{n: len(m.execs) + 1, id: id, token: token, node: n, att: att, start: m.w.s.now, running: true}
+	if att != nil {
+		x.fp = att.fp
+	}
+	m.execs = append(m.execs, x)
+	if other := m.running[id]; other != nil && other.exempt != "" {
+		m.w.tracef("X%d starts beside X%d, whose handler %s: allowed", x.n, other.n, other.exempt)
+	} else if other != nil {
+		m.w.violate(invOneAtATime, "X%d (%s on %s) starts for %s while X%d (%s on %s) has run since %s",
+			x.n, m.label(token), n.name(), idName(id), other.n, m.label(other.token), other.node.name(), m.w.at(other.start))
+	}
+	m.running[id] = x
+	return x
+}
+
+// endExec records a handler's end.
+func (m *model) endExec(x *exec, outcome string) {
+	if !x.running {
+		return
+	}
+	x.running, x.end, x.outcome = false, m.w.s.now, outcome
+	if m.running[x.id] == x {
+		delete(m.running, x.id)
+	}
+	m.w.tracef("X%d ends: %s", x.n, outcome)
+}
+
+// produce records a whole response a handler wrote.
+func (m *model) produce(x *exec, r *response) {
+	k := respKey{x.id, x.fp}
+	m.produced[k] = append(m.produced[k], r)
+}
+
+// pause notes that n froze: its running handlers cannot be told to stop
+// in time.
+func (m *model) pause(n *node) {
+	for _, x := range m.execs {
+		if x.running && x.node == n && x.exempt == "" {
+			x.exempt = "froze with its process"
+		}
+	}
+}
+
+// crash ends every execution of n: its process is gone.
+func (m *model) crash(n *node) {
+	for _, x := range m.execs {
+		if x.running && x.node == n {
+			m.endExec(x, "stopped by the crash")
+		}
+	}
+}
+
+// checkReplay checks invariant 3 for a replay answering att.
+func (m *model) checkReplay(att *attempt, r *response) {
+	if !idem.Storable(r.status) {
+		m.w.violate(invReplay, "%s got a replay of status %d, which is never stored", att.name, r.status)
+		return
+	}
+	for _, p := range m.produced[respKey{att.id, att.fp}] {
+		if p.status == r.status && p.contentType == r.contentType && bytes.Equal(p.body, r.body) {
+			return
+		}
+	}
+	m.w.violate(invReplay, "%s (%s, body %s) got a replay (%d, %d bytes: %s) that no handler produced for that key and body",
+		att.name, idName(att.id), att.bodyName, r.status, len(r.body), excerpt(r.body))
+}
+
+func excerpt(b []byte) string {
+	const n = 60
+	if len(b) <= n {
+		return fmt.Sprintf("%q", b)
+	}
+	return fmt.Sprintf("%q...", b[:n])
+}
+
+func idName(id idem.ID) string { return id.Scope + "/" + id.Key }
+
+// The shadow store: the contract of idem.Store applied to every call that
+// reached the store, in the order they reached it (the scheduler runs one
+// at a time). A store answer that disagrees is a contract violation; the
+// shadow then follows what the store said, so that the invariants are
+// judged on what really happened.
+
+func (m *model) sh(id idem.ID) *shadowRec {
+	s := m.shadow[id]
+	if s == nil {
+		s = &shadowRec{}
+		m.shadow[id] = s
+	}
+	return s
+}
+
+func (m *model) contractf(format string, args ...any) {
+	if m.contract {
+		m.w.violate(invContract, format, args...)
+	}
+}
+
+// ownError reports an error the store returned by itself: the simulation
+// injects every failure, so a store that fails on its own breaks the
+// run's determinism (or is broken).
+func (m *model) ownError(op string, err error) {
+	m.w.violate(invDeterminism, "%s failed with no fault injected: %v", op, err)
+}
+
+func (m *model) observeAcquire(n *node, a idem.Acquire, rec idem.Record, out idem.AcquireOutcome, err error) {
+	m.useID(a.ID)
+	if err != nil {
+		m.ownError("Acquire", err)
+		return
+	}
+	s := m.sh(a.ID)
+	want := idem.Existing
+	switch {
+	case s.rec.State == 0 || s.rec.Expired(a.Now):
+		want = idem.Created
+	case s.rec.State == idem.InFlight && !a.Now.Before(s.rec.LeaseUntil) && s.rec.Fingerprint == a.Fingerprint:
+		want = idem.TookOver
+	}
+	tok := m.label(a.Token)
+	m.w.tracef("acquire %s %s → %s", idName(a.ID), tok, out)
+	if out != want {
+		m.contractf("Acquire of %s by %s returned %s; the record (%s) calls for %s", idName(a.ID), tok, out, m.describe(s.rec), want)
+	}
+	switch out {
+	case idem.Created, idem.TookOver:
+		if out == idem.Created {
+			s.life++
+			s.commits = 0
+		}
+		s.rec = idem.Record{ID: a.ID, Fingerprint: a.Fingerprint, State: idem.InFlight, Token: a.Token,
+			LeaseUntil: a.LeaseUntil, ExpiresAt: a.ExpiresAt, CreatedAt: a.Now}
+		if err := sameRecord(rec, s.rec); err != nil {
+			m.contractf("Acquire of %s by %s (%s) returned a record that differs from what it wrote: %v", idName(a.ID), tok, out, err)
+		}
+	case idem.Existing:
+		if want == idem.Existing {
+			if err := sameRecord(rec, s.rec); err != nil {
+				m.contractf("Acquire of %s returned the existing record, but not as it is: %v", idName(a.ID), err)
+			}
+		}
+		if rec.State == idem.InFlight && rec.Fingerprint == a.Fingerprint {
+			if until, ok := m.maxLease[rec.Token]; ok && !a.Now.Before(until) {
+				m.w.violate(invFreed, "at %s, %s is still held by %s, whose holder asked for no lease beyond %s",
+					m.w.at(a.Now), idName(a.ID), m.label(rec.Token), m.w.at(until))
+			}
+		}
+	}
+}
+
+func (m *model) describe(r idem.Record) string {
+	if r.State == 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%s by %s, lease to %s, expires %s", r.State, m.label(r.Token), m.w.at(r.LeaseUntil), m.w.at(r.ExpiresAt))
+}
+
+// holds reports whether token holds id's in-flight record in the shadow.
+func (m *model) holds(id idem.ID, token string) (*shadowRec, bool) {
+	s := m.shadow[id]
+	return s, s != nil && s.rec.State == idem.InFlight && s.rec.Token == token
+}
+
+// fenced checks the answer of a call conditional on the owner token.
+func (m *model) fenced(op string, id idem.ID, token string, err error) (s *shadowRec, ok bool) {
+	s, held := m.holds(id, token)
+	switch {
+	case err != nil && !errors.Is(err, idem.ErrLockLost):
+		m.ownError(op, err)
+		return s, false
+	case held && err != nil:
+		m.contractf("%s of %s by %s returned ErrLockLost, but %s holds the in-flight record", op, idName(id), m.label(token), m.label(token))
+	case !held && err == nil:
+		var rec idem.Record
+		if s != nil {
+			rec = s.rec
+		}
+		m.contractf("%s of %s by %s succeeded, but the token holds no in-flight record (%s)", op, idName(id), m.label(token), m.describe(rec))
+	}
+	return s, err == nil
+}
+
+func (m *model) observeRenew(id idem.ID, token string, until time.Time, err error) {
+	s, ok := m.fenced("Renew", id, token, err)
+	if ok && s != nil {
+		s.rec.LeaseUntil = until
+	}
+}
+
+func (m *model) observeRenewBatch(held []idem.Held, until time.Time, lost []bool, err error) {
+	if err != nil {
+		m.ownError("RenewBatch", err)
+		return
+	}
+	for i, h := range held {
+		var e error
+		if lost[i] {
+			e = idem.ErrLockLost
+		}
+		m.observeRenew(h.ID, h.Token, until, e)
+	}
+}
+
+func (m *model) observeComplete(id idem.ID, token string, c idem.Completion, err error) {
+	s, ok := m.fenced("Complete", id, token, err)
+	m.w.tracef("complete %s %s → %v", idName(id), m.label(token), errName(err))
+	if !ok || s == nil {
+		return
+	}
+	s.rec.State = idem.Completed
+	s.rec.CompletedAt, s.rec.ExpiresAt = c.CompletedAt, c.ExpiresAt
+	s.rec.Response = cloneResponse(c.Response)
+	s.commits++
+	if s.commits > 1 {
+		m.w.violate(invOneCommit, "a second completion of %s committed in one record lifetime (by %s)", idName(id), m.label(token))
+	}
+}
+
+func (m *model) observeRelease(id idem.ID, token string, err error) {
+	s, ok := m.fenced("Release", id, token, err)
+	m.w.tracef("release %s %s → %v", idName(id), m.label(token), errName(err))
+	if ok && s != nil {
+		s.rec = idem.Record{}
+	}
+}
+
+func (m *model) observeGet(id idem.ID, rec idem.Record, err error) {
+	s := m.shadow[id]
+	exists := s != nil && s.rec.State != 0
+	switch {
+	case err != nil && !errors.Is(err, idem.ErrNotFound):
+		m.ownError("Get", err)
+	case err != nil && exists:
+		m.contractf("Get of %s returned ErrNotFound, but the store holds %s", idName(id), m.describe(s.rec))
+	case err == nil && !exists:
+		m.contractf("Get of %s returned a record (%s), but none should exist", idName(id), rec.State)
+	case err == nil:
+		if e := sameRecord(rec, s.rec); e != nil {
+			m.contractf("Get of %s: %v", idName(id), e)
+		}
+	}
+}
+
+func (m *model) observePurge(now time.Time, limit, n int, err error) {
+	if err != nil {
+		m.ownError("Purge", err)
+		return
+	}
+	expired := 0
+	for _, id := range m.ids {
+		if s := m.shadow[id]; s != nil && s.rec.State != 0 && s.rec.Expired(now) {
+			expired++
+			s.rec = idem.Record{}
+		}
+	}
+	if want := min(expired, limit); n != want {
+		m.contractf("Purge deleted %d records; %d had expired", n, want)
+	}
+	m.w.tracef("purge → %d", n)
+}
+
+// live counts the records the shadow holds.
+func (m *model) live() int {
+	n := 0
+	for _, id := range m.ids {
+		if s := m.shadow[id]; s != nil && s.rec.State != 0 {
+			n++
+		}
+	}
+	return n
+}
+
+func sameRecord(got, want idem.Record) error {
+	switch {
+	case got.ID != want.ID:
+		return fmt.Errorf("ID %s, want %s", idName(got.ID), idName(want.ID))
+	case got.State != want.State:
+		return fmt.Errorf("state %s, want %s", got.State, want.State)
+	case got.Fingerprint != want.Fingerprint:
+		return errors.New("another fingerprint")
+	case got.Token != want.Token:
+		return errors.New("another token")
+	case !got.LeaseUntil.Equal(want.LeaseUntil):
+		return fmt.Errorf("lease until %s, want %s", got.LeaseUntil, want.LeaseUntil)
+	case !got.ExpiresAt.Equal(want.ExpiresAt):
+		return fmt.Errorf("expires at %s, want %s", got.ExpiresAt, want.ExpiresAt)
+	case !got.CreatedAt.Equal(want.CreatedAt):
+		return fmt.Errorf("created at %s, want %s", got.CreatedAt, want.CreatedAt)
+	case want.State == idem.Completed && !got.CompletedAt.Equal(want.CompletedAt):
+		return fmt.Errorf("completed at %s, want %s", got.CompletedAt, want.CompletedAt)
+	}
+	if want.State != idem.Completed {
+		return nil
+	}
+	g, w := got.Response, want.Response
+	if g.Status != w.Status || !bytes.Equal(g.Body, w.Body) {
+		return fmt.Errorf("response %d with %d bytes, want %d with %d bytes", g.Status, len(g.Body), w.Status, len(w.Body))
+	}
+	if !slices.EqualFunc(g.Header, w.Header, func(a, b idem.HeaderField) bool {
+		return a.Name == b.Name && slices.Equal(a.Values, b.Values)
+	}) {
+		return fmt.Errorf("response header %v, want %v", g.Header, w.Header)
+	}
+	return nil
+}
+
+func cloneResponse(r idem.Response) idem.Response {
+	c := idem.Response{Status: r.Status, Body: bytes.Clone(r.Body)}
+	if c.Body == nil {
+		c.Body = []byte{}
+	}
+	for _, f := range r.Header {
+		c.Header = append(c.Header, idem.HeaderField{Name: f.Name, Values: slices.Clone(f.Values)})
+	}
+	return c
+}
+
+func errName(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, idem.ErrLockLost):
+		return "lock lost"
+	}
+	return err.Error()
+}

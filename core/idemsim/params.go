@@ -1,0 +1,162 @@
+package idemsim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// params is the shape of one run, drawn from its seed: how many engines,
+// how the Engine is configured, how hostile the store and the clients are.
+type params struct {
+	engines        int
+	lease          time.Duration
+	renewEvery     time.Duration
+	storeTimeout   time.Duration
+	handlerTimeout time.Duration // 0: none
+	ttl            time.Duration
+	maxBody        int // Config.MaxResponseBody
+
+	chaos      time.Duration // faults, crashes and misbehaving clients happen before this
+	requests   int           // logical requests
+	scopes     int
+	keys       int // keys per scope
+	burst      bool
+	maxHandler time.Duration // the longest a handler works
+	react      time.Duration // a handler stops within this of its context being cancelled
+
+	crashes int
+	pauses  int // process freezes
+
+	// Per store call, outside the windows.
+	pFail, pAmbiguous, pHang, pSlow float64
+	slowMax                         time.Duration
+	windows                         []window
+
+	// Per attempt of a client.
+	pShortTimeout, pCut, pOtherBody, pPanic float64
+	pDeaf                                   float64 // a handler ignores its context
+}
+
+// window is a spell of bad weather for the store, as every engine sees it
+// (slot -1) or as one engine's network does.
+type window struct {
+	from, to time.Duration
+	slot     int
+	kind     windowKind
+	lag      time.Duration // windowLag: every call takes up to this, each way
+}
+
+type windowKind uint8
+
+const (
+	windowSlow      windowKind = iota // some calls take longer than the lease
+	windowDown                        // every call hangs until its deadline, or fails
+	windowFlaky                       // half the calls fail, some after committing
+	windowAmbiguous                   // half the calls commit, then fail or hang
+	windowLag                         // every call is slow, each within its deadline
+	windowKinds
+)
+
+var windowNames = [...]string{"slow", "down", "flaky", "ambiguous", "lag"}
+
+func (w window) String() string {
+	where := "store"
+	if w.slot >= 0 {
+		where = fmt.Sprintf("e%d's network", w.slot)
+	}
+	s := fmt.Sprintf("%s %s from %s to %s", where, windowNames[w.kind], w.from, w.to)
+	if w.kind == windowLag {
+		s += fmt.Sprintf(" (up to %s each way)", ms(w.lag))
+	}
+	return s
+}
+
+func msBetween(r *rand.Rand, lo, hi time.Duration) time.Duration {
+	lo, hi = lo.Truncate(time.Millisecond), hi.Truncate(time.Millisecond)
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(r.Int64N(int64((hi-lo)/time.Millisecond)+1))*time.Millisecond
+}
+
+func drawParams(seed uint64) params {
+	r := rand.New(rand.NewPCG(seed, 0xba5e))
+	var p params
+	p.engines = 1 + r.IntN(4)
+	p.lease = time.Duration(10+r.IntN(51)) * time.Second
+	// A multiple of 4 ms, so that the renewer's tick (RenewEvery/4) and
+	// every time derived from it stay in whole milliseconds, which stores
+	// with millisecond precision keep exactly.
+	p.renewEvery = msBetween(r, p.lease/5, p.lease/2).Truncate(4 * time.Millisecond)
+	switch x := r.Float64(); {
+	case x < 0.6:
+		p.storeTimeout = msBetween(r, 500*time.Millisecond, p.lease/4)
+	case x < 0.85:
+		p.storeTimeout = msBetween(r, p.lease/4, p.lease/2)
+	case x < 0.95:
+		p.storeTimeout = msBetween(r, p.lease/2, p.lease)
+	default:
+		p.storeTimeout = msBetween(r, p.lease, 2*p.lease)
+	}
+	if r.Float64() < 0.3 {
+		p.handlerTimeout = msBetween(r, p.lease/2, 3*p.lease)
+	}
+	p.ttl = 24 * time.Hour
+	if r.Float64() < 0.4 {
+		p.ttl = msBetween(r, 2*time.Minute, 10*time.Minute)
+	}
+	p.maxBody = 8<<10 + r.IntN(56<<10)
+
+	p.chaos = msBetween(r, time.Minute, 8*time.Minute)
+	p.requests = 4 + r.IntN(37)
+	p.scopes = 1 + r.IntN(3)
+	p.keys = 1 + r.IntN(max(2, p.requests/p.scopes))
+	p.burst = r.Float64() < 0.5
+	p.maxHandler = msBetween(r, p.lease/2, 3*p.lease)
+	p.react = p.renewEvery / 4
+
+	p.crashes = r.IntN(4)
+	p.pauses = r.IntN(4)
+
+	p.pFail = 0.1 * r.Float64()
+	p.pAmbiguous = 0.1 * r.Float64()
+	p.pHang = 0.05 * r.Float64()
+	p.pSlow = 0.2 * r.Float64()
+	p.slowMax = 2 * p.lease
+	for range r.IntN(7) {
+		w := window{slot: -1, kind: windowKind(r.IntN(int(windowKinds)))}
+		if p.engines > 1 && r.Float64() < 0.6 {
+			w.slot = r.IntN(p.engines)
+		}
+		w.from = msBetween(r, 0, p.chaos)
+		w.to = min(p.chaos, w.from+msBetween(r, 5*time.Second, 3*p.lease))
+		if w.kind == windowLag {
+			w.lag = msBetween(r, p.renewEvery/10, p.renewEvery/2)
+		}
+		p.windows = append(p.windows, w)
+	}
+
+	p.pShortTimeout = 0.5 * r.Float64()
+	p.pCut = 0.2 * r.Float64()
+	p.pOtherBody = 0.1 * r.Float64()
+	p.pPanic = 0.03 * r.Float64()
+	p.pDeaf = 0.05 * r.Float64()
+	return p
+}
+
+func (p params) String() string {
+	s := fmt.Sprintf("%d engines, lease %s, renew every %s, store timeout %s", p.engines, p.lease, p.renewEvery, p.storeTimeout)
+	if p.handlerTimeout > 0 {
+		s += fmt.Sprintf(", handler timeout %s", p.handlerTimeout)
+	}
+	s += fmt.Sprintf(", TTL %s, max body %d; %d requests on %d scopes x %d keys", p.ttl, p.maxBody, p.requests, p.scopes, p.keys)
+	if p.burst {
+		s += " in a burst"
+	}
+	s += fmt.Sprintf("; handlers up to %s; chaos for %s with %d crashes and %d freezes", p.maxHandler, p.chaos, p.crashes, p.pauses)
+	for _, w := range p.windows {
+		s += "; " + w.String()
+	}
+	return s
+}
