@@ -123,13 +123,20 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 	if err != nil {
 		return idem.Record{}, 0, fmt.Errorf("redisstore: acquire: %w", err)
 	}
-	outcome, _ := res[0].(int64)
+	var outcome int64 = -1
+	if len(res) > 0 {
+		outcome, _ = res[0].(int64)
+	}
 	switch {
 	case outcome == 1 || outcome == 2:
+		o := idem.Created
+		if outcome == 2 {
+			o = idem.TookOver
+		}
 		return idem.Record{
 			ID: a.ID, Fingerprint: a.Fingerprint, State: idem.InFlight, Token: a.Token,
 			LeaseUntil: a.LeaseUntil, ExpiresAt: a.ExpiresAt, CreatedAt: a.Now,
-		}, map[int64]idem.AcquireOutcome{1: idem.Created, 2: idem.TookOver}[outcome], nil
+		}, o, nil
 	case outcome == 0 && len(res) == 1+len(recordFields):
 		rec, err := decodeRecord(a.ID, res[1:])
 		if err != nil {
@@ -137,7 +144,7 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 		}
 		return rec, idem.Existing, nil
 	}
-	return idem.Record{}, 0, fmt.Errorf("redisstore: acquire: unexpected reply %v", res[0])
+	return idem.Record{}, 0, fmt.Errorf("redisstore: acquire: unexpected reply of %d values", len(res))
 }
 
 // later returns the later of a and b.
