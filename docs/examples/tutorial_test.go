@@ -1,22 +1,19 @@
-// The tutorial's tests: every code block of docs/tutorial.md is exercised.
-//   - a go block must appear verbatim in the example program its
-//     "<!-- file: ... -->" note names, and every example program is built;
-//   - a console block is replayed against the running example its
-//     "<!-- run: ... -->" note names, and every line it shows must be in
-//     the real output;
-//   - an sh block's `go get` must name a module of this repository and its
-//     `go run` an example that exists.
+// The tutorial's sessions: every console block of docs/tutorial.md is
+// replayed against the running example its "<!-- run: ... -->" note names,
+// and every line it shows must be in the real output. Its go and sh blocks
+// are checked with every other document's, in docs_blocks_test.go.
 package examples_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -25,112 +22,24 @@ import (
 	"gorm.io/gorm"
 )
 
-type block struct {
-	line int    // where the fence opens, for messages
-	lang string // go, console, sh
-	note string // "file: gin/main.go", "run: gin"
-	text string
-}
-
-func readTutorial(t *testing.T) []block {
-	t.Helper()
-	f, err := os.Open(filepath.Join("..", "tutorial.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var blocks []block
-	var cur *block
-	note := ""
-	sc := bufio.NewScanner(f)
-	for n := 1; sc.Scan(); n++ {
-		line := sc.Text()
-		switch {
-		case cur != nil && line == "```":
-			blocks = append(blocks, *cur)
-			cur = nil
-		case cur != nil:
-			cur.text += line + "\n"
-		case strings.HasPrefix(line, "```"):
-			cur = &block{line: n, lang: strings.TrimPrefix(line, "```"), note: note}
-			note = ""
-		case strings.HasPrefix(line, "<!-- ") && strings.HasSuffix(line, " -->"):
-			note = strings.TrimSuffix(strings.TrimPrefix(line, "<!-- "), " -->")
-		case strings.TrimSpace(line) != "":
-			note = ""
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
+// TestTutorialBlocks checks the kinds of the tutorial's blocks: go and sh
+// blocks are checked by TestDocsGoBlocks and TestDocsShellBlocks, console
+// blocks are replayed by TestTutorialSessions and so must say where.
+func TestTutorialBlocks(t *testing.T) {
+	blocks := readBlocks(t, "docs/tutorial.md")
 	if len(blocks) < 10 {
 		t.Fatalf("found only %d code blocks in the tutorial", len(blocks))
 	}
-	return blocks
-}
-
-// TestTutorialCodeIsTheExamples checks every go block against the example
-// program it comes from; the programs themselves are compiled by go vet
-// and go test, and run by TestTutorialSessions.
-func TestTutorialCodeIsTheExamples(t *testing.T) {
-	checked := 0
-	for _, b := range readTutorial(t) {
+	for _, b := range blocks {
 		switch b.lang {
-		case "go":
-			file, ok := strings.CutPrefix(b.note, "file: ")
-			if !ok {
-				t.Errorf("tutorial.md:%d: go block without a <!-- file: ... --> note", b.line)
-				continue
-			}
-			src, err := os.ReadFile(file)
-			if err != nil {
-				t.Errorf("tutorial.md:%d: %v", b.line, err)
-				continue
-			}
-			if !strings.Contains(string(src), b.text) {
-				t.Errorf("tutorial.md:%d: the block is not in %s as written:\n%s", b.line, file, b.text)
-			}
-			checked++
-		case "sh":
-			for _, line := range strings.Split(strings.TrimSpace(b.text), "\n") {
-				checkShellLine(t, b.line, line)
-			}
-			checked++
+		case "go", "sh":
 		case "console":
 			if !strings.HasPrefix(b.note, "run: ") {
-				t.Errorf("tutorial.md:%d: console block without a <!-- run: ... --> note", b.line)
+				t.Errorf("%s: console block without a <!-- run: ... --> note", b.at())
 			}
 		default:
-			t.Errorf("tutorial.md:%d: block of unknown kind %q", b.line, b.lang)
+			t.Errorf("%s: block of unknown kind %q", b.at(), b.lang)
 		}
-	}
-	t.Logf("checked %d go and sh blocks", checked)
-}
-
-// checkShellLine checks an installation or run command of the tutorial.
-func checkShellLine(t *testing.T, at int, line string) {
-	fields := strings.Fields(line)
-	for i, f := range fields {
-		if strings.Contains(f, "=") && i == 0 {
-			continue // an environment assignment
-		}
-		fields = fields[i:]
-		break
-	}
-	switch {
-	case len(fields) == 3 && fields[0] == "go" && fields[1] == "get":
-		dir := strings.TrimPrefix(fields[2], "github.com/idemkit/idemkit")
-		mod, err := os.ReadFile(filepath.Join("..", "..", dir, "go.mod"))
-		if err != nil || !strings.HasPrefix(string(mod), "module "+fields[2]+"\n") {
-			t.Errorf("tutorial.md:%d: %q names no module of this repository", at, line)
-		}
-	case len(fields) == 3 && fields[0] == "go" && fields[1] == "run":
-		example, ok := strings.CutPrefix(fields[2], "./docs/examples/")
-		if _, err := os.Stat(filepath.Join(example, "main.go")); !ok || err != nil {
-			t.Errorf("tutorial.md:%d: %q runs no example program", at, line)
-		}
-	default:
-		t.Errorf("tutorial.md:%d: unexpected shell line %q", at, line)
 	}
 }
 
@@ -139,7 +48,7 @@ func TestTutorialSessions(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatal("curl is needed to replay the tutorial's sessions: install it (apt-get install curl)")
 	}
-	blocks := readTutorial(t)
+	blocks := readBlocks(t, "docs/tutorial.md")
 	bin := t.TempDir()
 	servers := map[string]string{}
 	for _, b := range blocks {
@@ -211,14 +120,14 @@ func replay(t *testing.T, b block, addr string) {
 		}
 		for _, w := range s.want {
 			if !got[w] {
-				t.Fatalf("tutorial.md:%d: %s\nshows %q, but the output was:\n%s", b.line, s.cmd, w, outputs[i])
+				t.Fatalf("%s: %s\nshows %q, but the output was:\n%s", b.at(), s.cmd, w, outputs[i])
 			}
 		}
 	}
 }
 
-// startExample builds and starts an example program on a free port, in a
-// directory of its own, and returns its host:port.
+// startExample builds an example program and starts it on a free port,
+// in a directory of its own, and returns its host:port.
 func startExample(t *testing.T, bin, name string, env []string) string {
 	t.Helper()
 	exe := filepath.Join(bin, name)
@@ -228,15 +137,29 @@ func startExample(t *testing.T, bin, name string, env []string) string {
 			t.Fatalf("build %s: %v\n%s", name, err, out)
 		}
 	}
+	addr := freeAddr(t)
+	startProgram(t, exe, []string{"-addr=" + addr}, env, addr)
+	return addr
+}
+
+// freeAddr returns a loopback host:port that nothing listens on now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	cmd := exec.Command(exe)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// startProgram starts exe with args, in a directory of its own, waits
+// until addr accepts connections, and stops the program when t ends.
+func startProgram(t *testing.T, exe string, args, env []string, addr string) {
+	t.Helper()
+	cmd := exec.Command(exe, args...)
 	cmd.Dir = t.TempDir()
-	cmd.Env = append(append(os.Environ(), "ADDR="+addr), env...)
+	cmd.Env = append(os.Environ(), env...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -248,37 +171,59 @@ func startExample(t *testing.T, bin, name string, env []string) string {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
 			c.Close()
-			return addr
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("example %s did not start listening on %s", name, addr)
+			t.Fatalf("%s did not start listening on %s", filepath.Base(exe), addr)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 }
 
-// freshDatabase creates an empty database on the server of dsn and returns
-// its DSN, so the example's order ids start at 1.
+// freshDatabase creates an empty database on the server of dsn, and a
+// role that owns it, with the statements docs/operations.md gives for
+// that ("Creating the database"), and returns the DSN by which that role
+// connects to it. The example's order ids then start at 1, and the example
+// runs as the role the documentation recommends rather than as a superuser.
 func freshDatabase(t *testing.T, dsn string) string {
 	t.Helper()
+	var sql string
+	for _, b := range readBlocks(t, "docs/operations.md") {
+		if b.note == "run: postgres" {
+			sql = b.text
+		}
+	}
+	if sql == "" {
+		t.Fatal("docs/operations.md has no <!-- run: postgres --> block")
+	}
+	suffix := strings.ToLower(rand.Text()[:10])
+	role, name := "shop_app_"+suffix, "shop_"+suffix
+	sql = strings.ReplaceAll(sql, "shop_app", role)
+	sql = regexp.MustCompile(`\bshop\b`).ReplaceAllString(sql, name)
+
 	db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := "tutorial_" + strings.ToLower(rand.Text()[:10])
-	if err := db.Exec("CREATE DATABASE " + name).Error; err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(func() {
 		db.Exec(fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", name))
+		db.Exec(fmt.Sprintf("DROP ROLE IF EXISTS %s", role))
 		if sqlDB, err := db.DB(); err == nil {
 			sqlDB.Close()
 		}
 	})
-	i := strings.LastIndex(dsn, "/")
-	q := strings.Index(dsn[i:], "?")
-	if q < 0 {
-		return dsn[:i+1] + name
+	for _, stmt := range strings.Split(sql, ";") {
+		if stmt = strings.TrimSpace(stmt); stmt != "" {
+			if err := db.Exec(stmt).Error; err != nil {
+				t.Fatalf("docs/operations.md: %s: %v", stmt, err)
+			}
+		}
 	}
-	return dsn[:i+1] + name + dsn[i+q:]
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(role, "change-me")
+	u.Path = "/" + name
+	return u.String()
 }

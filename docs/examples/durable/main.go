@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log"
 	"net/http"
@@ -28,19 +29,37 @@ type Order struct {
 	Quantity int    `json:"quantity"`
 }
 
+// openDB opens the SQLite file orders.db, or the PostgreSQL database
+// named by $DATABASE_URL.
 func openDB() (*gorm.DB, error) {
-	if dsn := os.Getenv("DATABASE_URL"); dsn != "" {
-		return gorm.Open(postgres.Open(dsn))
+	dsn := os.Getenv("DATABASE_URL")
+	if dsn == "" {
+		return sqlitedb.Open("orders.db") // WAL, busy timeout, a pool of 16
 	}
-	return sqlitedb.Open("orders.db")
+	db, err := gorm.Open(postgres.Open(dsn))
+	if err != nil {
+		return nil, err
+	}
+	// Every instance may hold this many of the server's connections.
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, err
+	}
+	sqlDB.SetMaxOpenConns(20)
+	sqlDB.SetMaxIdleConns(20)
+	return db, nil
 }
 
 func main() {
+	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
+	flag.Parse()
+
 	ctx := context.Background()
 	db, err := openDB()
 	if err != nil {
 		log.Fatal(err)
 	}
+	// Two tables: the application's orders, and the store's records.
 	if err := db.AutoMigrate(&Order{}); err != nil {
 		log.Fatal(err)
 	}
@@ -59,7 +78,7 @@ func main() {
 	r.Use(gin.Recovery())
 	orders := r.Group("/orders", requireAccount, withTxSlot, idemgin.Middleware(engine, byAccount))
 	orders.POST("", createOrder(db))
-	log.Fatal(r.Run(addr()))
+	log.Fatal(r.Run(*addr))
 }
 
 // requireAccount answers 401 before idemkit runs, so nothing is recorded.
@@ -100,12 +119,4 @@ func createOrder(db *gorm.DB) gin.HandlerFunc {
 		c.Header("Location", fmt.Sprintf("/orders/%d", o.ID))
 		c.JSON(http.StatusCreated, o)
 	}
-}
-
-// addr is where the server listens: $ADDR, or 127.0.0.1:8080.
-func addr() string {
-	if a := os.Getenv("ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:8080"
 }

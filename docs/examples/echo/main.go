@@ -2,9 +2,9 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"net/http"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -14,6 +14,20 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 )
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
+	flag.Parse()
+
+	store := memstore.New()
+	defer store.Close()
+	engine := idem.New(idem.Config{Store: store})
+
+	e := echo.New()
+	e.Use(middleware.Recover(), idemecho.Middleware(engine))
+	e.POST("/orders", createOrder)
+	e.Logger.Fatal(e.Start(*addr))
+}
 
 type order struct {
 	Item     string `json:"item"`
@@ -31,23 +45,4 @@ func createOrder(c echo.Context) error {
 	id := orders.Add(1)
 	c.Response().Header().Set("Location", fmt.Sprintf("/orders/%d", id))
 	return c.JSON(http.StatusCreated, map[string]any{"id": id, "item": o.Item, "quantity": o.Quantity})
-}
-
-func main() {
-	store := memstore.New()
-	defer store.Close()
-	engine := idem.New(idem.Config{Store: store})
-
-	e := echo.New()
-	e.Use(middleware.Recover(), idemecho.Middleware(engine))
-	e.POST("/orders", createOrder)
-	e.Logger.Fatal(e.Start(addr()))
-}
-
-// addr is where the server listens: $ADDR, or 127.0.0.1:8080.
-func addr() string {
-	if a := os.Getenv("ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:8080"
 }

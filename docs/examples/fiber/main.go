@@ -2,9 +2,9 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"log"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -14,6 +14,20 @@ import (
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/memstore"
 )
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
+	flag.Parse()
+
+	store := memstore.New()
+	defer store.Close()
+	engine := idem.New(idem.Config{Store: store})
+
+	app := fiber.New()
+	app.Use(recover.New(), idemfiber.New(engine))
+	app.Post("/orders", createOrder)
+	log.Fatal(app.Listen(*addr))
+}
 
 type order struct {
 	Item     string `json:"item"`
@@ -31,23 +45,4 @@ func createOrder(c *fiber.Ctx) error {
 	id := orders.Add(1)
 	c.Location(fmt.Sprintf("/orders/%d", id))
 	return c.Status(fiber.StatusCreated).JSON(fiber.Map{"id": id, "item": o.Item, "quantity": o.Quantity})
-}
-
-func main() {
-	store := memstore.New()
-	defer store.Close()
-	engine := idem.New(idem.Config{Store: store})
-
-	app := fiber.New()
-	app.Use(recover.New(), idemfiber.New(engine))
-	app.Post("/orders", createOrder)
-	log.Fatal(app.Listen(addr()))
-}
-
-// addr is where the server listens: $ADDR, or 127.0.0.1:8080.
-func addr() string {
-	if a := os.Getenv("ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:8080"
 }

@@ -2,15 +2,16 @@
 package main
 
 import (
+	"flag"
 	"fmt"
+	"log"
 	"net/http"
-	"os"
 	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
 	idemgin "github.com/idemkit/idemkit/adapters/gin"
-	idem "github.com/idemkit/idemkit/core"
+	idem "github.com/idemkit/idemkit/core" // the package at .../core is named idem
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
@@ -34,6 +35,9 @@ func createOrder(c *gin.Context) {
 }
 
 func main() {
+	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
+	flag.Parse()
+
 	store := memstore.New()
 	defer store.Close()
 	engine := idem.New(idem.Config{Store: store})
@@ -41,13 +45,5 @@ func main() {
 	r := gin.New()
 	r.Use(gin.Recovery(), idemgin.Middleware(engine))
 	r.POST("/orders", createOrder)
-	r.Run(addr())
-}
-
-// addr is where the server listens: $ADDR, or 127.0.0.1:8080.
-func addr() string {
-	if a := os.Getenv("ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:8080"
+	log.Fatal(r.Run(*addr))
 }

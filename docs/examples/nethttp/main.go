@@ -3,10 +3,10 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"log"
 	"net/http"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -14,6 +14,19 @@ import (
 	"github.com/idemkit/idemkit/core/idemhttp"
 	"github.com/idemkit/idemkit/core/memstore"
 )
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8080", "address to listen on")
+	flag.Parse()
+
+	store := memstore.New()
+	defer store.Close()
+	engine := idem.New(idem.Config{Store: store})
+
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /orders", createOrder)
+	log.Fatal(http.ListenAndServe(*addr, idemhttp.Middleware(engine)(mux)))
+}
 
 type order struct {
 	Item     string `json:"item"`
@@ -34,22 +47,4 @@ func createOrder(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Location", fmt.Sprintf("/orders/%d", id))
 	w.WriteHeader(http.StatusCreated)
 	json.NewEncoder(w).Encode(map[string]any{"id": id, "item": o.Item, "quantity": o.Quantity})
-}
-
-func main() {
-	store := memstore.New()
-	defer store.Close()
-	engine := idem.New(idem.Config{Store: store})
-
-	mux := http.NewServeMux()
-	mux.HandleFunc("POST /orders", createOrder)
-	log.Fatal(http.ListenAndServe(addr(), idemhttp.Middleware(engine)(mux)))
-}
-
-// addr is where the server listens: $ADDR, or 127.0.0.1:8080.
-func addr() string {
-	if a := os.Getenv("ADDR"); a != "" {
-		return a
-	}
-	return "127.0.0.1:8080"
 }
