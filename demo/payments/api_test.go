@@ -530,6 +530,9 @@ var apiCases = []struct {
 			"/debug/provider":              "GET",
 			"/docs/idempotency":            "GET",
 			"/docs/idempotency/key-reused": "GET",
+			"/":                            "GET",
+			"/checkout.js":                 "GET",
+			"/checkout.css":                "GET",
 		} {
 			for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodHead, http.MethodOptions} {
 				if strings.Contains(", "+allow+", ", ", "+method+", ") {
@@ -594,6 +597,24 @@ var apiCases = []struct {
 		for _, path := range []string{"/docs/idempotency/nope", "/docs/idempotency/", "/docs/idempotency/key-reused/x"} {
 			d.do(t, http.MethodGet, path, "", "", "").problem(t, 404, "not-found")
 		}
+	}},
+	{"CheckoutPage", func(t *testing.T, d *demo) {
+		for path, ctype := range map[string]string{"/": "text/html", "/checkout.js": "text/javascript", "/checkout.css": "text/css"} {
+			r := d.do(t, http.MethodGet, path, "", "", "")
+			if r.status != 200 || !strings.HasPrefix(r.header.Get("Content-Type"), ctype) || len(r.body) == 0 {
+				t.Fatalf("GET %s: %d %q", path, r.status, r.header.Get("Content-Type"))
+			}
+			if csp := r.header.Get("Content-Security-Policy"); !strings.Contains(csp, "script-src 'self'") {
+				t.Fatalf("GET %s: Content-Security-Policy %q", path, csp)
+			}
+		}
+		page := d.do(t, http.MethodGet, "/", "", "", "")
+		for _, want := range []string{`src="/checkout.js"`, `href="/checkout.css"`, `id="pay"`, `id="timeline"`, `id="flaky"`} {
+			if !bytes.Contains(page.body, []byte(want)) {
+				t.Fatalf("the checkout page lacks %s", want)
+			}
+		}
+		d.do(t, http.MethodGet, "/index.html", "", "", "").problem(t, 404, "not-found")
 	}},
 	{"Metrics", func(t *testing.T, d *demo) {
 		r := d.do(t, http.MethodGet, "/metrics", "", "", "")

@@ -23,7 +23,9 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
+	"github.com/idemkit/idemkit/demo/payments/internal/checkout"
 	"github.com/idemkit/idemkit/demo/payments/internal/docs"
+	"github.com/idemkit/idemkit/demo/payments/internal/flaky"
 	"github.com/idemkit/idemkit/demo/payments/internal/payments"
 	"github.com/idemkit/idemkit/demo/payments/internal/server"
 )
@@ -156,6 +158,8 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 		Docs:          docs.Handler(docs.Policy{TTL: cfg.TTL, Lease: cfg.Lease, Path: api.DocsPath, NotFound: http.HandlerFunc(a.NotFound)}),
 		Debug:         a.ProviderDebug(provider),
 		SeparateAdmin: cfg.AdminAddr != "",
+		Checkout:      checkout.Handler(http.HandlerFunc(a.NotFound)),
+		Network:       flaky.New(log),
 		Logger:        log,
 	}
 	srv, err := server.New(scfg)

@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
+	"github.com/idemkit/idemkit/demo/payments/internal/checkout"
 )
 
 func newEcho(cfg Config) http.Handler {
@@ -26,10 +27,15 @@ func newEcho(cfg Config) http.Handler {
 		api.WriteResponse(c.Response(), frameworkError(cfg.API, status))
 	}
 	e.GET("/healthz", echo.WrapHandler(http.HandlerFunc(healthz)))
-	e.GET("/metrics", echo.WrapHandler(cfg.Metrics))
+	for _, path := range checkout.Paths {
+		e.GET(path, echo.WrapHandler(cfg.Checkout))
+	}
+	if !cfg.SeparateAdmin {
+		e.GET("/metrics", echo.WrapHandler(cfg.Metrics))
+		e.GET(DebugPath, echo.WrapHandler(cfg.Debug))
+	}
 	e.GET(api.DocsPath, echo.WrapHandler(cfg.Docs))
 	e.GET(api.DocsPath+"/:name", echo.WrapHandler(cfg.Docs))
-	e.GET(DebugPath, echo.WrapHandler(cfg.Debug))
 
 	v1 := e.Group("/v1",
 		func(next echo.HandlerFunc) echo.HandlerFunc {
@@ -53,6 +59,6 @@ func newEcho(cfg Config) http.Handler {
 			return scope(c.Request().Header.Get("Authorization"))
 		})),
 	)
-	v1.Any("/*", echo.WrapHandler(cfg.API.Handler()))
+	v1.Any("/*", echo.WrapHandler(apiHandler(cfg)))
 	return e
 }

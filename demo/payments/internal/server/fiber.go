@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"net/http"
@@ -15,6 +16,8 @@ import (
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
+	"github.com/idemkit/idemkit/demo/payments/internal/checkout"
+	"github.com/idemkit/idemkit/demo/payments/internal/flaky"
 )
 
 type fiberServer struct{ app *fiber.App }
@@ -30,6 +33,7 @@ func newFiber(cfg Config) *fiberServer {
 			return writeFiber(c, frameworkError(cfg.API, status))
 		},
 	})
+	app.Use(flakyFiber(cfg.Network))
 	app.Use(func(c *fiber.Ctx) error {
 		start := time.Now()
 		err := c.Next()
@@ -41,10 +45,15 @@ func newFiber(cfg Config) *fiberServer {
 	app.Use(guardFiber(cfg.API, apiRoutes(cfg)))
 	app.Use(recover.New())
 	app.Get("/healthz", adaptor.HTTPHandlerFunc(healthz))
-	app.Get("/metrics", adaptor.HTTPHandler(cfg.Metrics))
+	for _, path := range checkout.Paths {
+		app.Get(path, adaptor.HTTPHandler(cfg.Checkout))
+	}
+	if !cfg.SeparateAdmin {
+		app.Get("/metrics", adaptor.HTTPHandler(cfg.Metrics))
+		app.Get(DebugPath, adaptor.HTTPHandler(cfg.Debug))
+	}
 	app.Get(api.DocsPath, adaptor.HTTPHandler(cfg.Docs))
 	app.Get(api.DocsPath+"/:name", adaptor.HTTPHandler(cfg.Docs))
-	app.Get(DebugPath, adaptor.HTTPHandler(cfg.Debug))
 
 	v1 := app.Group("/v1",
 		func(c *fiber.Ctx) error {
@@ -63,7 +72,7 @@ func newFiber(cfg Config) *fiberServer {
 			return scope(c.Get("Authorization"))
 		})),
 	)
-	v1.All("/*", withUserContext(cfg.API.Handler()))
+	v1.All("/*", withUserContext(apiHandler(cfg)))
 	return &fiberServer{app: app}
 }
 
@@ -76,6 +85,35 @@ func withUserContext(h http.Handler) fiber.Handler {
 			h.ServeHTTP(w, r.WithContext(ctx))
 		}))(c.Context())
 		return nil
+	}
+}
+
+// flakyFiber is flaky.Network.Middleware for Fiber: the fault rides in
+// the user context, which the API handler gets, and a dropped answer is
+// broken off on the hijacked connection instead of being sent.
+func flakyFiber(n *flaky.Network) fiber.Handler {
+	return func(c *fiber.Ctx) error {
+		f := n.Plan(c.Method(), c.Path(), c.Get(flaky.Header), c.Get("Authorization"), c.Get("Idempotency-Key"))
+		if f == flaky.None {
+			return c.Next()
+		}
+		c.SetUserContext(flaky.WithFault(c.UserContext(), f))
+		err := c.Next()
+		if f == flaky.Dropped {
+			if err != nil {
+				// Let Fiber's error handler set the status it would send.
+				err = c.App().ErrorHandler(c, err)
+			}
+			// Copies: fasthttp reuses the response's buffers.
+			status, ctx, header := c.Response().StatusCode(), c.UserContext(), http.Header{}
+			for k, v := range c.Response().Header.All() {
+				header.Add(string(k), string(v))
+			}
+			body := bytes.Clone(c.Response().Body())
+			c.Context().HijackSetNoResponse(true)
+			c.Context().Hijack(func(conn net.Conn) { n.Drop(ctx, conn, status, header, body) })
+		}
+		return err
 	}
 }
 

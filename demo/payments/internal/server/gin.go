@@ -9,6 +9,7 @@ import (
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
+	"github.com/idemkit/idemkit/demo/payments/internal/checkout"
 )
 
 func newGin(cfg Config) http.Handler {
@@ -18,7 +19,12 @@ func newGin(cfg Config) http.Handler {
 		writeGin(c, frameworkError(cfg.API, 500))
 	}))
 	r.GET("/healthz", gin.WrapF(healthz))
-	r.GET("/metrics", gin.WrapH(cfg.Metrics))
+	for _, path := range checkout.Paths {
+		r.GET(path, gin.WrapH(cfg.Checkout))
+	}
+	if !cfg.SeparateAdmin {
+		r.GET("/metrics", gin.WrapH(cfg.Metrics))
+	}
 	r.GET(api.DocsPath, gin.WrapH(cfg.Docs))
 	r.GET(api.DocsPath+"/:name", gin.WrapH(cfg.Docs))
 	r.GET(DebugPath, gin.WrapH(cfg.Debug))
@@ -40,7 +46,7 @@ func newGin(cfg Config) http.Handler {
 			return scope(c.GetHeader("Authorization"))
 		})),
 	)
-	v1.Any("/*path", gin.WrapH(cfg.API.Handler()))
+	v1.Any("/*path", gin.WrapH(apiHandler(cfg)))
 	return r
 }
 

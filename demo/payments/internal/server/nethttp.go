@@ -7,20 +7,27 @@ import (
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
+	"github.com/idemkit/idemkit/demo/payments/internal/checkout"
 )
 
 func newNetHTTP(cfg Config) http.Handler {
 	guarded := idemhttp.Middleware(cfg.Engine, idemhttp.WithScope(func(r *http.Request) string {
 		return scope(r.Header.Get("Authorization"))
-	}))(cfg.API.Handler())
+	}))(apiHandler(cfg))
 	v1 := authenticate(cfg.API, gormstore.TxMiddleware(guarded))
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", healthz)
-	mux.Handle("GET /metrics", cfg.Metrics)
+	mux.Handle("GET /{$}", cfg.Checkout)
+	for _, path := range checkout.Paths[1:] {
+		mux.Handle("GET "+path, cfg.Checkout)
+	}
+	if !cfg.SeparateAdmin {
+		mux.Handle("GET /metrics", cfg.Metrics)
+		mux.Handle("GET "+DebugPath, cfg.Debug)
+	}
 	mux.Handle("GET "+api.DocsPath, cfg.Docs)
 	mux.Handle("GET "+api.DocsPath+"/", cfg.Docs)
-	mux.Handle("GET "+DebugPath, cfg.Debug)
 	mux.Handle("/v1/", v1)
 	return recoverPanics(cfg.API, mux)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
+	"github.com/idemkit/idemkit/demo/payments/internal/checkout"
 )
 
 // route is a path a server answers and the methods it accepts there.
@@ -40,6 +41,9 @@ func apiRoutes(cfg Config) routes {
 		{"/v1/charges/{id}", getOnly},
 		{"/v1/refunds", postOnly},
 		{"/v1/balance", getOnly},
+	}
+	for _, path := range checkout.Paths {
+		rs = append(rs, route{path, getOnly})
 	}
 	if !cfg.SeparateAdmin {
 		rs = append(rs, adminRoutes()...)

@@ -16,6 +16,7 @@ import (
 	idem "github.com/idemkit/idemkit/core"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
+	"github.com/idemkit/idemkit/demo/payments/internal/flaky"
 )
 
 // DebugPath serves what the simulated payment provider did for the
@@ -40,7 +41,12 @@ type Config struct {
 	// SeparateAdmin leaves GET /metrics and GET /debug/provider to the
 	// admin server (NewAdmin): the API server answers 404 for them.
 	SeparateAdmin bool
-	Logger        *slog.Logger
+	// Checkout serves the checkout page's files, GET at checkout.Paths.
+	Checkout http.Handler
+	// Network is the "flaky network" fault mode the checkout page asks
+	// for: outermost, and around the API where the key is held.
+	Network *flaky.Network
+	Logger  *slog.Logger
 }
 
 // Server is a running framework server.
@@ -64,7 +70,14 @@ func New(cfg Config) (Server, error) {
 	default:
 		return nil, fmt.Errorf("unknown framework %q (want one of %v)", cfg.Framework, Frameworks)
 	}
-	return newHTTPServer(logRequests(cfg.Logger, cfg.Framework, guard(cfg.API, apiRoutes(cfg), h))), nil
+	return newHTTPServer(cfg.Network.Middleware(logRequests(cfg.Logger, cfg.Framework, guard(cfg.API, apiRoutes(cfg), h)))), nil
+}
+
+// apiHandler is the /v1 API as every framework mounts it, behind its
+// idemkit middleware: a request the flaky network holds waits there, with
+// its key held.
+func apiHandler(cfg Config) http.Handler {
+	return cfg.Network.HoldHandler(cfg.API.Handler())
 }
 
 // NewAdmin builds the admin server, for a Config with SeparateAdmin: GET

@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+
+	"github.com/idemkit/idemkit/demo/payments/internal/app"
+	"github.com/idemkit/idemkit/demo/payments/internal/flaky"
+	"github.com/idemkit/idemkit/demo/payments/internal/server"
+)
+
+// TestFlakyNetworkEveryFramework: the checkout page's fault mode works on
+// every framework: a payment's first attempt is held with its key (the
+// second meets 409), the third's answer breaks off, and the payment is
+// made once.
+func TestFlakyNetworkEveryFramework(t *testing.T) {
+	for _, fw := range server.Frameworks {
+		t.Run(fw, func(t *testing.T) {
+			t.Parallel()
+			cfg := app.DefaultConfig()
+			cfg.Framework, cfg.DB, cfg.ProviderLatency = fw, filepath.Join(t.TempDir(), "p.db"), 0
+			d := start(t, cfg)
+			acct, key := newAccount(), newKey()
+			send := func(timeout time.Duration) (int, http.Header, error) {
+				ctx, cancel := context.WithTimeout(context.Background(), timeout)
+				defer cancel()
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, d.url+"/v1/charges", strings.NewReader(chargeBody))
+				req.Header.Set("Authorization", "Bearer "+acct)
+				req.Header.Set("Idempotency-Key", key)
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set(flaky.Header, flaky.Value)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					return 0, nil, err
+				}
+				defer resp.Body.Close()
+				_, err = io.ReadAll(resp.Body)
+				return resp.StatusCode, resp.Header, err
+			}
+			began := time.Now()
+			if status, _, err := send(200 * time.Millisecond); err == nil {
+				t.Fatalf("attempt 1 answered %d at once, want it held", status)
+			}
+			if status, _, err := send(10 * time.Second); err != nil || status != 409 {
+				t.Fatalf("attempt 2: %d %v, want 409 while attempt 1 is held", status, err)
+			}
+			if status, _, err := send(10 * time.Second); !errors.Is(err, io.ErrUnexpectedEOF) {
+				t.Fatalf("attempt 3: %d %v, want its answer broken off", status, err)
+			}
+			for {
+				status, h, err := send(10 * time.Second)
+				if err == nil && status == 201 {
+					if h.Get(idem.ReplayedHeader) != "true" {
+						t.Fatalf("the answer after the held attempt finished is not a replay")
+					}
+					break
+				}
+				if err != nil || status != 409 || time.Since(began) > flaky.Hold+10*time.Second {
+					t.Fatalf("after the faults: %d %v", status, err)
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+			if b, p := d.balance(t, acct), d.provider(t, acct); b["charges"] != 1.0 || p["authorizations"] != 1.0 {
+				t.Fatalf("balance %v, provider %v: want one charge, authorized once", b, p)
+			}
+			// Without the header, nothing is faulted.
+			if r := d.do(t, http.MethodPost, "/v1/charges", acct, newKey(), chargeBody); r.status != 201 || r.replayed() {
+				t.Fatalf("a charge without the fault mode: %d %s", r.status, r.body)
+			}
+		})
+	}
+}
