@@ -1,7 +1,8 @@
 // Command payments is a demo payments API whose charges never
 // double-charge, however often clients retry: every POST is guarded by
 // idemkit, and a charge row commits in the same transaction as the stored
-// response. It runs on Gin (default), Echo, Fiber or net/http.
+// response. It runs on Gin (default), Echo, Fiber or net/http, and serves a
+// checkout page at / that pays through the API from a browser.
 //
 //	go run ./demo/payments                          # SQLite file payments.db, Gin, 127.0.0.1:8080
 //	go run ./demo/payments -framework fiber -db postgres://user@127.0.0.1:5432/payments
