@@ -63,8 +63,9 @@ func (f *faultStore) call(ctx context.Context, what string, apply func(context.C
 		if pl.ghost && ghost != nil && pl.fault != faultFailBefore && pl.fault != faultHang {
 			rest := pl.pre
 			w.tracef("%s: the caller gave up; the call still lands later", what)
-			s.spawn(nil, "ghost "+what, func() {
+			s.spawn(nil, "ghost", func() {
 				s.sleep(rest)
+				w.tracef("%s lands, long after its caller gave up", what)
 				ghost()
 			})
 		}

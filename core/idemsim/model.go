@@ -335,6 +335,9 @@ func (m *model) fenced(op string, id idem.ID, token string, err error) (s *shado
 func (m *model) observeRenew(id idem.ID, token string, until time.Time, err error) {
 	s, ok := m.fenced("Renew", id, token, err)
 	if ok && s != nil {
+		if until.Before(s.rec.LeaseUntil) {
+			m.w.tracef("renew %s %s moves the lease back from %s to %s", idName(id), m.label(token), m.w.at(s.rec.LeaseUntil), m.w.at(until))
+		}
 		s.rec.LeaseUntil = until
 	}
 }
