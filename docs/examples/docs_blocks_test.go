@@ -25,6 +25,7 @@ package examples_test
 import (
 	"bufio"
 	"context"
+	"go/format"
 	"go/parser"
 	"go/token"
 	"net/http"
@@ -163,6 +164,9 @@ func TestDocsGoBlocks(t *testing.T) {
 			f, err := parser.ParseFile(token.NewFileSet(), name+".go", b.text, parser.ImportsOnly)
 			if err != nil || f.Name.Name != "main" {
 				t.Errorf("%s: program %s is not a complete main package: %v", b.at(), name, err)
+			}
+			if formatted, err := format.Source([]byte(b.text)); err == nil && string(formatted) != b.text {
+				t.Errorf("%s: program %s is not gofmt-formatted; gofmt would write:\n%s", b.at(), name, formatted)
 			}
 			programs++
 		default:
