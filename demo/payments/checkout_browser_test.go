@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -70,6 +71,7 @@ type attempt struct {
 	Attempt  string `json:"attempt"`
 	Status   string `json:"status"`
 	Replayed string `json:"replayed"`
+	RetryIn  string `json:"retryIn"` // milliseconds to the next attempt, "" for none
 	Key      string `json:"key"`
 }
 
@@ -85,7 +87,7 @@ type timeline struct {
 const readTimeline = `(() => ({
 	payments: document.querySelectorAll("#timeline .payment").length,
 	attempts: Array.from(document.querySelectorAll("#timeline .attempt"), (e) => ({
-		attempt: e.dataset.attempt, status: e.dataset.status, replayed: e.dataset.replayed,
+		attempt: e.dataset.attempt, status: e.dataset.status, replayed: e.dataset.replayed, retryIn: e.dataset.retryIn,
 		key: e.querySelector(".key").textContent,
 	})),
 	notes: Array.from(document.querySelectorAll("#timeline .note"), (e) => e.textContent),
@@ -95,9 +97,11 @@ const readTimeline = `(() => ({
 
 // TestCheckoutInBrowser: in a real browser, with the flaky network on,
 // Pay clicked twice quickly charges once; the timeline shows the retries
-// (with one key) and the replayed answer; Pay pressed again afterwards,
-// from the keyboard, gets the recorded answer and charges nothing more.
-// It leaves a screenshot of the page in docs/img/checkout.png.
+// (with one key, after Retry-After on 409) and the replayed answer; Pay
+// pressed again afterwards, from the keyboard, gets the recorded answer
+// and charges nothing more; a declined card is not retried. It leaves a
+// screenshot of the page after the flaky checkout in
+// docs/img/checkout.png.
 func TestCheckoutInBrowser(t *testing.T) {
 	cfg := app.DefaultConfig()
 	cfg.DB, cfg.ProviderLatency = filepath.Join(t.TempDir(), "p.db"), 20*time.Millisecond
@@ -148,6 +152,12 @@ func TestCheckoutInBrowser(t *testing.T) {
 	if !retried && !replayed {
 		t.Fatalf("the flaky network made no retry and no replay: %+v", tl.Attempts)
 	}
+	for _, a := range tl.Attempts {
+		// The demo's 409 says Retry-After: 1.
+		if ms, err := strconv.Atoi(a.RetryIn); a.Status == "409" && (err != nil || ms < 1000) {
+			t.Errorf("attempt %s got 409 with Retry-After: 1 and retried after %q ms", a.Attempt, a.RetryIn)
+		}
+	}
 
 	// The server's account of it: exactly one charge, taken once.
 	if b, p := d.balance(t, acct), d.provider(t, acct); b["charges"] != 1.0 || b["charged"] != 1999.0 || p["authorizations"] != 1.0 {
@@ -194,6 +204,30 @@ func TestCheckoutInBrowser(t *testing.T) {
 	if err := os.WriteFile(screenshotPath, shot, 0o644); err != nil {
 		t.Fatal(err)
 	}
+
+	// A declined card is the payment's answer: one attempt, no retry.
+	before := d.provider(t, acct)
+	if err := chromedp.Do(ctx,
+		chromedp.Click(`#new-payment`),
+		chromedp.Click(`#flaky`),
+		chromedp.SetValue(`#customer`, "cus_declined"),
+		chromedp.Click(`#pay`),
+		void(chromedp.Poll[bool](`document.querySelectorAll("#timeline .payment").length === 2 && document.querySelector("#timeline .payment").dataset.outcome === "refused"`,
+			chromedp.WithPollingTimeout(20*time.Second))),
+	); err != nil {
+		t.Fatalf("a declined payment: %v", err)
+	}
+	declined, err := chromedp.Run(ctx, chromedp.Evaluate[[]attempt](`Array.from(document.querySelectorAll("#timeline .payment:first-child .attempt"), (e) => ({attempt: e.dataset.attempt, status: e.dataset.status, key: e.querySelector(".key").textContent}))`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(declined) != 1 || declined[0].Status != "402" || declined[0].Key == tl.Attempts[0].Key {
+		t.Fatalf("a declined payment's attempts: %+v; want one, 402, with a new key", declined)
+	}
+	if p := d.provider(t, acct); p["calls"] != before["calls"].(float64)+1 || p["authorizations"] != 1.0 {
+		t.Fatalf("provider %v after the decline, %v before: want one call more, and still 1 authorization", p, before)
+	}
+
 	checkPhoneWidth(t, ctx)
 }
 

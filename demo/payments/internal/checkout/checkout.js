@@ -286,6 +286,7 @@ function answeredAttempt(payment, r) {
   const row = payment.row;
   row.setAttribute("data-status", r.error ? r.error : String(r.status));
   row.setAttribute("data-replayed", r.replayed === null ? "" : String(r.replayed));
+  row.setAttribute("data-retry-in", r.retryInMs === null ? "" : String(r.retryInMs));
   row.replaceChildren(
     el("span", { class: "n" }, `Attempt ${payment.n}`),
     el("span", { class: `badge ${tone}` }, statusText),
