@@ -71,10 +71,7 @@ func run(cfg app.Config, log *slog.Logger) error {
 	}
 	log.Info("payments demo listening", attrs...)
 
-	go func() {
-		<-ctx.Done()
-		stop() // from now on, a second signal ends the process
-		log.Info("shutting down", "grace", cfg.ShutdownGrace())
-	}()
+	// From the first signal on, a second one ends the process.
+	context.AfterFunc(ctx, stop)
 	return a.Serve(ctx, apiLn, adminLn)
 }

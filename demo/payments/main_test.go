@@ -159,3 +159,61 @@ func TestCommandRunsAndStopsGracefully(t *testing.T) {
 		}
 	}
 }
+
+// TestSecondSignalStopsAtOnce: during the shutdown grace, a second SIGTERM
+// ends the process without waiting for the running requests.
+func TestSecondSignalStopsAtOnce(t *testing.T) {
+	exe := binary(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	var logs bytes.Buffer
+	cmd := exec.Command(exe, "-addr", addr, "-db", filepath.Join(t.TempDir(), "p.db"), "-provider-latency", "1m")
+	cmd.Stderr = &logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	base := "http://" + addr
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if resp, err := http.Get(base + "/healthz"); err == nil {
+			resp.Body.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the demo did not come up:\n%s", logs.String())
+		}
+	}
+	// A charge that keeps the first shutdown waiting.
+	go func() {
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/charges", strings.NewReader(`{"amount":100,"currency":"usd","customer":"c"}`))
+		req.Header.Set("Authorization", "Bearer acct_signal")
+		req.Header.Set("Idempotency-Key", `"sig-1"`)
+		req.Header.Set("Content-Type", "application/json")
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	time.Sleep(300 * time.Millisecond) // the charge is with the provider
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the demo stopped on the first SIGTERM (%v) while a charge ran:\n%s", err, logs.String())
+	case <-time.After(500 * time.Millisecond):
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the demo did not stop on the second SIGTERM:\n%s", logs.String())
+	}
+}

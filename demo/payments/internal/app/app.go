@@ -95,6 +95,7 @@ type App struct {
 	Provider *payments.Provider
 	metrics  *metrics
 	grace    time.Duration
+	log      *slog.Logger
 }
 
 // Open connects to the database, migrates it and builds the server.
@@ -168,7 +169,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 		m.prom.Shutdown(ctx)
 		return nil, err
 	}
-	app := &App{Server: srv, Engine: engine, DB: db, Store: store, Provider: provider, metrics: m, grace: cfg.ShutdownGrace()}
+	app := &App{Server: srv, Engine: engine, DB: db, Store: store, Provider: provider, metrics: m, grace: cfg.ShutdownGrace(), log: log}
 	if scfg.SeparateAdmin {
 		app.Admin = server.NewAdmin(scfg)
 	}
@@ -201,6 +202,7 @@ func (a *App) Serve(ctx context.Context, api, admin net.Listener) error {
 			errs = append(errs, fmt.Errorf("%s server: %w", s.name, s.err))
 		}
 	case <-ctx.Done():
+		a.log.Info("shutting down", "grace", a.grace)
 	}
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.grace)
 	defer cancel()
