@@ -184,6 +184,24 @@ func Run(t *testing.T, target Target, o *Options) Stats {
 		}
 	}
 	regressions := total.Seeds
+	// The same seed twice must give the same run, step for step: a store
+	// that reads a clock or draws at random, or a goroutine that escapes
+	// the scheduler, would make a failing seed impossible to replay.
+	var hashes [2]uint64
+	for i := range hashes {
+		store, done := target.Open(t)
+		_, st := RunSeed(max(o.Start, 1), store, target, &Options{NoContract: o.NoContract})
+		if done != nil {
+			done()
+		}
+		hashes[i] = st.TraceHash
+	}
+	if hashes[0] != hashes[1] {
+		t.Errorf("idemsim: seed %d ran differently twice (trace hashes %x and %x): the store or the simulation is not "+
+			"deterministic (does the store read a clock, draw at random, or answer from a goroutine of its own?); "+
+			"compare the traces of two runs with -simtrace=1", max(o.Start, 1), hashes[0], hashes[1])
+		return total
+	}
 	if !testing.Short() {
 		begin := time.Now()
 		start := max(o.Start, 1)

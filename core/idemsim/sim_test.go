@@ -2,7 +2,9 @@ package idemsim_test
 
 import (
 	"flag"
+	"runtime"
 	"testing"
+	"time"
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemsim"
@@ -20,7 +22,17 @@ var memTarget = idemsim.Target{
 }
 
 func TestSim(t *testing.T) {
+	before := runtime.NumGoroutine()
 	idemsim.Run(t, memTarget, simOptions)
+	// Invariant 6 for real goroutines: every simulated one has ended.
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("%d goroutines left after the simulation (%d before):\n%s", n, before, buf[:runtime.Stack(buf, true)])
+	}
 }
 
 // One seed always replays the same run: the same trace, step for step.
