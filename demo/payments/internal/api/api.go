@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
@@ -36,6 +37,18 @@ type API struct {
 	Logger   *slog.Logger
 	// ProblemBase prefixes problem type names, e.g. "http://127.0.0.1:8080/docs/idempotency/".
 	ProblemBase string
+	// KeyedRows is set when the idempotency records are kept apart from
+	// DB (in Redis), so that no transaction commits a charge together with
+	// the record that replays it. Each charge and refund is then written
+	// on its own, carrying its request's scoped idempotency key under a
+	// unique index (payments.CreateChargeOnce): a retry whose record was
+	// lost is answered with the row written the first time, never with a
+	// second one.
+	KeyedRows bool
+	// Existing counts the charges and refunds answered with the row
+	// already written under their key (KeyedRows only): their record was
+	// lost, or their lease taken over while they ran.
+	Existing atomic.Int64
 }
 
 // Handler returns the /v1 routes.
@@ -68,11 +81,12 @@ func account(r *http.Request) string {
 	return acct
 }
 
-// errNotGuarded: a charge reached the handler without an idempotency key
-// held for it, which only a server built without idemkit's middleware in
-// front of the API can do. No money is taken without a key to give the
-// provider.
-var errNotGuarded = errors.New("POST /v1/charges ran without an idempotency key held: the server must mount the API behind idemkit")
+// errNotGuarded: a charge (or, with KeyedRows, a refund) reached the
+// handler without an idempotency key held for it, which only a server
+// built without idemkit's middleware in front of the API can do. No money
+// is taken without a key to give the provider, and no row is written
+// without the key that keeps it single.
+var errNotGuarded = errors.New("a charge or refund ran without an idempotency key held: the server must mount the API behind idemkit")
 
 // ProviderKey is the payment provider's idempotency key for the charge
 // made under the request key id: a hash of the scope (the account) and
@@ -138,7 +152,15 @@ func (a *API) createCharge(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, errNotGuarded)
 		return
 	}
-	c, err := payments.CreateCharge(r.Context(), a.tx(r.Context()), a.Provider, account(r), ProviderKey(held.ID), req, a.Now())
+	var c payments.Charge
+	var err error
+	if a.KeyedRows {
+		var existing bool
+		c, existing, err = payments.CreateChargeOnce(r.Context(), a.DB, a.Provider, account(r), ProviderKey(held.ID), req, a.Now())
+		a.countExisting(r, existing)
+	} else {
+		c, err = payments.CreateCharge(r.Context(), a.tx(r.Context()), a.Provider, account(r), ProviderKey(held.ID), req, a.Now())
+	}
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -153,7 +175,20 @@ func (a *API) createRefund(w http.ResponseWriter, r *http.Request) {
 		a.writeProblem(w, 400, ProblemInvalidRequest, "Invalid request", "The body must be a JSON object with charge and amount: "+err.Error())
 		return
 	}
-	ref, err := payments.CreateRefund(r.Context(), a.tx(r.Context()), account(r), req, a.Now())
+	var ref payments.Refund
+	var err error
+	if a.KeyedRows {
+		held, ok := idem.HeldKey(r.Context())
+		if !ok {
+			a.fail(w, r, errNotGuarded)
+			return
+		}
+		var existing bool
+		ref, existing, err = payments.CreateRefundOnce(r.Context(), a.DB, account(r), ProviderKey(held.ID), req, a.Now())
+		a.countExisting(r, existing)
+	} else {
+		ref, err = payments.CreateRefund(r.Context(), a.tx(r.Context()), account(r), req, a.Now())
+	}
 	if err != nil {
 		a.fail(w, r, err)
 		return
@@ -162,6 +197,16 @@ func (a *API) createRefund(w http.ResponseWriter, r *http.Request) {
 		"id": ref.ID, "object": "refund", "charge": ref.Charge, "amount": ref.Amount,
 		"status": ref.Status, "created": ref.Created.UTC().Format(time.RFC3339),
 	})
+}
+
+// countExisting counts and logs a request answered with the row written
+// under its key by an earlier attempt.
+func (a *API) countExisting(r *http.Request, existing bool) {
+	if existing {
+		a.Existing.Add(1)
+		a.Logger.InfoContext(r.Context(), "answered with the row already written under the request's idempotency key",
+			slog.String("path", r.URL.Path))
+	}
 }
 
 func (a *API) getCharge(w http.ResponseWriter, r *http.Request) {
@@ -231,6 +276,11 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		a.writeProblem(w, 400, ProblemInvalidRequest, "Invalid request", err.Error())
 	case errors.Is(err, payments.ErrDeclined):
 		a.writeProblem(w, 402, ProblemCardDeclined, "Card declined", "The customer's card was declined. No charge was made.")
+	case errors.Is(err, payments.ErrKeyReused):
+		// The same answer idemkit gives for a reused key, which it would
+		// have given here had the key's record not been lost.
+		a.writeProblem(w, 422, idem.ProblemKeyReused, "Idempotency-Key reused with a different request",
+			"This Idempotency-Key was already used with a different request (method, path or body).")
 	case errors.Is(err, payments.ErrNotFound):
 		a.writeProblem(w, 404, ProblemNotFound, "Not found", "No such charge for this account.")
 	case errors.Is(err, payments.ErrOverRefund):

@@ -26,6 +26,12 @@ type Charge struct {
 	Description string    `gorm:"size:1000;not null;default:''"`
 	Status      string    `gorm:"size:20;not null"`
 	Created     time.Time `gorm:"not null;index:idx_charges_account_created,priority:2"`
+	// RequestKey is the scoped idempotency key of the request that wrote
+	// the charge, hashed (see CreateChargeOnce); nil for charges written
+	// with their idempotency record in the same transaction, which need
+	// none. Its unique index is what keeps a lost record from charging
+	// twice.
+	RequestKey *string `gorm:"size:80;uniqueIndex:idx_charges_request_key"`
 }
 
 // Refund returns part or all of a charge.
@@ -36,6 +42,8 @@ type Refund struct {
 	Amount  int64     `gorm:"not null"`
 	Status  string    `gorm:"size:20;not null"`
 	Created time.Time `gorm:"not null"`
+	// RequestKey is as Charge's (see CreateRefundOnce).
+	RequestKey *string `gorm:"size:80;uniqueIndex:idx_refunds_request_key"`
 }
 
 // Balance sums an account's money movements.
@@ -66,7 +74,8 @@ const DeclinedCustomer = "cus_declined"
 // utf8mb4 with a binary collation, whatever the server's defaults: a
 // server default of latin1 refuses most non-Latin text, and a
 // case-insensitive collation would let account "ACCT_1" read the charges
-// of "acct_1". Tables created earlier are left as they are.
+// of "acct_1". Tables created earlier keep their options, and get the
+// columns and indexes added since (request_key, with its unique index).
 func Migrate(ctx context.Context, db *gorm.DB) error {
 	db = db.WithContext(ctx)
 	if db.Dialector.Name() == "mysql" {
@@ -153,6 +162,12 @@ type RefundRequest struct {
 // ctx is the request's context: cancelled with cause idem.ErrLeaseLost,
 // nothing is written and the error wraps ErrLeaseLost.
 func CreateRefund(ctx context.Context, tx func() (*gorm.DB, error), account string, r RefundRequest, now time.Time) (Refund, error) {
+	return createRefund(ctx, tx, account, r, now, nil)
+}
+
+// createRefund is CreateRefund, writing requestKey (nil: none) on the
+// refund's row.
+func createRefund(ctx context.Context, tx func() (*gorm.DB, error), account string, r RefundRequest, now time.Time, requestKey *string) (Refund, error) {
 	if err := ValidAccount(account); err != nil {
 		return Refund{}, err
 	}
@@ -187,7 +202,7 @@ func CreateRefund(ctx context.Context, tx func() (*gorm.DB, error), account stri
 		return Refund{}, ErrOverRefund
 	}
 	ref := Refund{ID: newID("re_"), Account: account, Charge: r.Charge, Amount: r.Amount, Status: "succeeded",
-		Created: now.UTC().Truncate(time.Second)}
+		Created: now.UTC().Truncate(time.Second), RequestKey: requestKey}
 	if err := db.Create(&ref).Error; err != nil {
 		return Refund{}, err
 	}

@@ -1,0 +1,130 @@
+package api
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemhttp"
+	"github.com/idemkit/idemkit/core/memstore"
+	"github.com/idemkit/idemkit/stores/gorm/sqlitedb"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/idemkit/idemkit/demo/payments/internal/payments"
+)
+
+// forgetfulRecords serves the API behind idemkit with records kept apart
+// from the database, in a store that forget empties: a Redis that lost
+// what it acknowledged.
+type forgetfulRecords struct {
+	api     *API
+	current atomic.Pointer[http.Handler]
+}
+
+func (f *forgetfulRecords) forget() {
+	engine := idem.New(idem.Config{Store: memstore.New(), ProblemBase: DocsPath + "/", Logger: slog.New(slog.DiscardHandler)})
+	h := idemhttp.Middleware(engine, idemhttp.WithScope(func(r *http.Request) string {
+		acct, _ := Account(r.Header.Get("Authorization"))
+		return acct
+	}))(f.api.Handler())
+	f.current.Store(&h)
+}
+
+func (f *forgetfulRecords) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	(*f.current.Load()).ServeHTTP(w, r)
+}
+
+// TestLostRecordAnswersTheRow: with KeyedRows, a charge or refund retried
+// after its idempotency record was lost is answered as the first attempt
+// was (201, the same body, the same Location), and nothing is written or
+// authorized twice; the key sent with another body is refused with 422.
+func TestLostRecordAnswersTheRow(t *testing.T) {
+	db, err := sqlitedb.Open(filepath.Join(t.TempDir(), "p.db"), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if sqlDB, err := db.DB(); err == nil {
+			sqlDB.Close()
+		}
+	})
+	if err := payments.Migrate(t.Context(), db); err != nil {
+		t.Fatal(err)
+	}
+	provider := &payments.Provider{}
+	a := &API{DB: db, Provider: provider, Now: time.Now, Logger: slog.New(slog.DiscardHandler), ProblemBase: DocsPath + "/", KeyedRows: true}
+	records := &forgetfulRecords{api: a}
+	records.forget()
+	srv := httptest.NewServer(records)
+	t.Cleanup(srv.Close)
+
+	const acct = "acct_keyed"
+	post := func(path, key, body string) (int, http.Header, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+acct)
+		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header, string(b)
+	}
+
+	const charge = `{"amount":1999,"currency":"usd","customer":"cus_1"}`
+	status, h, first := post("/v1/charges", `"c-1"`, charge)
+	if status != 201 || h.Get("Location") == "" {
+		t.Fatalf("charge: %d %v %s", status, h, first)
+	}
+	location := h.Get("Location")
+	var c struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(first), &c); err != nil {
+		t.Fatal(err)
+	}
+
+	records.forget()
+	status, h, again := post("/v1/charges", `"c-1"`, charge)
+	if status != 201 || h.Get("Location") != location || again != first {
+		t.Fatalf("retry after the record was lost: %d Location %q %s, want 201 Location %q %s", status, h.Get("Location"), again, location, first)
+	}
+	records.forget()
+	if status, _, body := post("/v1/charges", `"c-1"`, `{"amount":2999,"currency":"usd","customer":"cus_1"}`); status != 422 ||
+		!strings.Contains(body, DocsPath+"/"+idem.ProblemKeyReused) {
+		t.Fatalf("the key with another amount after the record was lost: %d %s, want 422 key-reused", status, body)
+	}
+
+	refund := `{"charge":"` + c.ID + `","amount":1500}`
+	status, _, firstRefund := post("/v1/refunds", `"r-1"`, refund)
+	if status != 201 {
+		t.Fatalf("refund: %d %s", status, firstRefund)
+	}
+	records.forget()
+	if status, _, body := post("/v1/refunds", `"r-1"`, refund); status != 201 || body != firstRefund {
+		t.Fatalf("refund retried after the record was lost: %d %s, want 201 %s", status, body, firstRefund)
+	}
+
+	b, err := payments.GetBalance(t.Context(), db, acct)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b != (payments.Balance{Charged: 1999, Charges: 1, Refunded: 1500, Refunds: 1}) || provider.Counts(acct).Authorizations != 1 {
+		t.Fatalf("balance %+v, %d authorizations: want one charge, one refund, one authorization", b, provider.Counts(acct).Authorizations)
+	}
+	if n := a.Existing.Load(); n != 2 {
+		t.Fatalf("%d requests counted as answered with an existing row, want 2", n)
+	}
+}

@@ -1,0 +1,189 @@
+package payments
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// barrier is an Authorizer that lets no call through until n calls are
+// waiting, so that n attempts of one charge all find no charge under their
+// key before any of them writes one. It then authorizes through the
+// simulated provider.
+type barrier struct {
+	n        int
+	provider *Provider
+	mu       sync.Mutex
+	waiting  int
+	open     chan struct{}
+}
+
+func (b *barrier) Authorize(ctx context.Context, a Authorization) error {
+	b.mu.Lock()
+	b.waiting++
+	if b.waiting == b.n {
+		close(b.open)
+	}
+	b.mu.Unlock()
+	select {
+	case <-b.open:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return b.provider.Authorize(ctx, a)
+}
+
+func countRows(t *testing.T, db *gorm.DB, model any, account string) int64 {
+	t.Helper()
+	var n int64
+	if err := db.Model(model).Where("account = ?", account).Count(&n).Error; err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestChargeOnceUnderOneKey: attempts of one charge whose idempotency
+// record was lost, one after the other or all at once, write one charge
+// and are all answered with it; the provider takes the money once.
+func TestChargeOnceUnderOneKey(t *testing.T) {
+	const attempts = 4
+	for name, db := range testDBs(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			acct := "acct_" + rand.Text()[:10]
+			req := ChargeRequest{Amount: 700, Currency: "usd", Customer: "cus_1", Description: "once"}
+			provider := &Provider{}
+
+			b := &barrier{n: attempts, provider: provider, open: make(chan struct{})}
+			type result struct {
+				c        Charge
+				existing bool
+				err      error
+			}
+			results := make(chan result, attempts)
+			var wg sync.WaitGroup
+			for range attempts {
+				wg.Go(func() {
+					c, existing, err := CreateChargeOnce(ctx, db, b, acct, "k-together", req, time.Now())
+					results <- result{c, existing, err}
+				})
+			}
+			wg.Wait()
+			close(results)
+			var id string
+			fresh := 0
+			for r := range results {
+				if r.err != nil {
+					t.Fatalf("attempt: %v", r.err)
+				}
+				if id == "" {
+					id = r.c.ID
+				}
+				if r.c.ID != id || r.c.Amount != req.Amount {
+					t.Fatalf("attempts answered with charges %s and %s (%d): want one charge", id, r.c.ID, r.c.Amount)
+				}
+				if !r.existing {
+					fresh++
+				}
+			}
+			if fresh != 1 {
+				t.Fatalf("%d attempts wrote a charge, want 1", fresh)
+			}
+
+			// One after the other: the second finds the first's charge
+			// before asking the provider.
+			first, existing, err := CreateChargeOnce(ctx, db, provider, acct, "k-sequential", req, time.Now())
+			if err != nil || existing {
+				t.Fatalf("first attempt: existing %v, %v", existing, err)
+			}
+			again, existing, err := CreateChargeOnce(ctx, db, provider, acct, "k-sequential", req, time.Now())
+			if err != nil || !existing || again.ID != first.ID {
+				t.Fatalf("retry: %s existing %v (%v), want %s", again.ID, existing, err, first.ID)
+			}
+			if n := countRows(t, db, &Charge{}, acct); n != 2 {
+				t.Fatalf("%d charges written for two keys", n)
+			}
+			if c := provider.Counts(acct); c.Authorizations != 2 || c.Calls != attempts+1 {
+				t.Fatalf("provider %+v, want 2 authorizations in %d calls", c, attempts+1)
+			}
+
+			// The key with another charge: refused, nothing written.
+			other := req
+			other.Amount++
+			if _, _, err := CreateChargeOnce(ctx, db, provider, acct, "k-sequential", other, time.Now()); !errors.Is(err, ErrKeyReused) {
+				t.Fatalf("the key with another amount: %v, want ErrKeyReused", err)
+			}
+			if _, _, err := CreateChargeOnce(ctx, db, provider, acct+"x", "k-sequential", req, time.Now()); !errors.Is(err, ErrKeyReused) {
+				t.Fatalf("the key from another account: %v, want ErrKeyReused", err)
+			}
+			if n := countRows(t, db, &Charge{}, acct); n != 2 {
+				t.Fatalf("%d charges after the refused attempts, want 2", n)
+			}
+		})
+	}
+}
+
+// TestRefundOnceUnderOneKey: a refund retried after its record was lost is
+// answered with the refund written, and the charge is refunded once.
+func TestRefundOnceUnderOneKey(t *testing.T) {
+	for name, db := range testDBs(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			acct := "acct_" + rand.Text()[:10]
+			c, _, err := CreateChargeOnce(ctx, db, &Provider{}, acct, "charge", ChargeRequest{Amount: 1000, Currency: "usd", Customer: "cus_1"}, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := RefundRequest{Charge: c.ID, Amount: 600}
+			first, existing, err := CreateRefundOnce(ctx, db, acct, "refund", req, time.Now())
+			if err != nil || existing {
+				t.Fatalf("refund: existing %v, %v", existing, err)
+			}
+			// 600 of 1000 is refunded: a second refund of 600 would be too
+			// large, and must not be what the retry answers.
+			again, existing, err := CreateRefundOnce(ctx, db, acct, "refund", req, time.Now())
+			if err != nil || !existing || again.ID != first.ID {
+				t.Fatalf("retry: %s existing %v (%v), want %s", again.ID, existing, err, first.ID)
+			}
+			if _, _, err := CreateRefundOnce(ctx, db, acct, "refund", RefundRequest{Charge: c.ID, Amount: 100}, time.Now()); !errors.Is(err, ErrKeyReused) {
+				t.Fatalf("the key with another amount: %v, want ErrKeyReused", err)
+			}
+			if b, err := GetBalance(ctx, db, acct); err != nil || b.Refunded != 600 || b.Refunds != 1 {
+				t.Fatalf("balance %+v (%v), want one refund of 600", b, err)
+			}
+		})
+	}
+}
+
+// TestRequestKeyIsOptional: charges and refunds written with their record
+// in one transaction carry no request key, any number of them; the unique
+// index holds only the keys written.
+func TestRequestKeyIsOptional(t *testing.T) {
+	for name, db := range testDBs(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			acct := "acct_" + rand.Text()[:10]
+			for i := range 3 {
+				_, err := CreateCharge(ctx, func() (*gorm.DB, error) { return db, nil }, &Provider{}, acct, "p"+string(rune('a'+i)),
+					ChargeRequest{Amount: 100, Currency: "usd", Customer: "cus_1"}, time.Now())
+				if err != nil {
+					t.Fatalf("charge %d without a request key: %v", i, err)
+				}
+			}
+			if err := chargeAndRefund(ctx, db, acct, 100); err != nil {
+				t.Fatal(err)
+			}
+			if err := chargeAndRefund(ctx, db, acct, 100); err != nil {
+				t.Fatal(err)
+			}
+			if n := countRows(t, db, &Charge{}, acct); n != 5 {
+				t.Fatalf("%d charges, want 5", n)
+			}
+		})
+	}
+}
