@@ -39,6 +39,7 @@ Flags:
 	fs.DurationVar(&cfg.Lease, "lease", cfg.Lease, "in-flight lease of a running request")
 	fs.DurationVar(&cfg.ProviderLatency, "provider-latency", cfg.ProviderLatency, "simulated payment-provider latency")
 	fs.Float64Var(&cfg.ProviderFailureRate, "provider-failure-rate", cfg.ProviderFailureRate, "probability 0..1 of a transient provider failure")
+	fs.StringVar(&cfg.Records, "records", cfg.Records, "where idempotency records are kept: empty for the -db database, committed with the charges; or a redis:// URL, with each charge carrying its key under a unique constraint")
 
 	if err := setFromEnvironment(fs); err != nil {
 		return cfg, err
@@ -51,6 +52,9 @@ Flags:
 	}
 	if cfg.ProviderFailureRate < 0 || cfg.ProviderFailureRate > 1 {
 		return cfg, errors.New("-provider-failure-rate must be between 0 and 1")
+	}
+	if err := app.CheckRecords(cfg.Records); err != nil {
+		return cfg, err
 	}
 	return cfg, nil
 }

@@ -35,7 +35,7 @@ require (
 	github.com/jinzhu/now v1.1.5 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
-	github.com/klauspost/cpuid/v2 v2.3.0 // indirect
+	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
 	github.com/labstack/gommon v0.5.0 // indirect
 	github.com/leodido/go-urn v1.4.0 // indirect
 	github.com/mattn/go-colorable v0.1.15 // indirect
@@ -68,6 +68,7 @@ require (
 	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
 	go.opentelemetry.io/otel/sdk/metric v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/arch v0.22.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/net v0.61.0 // indirect
@@ -94,7 +95,9 @@ require (
 	github.com/idemkit/idemkit/adapters/gin v0.0.0
 	github.com/idemkit/idemkit/observability/otel v0.0.0
 	github.com/idemkit/idemkit/stores/gorm v0.0.0
+	github.com/idemkit/idemkit/stores/redis v0.0.0
 	github.com/labstack/echo/v4 v4.16.0
+	github.com/redis/go-redis/v9 v9.23.0
 	github.com/valyala/fasthttp v1.77.0
 	gorm.io/driver/mysql v1.6.0
 	gorm.io/driver/postgres v1.6.3
@@ -107,4 +110,5 @@ replace (
 	github.com/idemkit/idemkit/adapters/gin => ../../adapters/gin
 	github.com/idemkit/idemkit/observability/otel => ../../observability/otel
 	github.com/idemkit/idemkit/stores/gorm => ../../stores/gorm
+	github.com/idemkit/idemkit/stores/redis => ../../stores/redis
 )

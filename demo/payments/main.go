@@ -6,6 +6,7 @@
 //
 //	go run ./demo/payments                          # SQLite file payments.db, Gin, 127.0.0.1:8080
 //	go run ./demo/payments -framework fiber -db postgres://user@127.0.0.1:5432/payments
+//	go run ./demo/payments -records redis://127.0.0.1:6379/0   # records in Redis, charges in payments.db
 //
 // Every flag can also be set with an environment variable PAYMENTS_<FLAG>
 // (upper case, dashes as underscores), e.g. PAYMENTS_PROVIDER_LATENCY=10ms.
@@ -65,7 +66,7 @@ func run(cfg app.Config, log *slog.Logger) error {
 			return fmt.Errorf("admin listener: %w", err)
 		}
 	}
-	attrs := []any{"addr", "http://" + apiLn.Addr().String(), "framework", cfg.Framework, "db", cfg.DBLabel()}
+	attrs := []any{"addr", "http://" + apiLn.Addr().String(), "framework", cfg.Framework, "db", cfg.DBLabel(), "records", cfg.RecordsLabel()}
 	if adminLn != nil {
 		attrs = append(attrs, "admin", "http://"+adminLn.Addr().String())
 	}

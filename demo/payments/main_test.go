@@ -83,10 +83,14 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	}
 	if cfg.ProviderLatency != 7*time.Millisecond || cfg.Framework != "fiber" || cfg.TTL != time.Hour ||
 		cfg.ProviderFailureRate != 0.5 || cfg.Addr != "127.0.0.1:8080" || cfg.DB != "payments.db" || cfg.Lease != 30*time.Second ||
-		cfg.AdminAddr != "127.0.0.1:9090" {
+		cfg.AdminAddr != "127.0.0.1:9090" || cfg.Records != "" {
 		t.Fatalf("config %+v", cfg)
 	}
-	for _, args := range [][]string{{"-provider-failure-rate", "2"}, {"-ttl", "soon"}, {"extra"}} {
+	if cfg, err := parseFlags([]string{"-records", "redis://:secret@127.0.0.1:6379/0"}, io.Discard); err != nil ||
+		cfg.Records != "redis://:secret@127.0.0.1:6379/0" || strings.Contains(cfg.RecordsLabel(), "secret") {
+		t.Errorf("-records redis://: %+v (%v), label %q", cfg, err, cfg.RecordsLabel())
+	}
+	for _, args := range [][]string{{"-provider-failure-rate", "2"}, {"-ttl", "soon"}, {"extra"}, {"-records", "memcached://127.0.0.1"}, {"-records", "redis://127.0.0.1:6379/x"}} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
 			t.Errorf("parseFlags(%q) accepted bad input", args)
 		}

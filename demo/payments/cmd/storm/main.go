@@ -11,6 +11,9 @@
 //	go run ./demo/payments/cmd/storm                    # 2,000 charges, 30% faults
 //	go run ./demo/payments/cmd/storm -n 500 -c 20 -framework fiber
 //	go run ./demo/payments/cmd/storm -target http://127.0.0.1:8080
+//	go run ./demo/payments/cmd/storm -records redis://127.0.0.1:6379/0  # records in Redis
+//	go run ./demo/payments/cmd/storm -n 300 -redis-restart-after 2s     # its own Redis, killed and restarted mid-storm
+//	go run ./demo/payments/cmd/storm -n 300 -redis-flush-every 200ms    # its own Redis, emptied again and again
 package main
 
 import (
@@ -37,6 +40,12 @@ func main() {
 	flag.DurationVar(&o.Timeout, "timeout", o.Timeout, "bound on the whole run")
 	flag.DurationVar(&o.ProviderLatency, "provider-latency", o.ProviderLatency, "in-process demo: simulated provider latency")
 	flag.Float64Var(&o.ProviderFailureRate, "provider-failure-rate", o.ProviderFailureRate, "in-process demo: transient provider failure rate")
+	flag.StringVar(&o.Records, "records", o.Records, "in-process demo: redis:// URL where it keeps its idempotency records (default: its database)")
+	flag.BoolVar(&o.OwnRedis, "own-redis", o.OwnRedis, "in-process demo: keep its records in a redis-server the storm starts (appendonly, fsync every second) and stops")
+	flag.DurationVar(&o.RedisRestartAfter, "redis-restart-after", o.RedisRestartAfter, "with the storm's own redis-server: kill it (SIGKILL) this long into the run and restart it on its files")
+	flag.DurationVar(&o.RedisDown, "redis-down", o.RedisDown, "how long the killed redis-server stays down")
+	flag.DurationVar(&o.RedisFlushEvery, "redis-flush-every", o.RedisFlushEvery, "with the storm's own redis-server: delete every record (FLUSHALL) this often while charges are sent")
+	flag.DurationVar(&o.Lease, "lease", o.Lease, "in-process demo: lease of a running request (default: the demo's 30s, or 2s with records in Redis)")
 	flag.Parse()
 	o.Progress = os.Stderr
 

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	idem "github.com/idemkit/idemkit/core"
 )
 
 // Faults are the probabilities, each 0..1, that the proxy breaks a request.
@@ -35,6 +37,9 @@ type faultCounts struct {
 	// to a delayed request or to the retry that went beside it: proof that
 	// the two were in flight at the server together.
 	conflicts, pairConflicts atomic.Int64
+	// storeDown counts the server's 503 store-unavailable answers: the
+	// idempotency store could not be reached (a Redis that is down).
+	storeDown atomic.Int64
 }
 
 // proxy forwards requests to backend, injecting faults at random.
@@ -209,11 +214,14 @@ func (p *proxy) forward(ctx context.Context, r *http.Request, body []byte, besid
 	respBody, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	p.counts.forwarded.Add(1)
-	if resp.StatusCode == http.StatusConflict {
+	switch {
+	case resp.StatusCode == http.StatusConflict:
 		p.counts.conflicts.Add(1)
 		if beside {
 			p.counts.pairConflicts.Add(1)
 		}
+	case resp.StatusCode == http.StatusServiceUnavailable && bytes.Contains(respBody, []byte("/"+idem.ProblemStoreUnavailable)):
+		p.counts.storeDown.Add(1)
 	}
 	return resp, respBody, err
 }

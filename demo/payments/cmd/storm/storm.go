@@ -48,9 +48,36 @@ type Options struct {
 	ProviderLatency     time.Duration
 	ProviderFailureRate float64
 
+	// Records is where the in-process demo keeps its idempotency records:
+	// empty for its database, or a redis:// URL (the demo's -records).
+	Records string
+	// OwnRedis starts a redis-server for the in-process demo's records
+	// (append-only file, fsync every second, on a free loopback port), and
+	// stops it afterwards. RedisRestartAfter and RedisFlushEvery imply it.
+	OwnRedis bool
+	// RedisRestartAfter, if positive, kills that redis-server with SIGKILL
+	// this long after the first charge was sent, and starts it again on
+	// the same port and files after RedisDown. The run fails if the charges
+	// were all answered before.
+	RedisRestartAfter time.Duration
+	RedisDown         time.Duration
+	// RedisFlushEvery, if positive, empties that redis-server (FLUSHALL)
+	// this often while the charges are sent: every record written so far is
+	// lost, as if Redis had lost what it acknowledged.
+	RedisFlushEvery time.Duration
+	// Lease is the in-process demo's -lease; zero for its default (30 s),
+	// or RedisLease when the records are in Redis.
+	Lease time.Duration
+
 	// Progress receives a progress bar; nil for none.
 	Progress io.Writer
 }
+
+// RedisLease is the in-process demo's lease when its records are in Redis
+// and Options.Lease is zero. A Redis that goes down while charges run
+// leaves their keys in flight, answered 409 until the lease ends; a short
+// lease lets the storm's retries get through within their budget.
+const RedisLease = 2 * time.Second
 
 // DefaultOptions is the storm's default run: 2,000 charges, 30% of requests
 // broken by the proxy.
@@ -64,6 +91,7 @@ func DefaultOptions() Options {
 		Timeout:             5 * time.Minute,
 		ProviderLatency:     5 * time.Millisecond,
 		ProviderFailureRate: 0.05,
+		RedisDown:           time.Second,
 	}
 }
 
@@ -86,8 +114,11 @@ type Report struct {
 	// between a delayed request and the retry sent beside it.
 	Conflicts     int64
 	PairConflicts int64
-	Expected      balance
-	Found         balance
+	// StoreDown counts the server's 503 store-unavailable answers (its
+	// idempotency store could not be reached), each retried by its client.
+	StoreDown int64
+	Expected  balance
+	Found     balance
 	// Authorizations counts the times the payment provider took money for
 	// the storm's account, and ProviderCalls the requests it got.
 	Authorizations int64
@@ -99,6 +130,20 @@ type Report struct {
 	Lost       int64
 	Mismatched int64
 	Elapsed    time.Duration
+
+	// Records says where the in-process demo kept its records: "" for its
+	// database, or the Redis URL.
+	Records string
+	// RedisRestarts counts the restarts of the storm's redis-server, and
+	// RedisDowntime is how long it was gone; RedisFlushes counts the times
+	// it was emptied.
+	RedisRestarts int
+	RedisDowntime time.Duration
+	RedisFlushes  int
+	// Existing counts the charges the in-process demo answered with the
+	// row already written under their key, because their record was lost
+	// or their lease taken over (records in Redis only); -1 for a -target.
+	Existing int64
 }
 
 type balance struct {
@@ -116,13 +161,34 @@ func (r Report) OK() bool {
 // Print writes the summary.
 func (r Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "charges sent        %d by %d concurrent clients, through a fault-injecting proxy\n", r.Charges, r.Concurrency)
+	switch {
+	case r.Records == "" && r.Existing < 0:
+		// A -target: where it keeps its records is its own business.
+	case r.Records == "":
+		fmt.Fprintf(w, "records             in the database, committed with the charges\n")
+	default:
+		fmt.Fprintf(w, "records             in Redis at %s; charges carry their key under a unique constraint\n", r.Records)
+	}
+	if r.RedisRestarts > 0 {
+		fmt.Fprintf(w, "redis restarts      %d: killed with SIGKILL mid-storm, restarted on its append-only file after %s\n",
+			r.RedisRestarts, r.RedisDowntime.Round(time.Millisecond))
+	}
+	if r.RedisFlushes > 0 {
+		fmt.Fprintf(w, "redis flushes       %d: every record written so far deleted (FLUSHALL) mid-storm\n", r.RedisFlushes)
+	}
 	fmt.Fprintf(w, "requests sent       %d (%d retries)\n", r.Attempts, r.Retries)
 	fmt.Fprintf(w, "faults injected     %d: %d resets before the server, %d responses dropped after it, %d delays\n",
 		r.Resets+r.Drops+r.Delays, r.Resets, r.Drops, r.Delays)
 	fmt.Fprintf(w, "replays             %d\n", r.Replays)
 	fmt.Fprintf(w, "in flight (409)     %d, %d of them between a delayed request and its retry (%d delayed requests arrived after their client gave up)\n",
 		r.Conflicts, r.PairConflicts, r.Late)
+	if r.StoreDown > 0 || r.RedisRestarts > 0 {
+		fmt.Fprintf(w, "store unavailable   %d requests answered 503 while the records' store was down, and retried\n", r.StoreDown)
+	}
 	fmt.Fprintf(w, "settled afterwards  %d\n", r.Unsettled)
+	if r.Records != "" {
+		fmt.Fprintf(w, "existing rows       %d charges answered with the row their key already had (record lost or lease taken over)\n", r.Existing)
+	}
 	fmt.Fprintf(w, "charges expected    %d totalling %d\n", r.Expected.Charges, r.Expected.Charged)
 	fmt.Fprintf(w, "charges found       %d totalling %d\n", r.Found.Charges, r.Found.Charged)
 	fmt.Fprintf(w, "authorizations      %d at the payment provider (%d calls)\n", r.Authorizations, r.ProviderCalls)
@@ -146,16 +212,37 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	start := time.Now()
-	rep := Report{Charges: o.Charges, Concurrency: o.Concurrency}
+	rep := Report{Charges: o.Charges, Concurrency: o.Concurrency, Existing: -1}
+
+	if o.Target != "" && o.Records != "" {
+		return rep, errors.New("-records is for the in-process demo: a -target keeps its records where it was told to")
+	}
+	var rs *redisServer
+	if o.OwnRedis || o.RedisRestartAfter > 0 || o.RedisFlushEvery > 0 {
+		switch {
+		case o.Target != "":
+			return rep, errors.New("a Redis of the storm's own (-own-redis, -redis-restart-after, -redis-flush-every) is for the in-process demo: not with -target")
+		case o.Records != "":
+			return rep, errors.New("-records names a Redis of your own: the storm restarts or empties only a redis-server it started (drop -records)")
+		}
+		var err error
+		if rs, err = startRedis(ctx); err != nil {
+			return rep, err
+		}
+		defer rs.stop() // after the demo's shutdown, deferred below
+		o.Records = rs.URL()
+	}
 
 	backend := strings.TrimSuffix(o.Target, "/")
+	var demo *app.App
 	if backend == "" {
-		addr, stop, err := startServer(ctx, o)
+		addr, a, stop, err := startServer(ctx, o)
 		if err != nil {
 			return rep, err
 		}
 		defer stop()
-		backend = addr
+		backend, demo = addr, a
+		rep.Records = o.Records
 	}
 	px := newProxy(backend, o.Faults)
 	pxURL, stopProxy, err := serve(px)
@@ -195,6 +282,9 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	var mu sync.Mutex
 	var unsettled []int
 	stopBar := progress(o.Progress, &done, o.Charges)
+	sending := make(chan struct{})
+	chaosDone := make(chan chaosResult, 1)
+	go func() { chaosDone <- chaos(ctx, o, rs, sending) }()
 	jobs := make(chan int)
 	var wg sync.WaitGroup
 	for range o.Concurrency {
@@ -223,8 +313,14 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	close(jobs)
 	wg.Wait()
 	stopBar()
+	close(sending)
+	ch := <-chaosDone
+	rep.RedisRestarts, rep.RedisDowntime, rep.RedisFlushes = ch.restarts, ch.downtime, ch.flushes
 	if err := ctx.Err(); err != nil {
 		return rep, fmt.Errorf("storm did not finish within %s: %w", o.Timeout, err)
+	}
+	if ch.err != nil {
+		return rep, ch.err
 	}
 
 	// Whatever the proxy still holds reaches the server now, and is
@@ -262,6 +358,10 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	rep.Resets, rep.Drops, rep.Delays = px.counts.resets.Load(), px.counts.drops.Load(), px.counts.delays.Load()
 	rep.Late = px.counts.late.Load()
 	rep.Conflicts, rep.PairConflicts = px.counts.conflicts.Load(), px.counts.pairConflicts.Load()
+	rep.StoreDown = px.counts.storeDown.Load()
+	if demo != nil {
+		rep.Existing = demo.API.Existing.Load()
+	}
 	rep.Elapsed = time.Since(start)
 	return rep, nil
 }
@@ -383,28 +483,35 @@ func getJSON(ctx context.Context, u, auth string, v any) error {
 }
 
 // startServer runs the demo in this process on a loopback port.
-func startServer(ctx context.Context, o Options) (string, func(), error) {
+func startServer(ctx context.Context, o Options) (string, *app.App, func(), error) {
 	db := o.DB
 	var dir string
 	if db == "" {
 		var err error
 		if dir, err = os.MkdirTemp("", "storm-"); err != nil {
-			return "", nil, err
+			return "", nil, nil, err
 		}
 		db = filepath.Join(dir, "payments.db")
 	}
 	cfg := app.DefaultConfig()
 	cfg.Addr, cfg.Framework, cfg.DB = "127.0.0.1:0", o.Framework, db
 	cfg.ProviderLatency, cfg.ProviderFailureRate = o.ProviderLatency, o.ProviderFailureRate
+	cfg.Records = o.Records
+	switch {
+	case o.Lease > 0:
+		cfg.Lease = o.Lease
+	case o.Records != "":
+		cfg.Lease = RedisLease
+	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	a, err := app.Open(ctx, cfg, quiet)
 	if err != nil {
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		a.Close()
-		return "", nil, err
+		return "", nil, nil, err
 	}
 	served := make(chan error, 1)
 	go func() { served <- a.Server.Serve(ln) }()
@@ -418,7 +525,73 @@ func startServer(ctx context.Context, o Options) (string, func(), error) {
 			os.RemoveAll(dir)
 		}
 	}
-	return "http://" + ln.Addr().String(), stop, nil
+	return "http://" + ln.Addr().String(), a, stop, nil
+}
+
+// chaosResult is what chaos did to the storm's redis-server.
+type chaosResult struct {
+	restarts int
+	downtime time.Duration
+	flushes  int
+	err      error
+}
+
+// chaos restarts and empties rs as the Options ask, while the charges are
+// sent: until sending is closed. Without rs it does nothing. A restart or a
+// flush that never came before the charges were all answered is an error:
+// the run would prove nothing about it.
+func chaos(ctx context.Context, o Options, rs *redisServer, sending <-chan struct{}) (res chaosResult) {
+	if rs == nil {
+		return res
+	}
+	var restart, flush <-chan time.Time
+	if o.RedisRestartAfter > 0 {
+		t := time.NewTimer(o.RedisRestartAfter)
+		defer t.Stop()
+		restart = t.C
+	}
+	if o.RedisFlushEvery > 0 {
+		t := time.NewTicker(o.RedisFlushEvery)
+		defer t.Stop()
+		flush = t.C
+	}
+	for {
+		select {
+		case <-restart:
+			restart = nil
+			began := time.Now()
+			rs.kill()
+			select {
+			case <-time.After(o.RedisDown):
+			case <-ctx.Done():
+				res.err = ctx.Err()
+				return res
+			}
+			if res.err = rs.start(ctx); res.err != nil {
+				res.err = fmt.Errorf("restart redis-server: %w", res.err)
+				return res
+			}
+			res.restarts++
+			res.downtime = time.Since(began)
+		case <-flush:
+			if err := rs.flushAll(ctx); err != nil {
+				res.err = fmt.Errorf("FLUSHALL: %w", err)
+				return res
+			}
+			res.flushes++
+		case <-sending:
+			switch {
+			case restart != nil:
+				res.err = fmt.Errorf("every charge was answered before the Redis restart due at %s: lower -redis-restart-after or raise -n", o.RedisRestartAfter)
+			case o.RedisFlushEvery > 0 && res.flushes == 0:
+				res.err = fmt.Errorf("every charge was answered before the first FLUSHALL due at %s: lower -redis-flush-every or raise -n", o.RedisFlushEvery)
+			}
+			return res
+		case <-ctx.Done():
+			res.err = ctx.Err()
+			return res
+		}
+	}
 }
 
 // serve runs h on a loopback port.

@@ -17,6 +17,8 @@ import (
 	idem "github.com/idemkit/idemkit/core"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 	"github.com/idemkit/idemkit/stores/gorm/sqlitedb"
+	redisstore "github.com/idemkit/idemkit/stores/redis"
+	"github.com/redis/go-redis/v9"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
@@ -42,6 +44,11 @@ type Config struct {
 	Lease               time.Duration
 	ProviderLatency     time.Duration
 	ProviderFailureRate float64
+	// Records is where the idempotency records are kept: empty for the
+	// database DB, in the charges' transactions; or a redis:// (rediss://)
+	// URL, with each charge and refund row carrying its request's key under
+	// a unique index instead (api.API.KeyedRows).
+	Records string
 }
 
 // ShutdownGrace is how long a shutdown waits for the requests running
@@ -82,6 +89,31 @@ func (c Config) DBLabel() string {
 	return u.Redacted()
 }
 
+// RecordsLabel names where the records are kept, for logs, without any
+// password.
+func (c Config) RecordsLabel() string {
+	if c.Records == "" {
+		return "db"
+	}
+	u, err := url.Parse(c.Records)
+	if err != nil {
+		return "redis"
+	}
+	return u.Redacted()
+}
+
+// CheckRecords reports why records, the value of Config.Records, names no
+// place the demo can keep idempotency records, or nil.
+func CheckRecords(records string) error {
+	if records == "" {
+		return nil
+	}
+	if _, err := redis.ParseURL(records); err != nil {
+		return fmt.Errorf("-records must be empty (the -db database) or a redis:// or rediss:// URL: %w", err)
+	}
+	return nil
+}
+
 // App is a started demo: its servers are built but not yet serving.
 type App struct {
 	Server server.Server
@@ -90,12 +122,19 @@ type App struct {
 	Admin  server.Server
 	Engine *idem.Engine
 	DB     *gorm.DB
-	Store  *gormstore.Store
+	// Store is the GORM store keeping the records in DB; nil when the
+	// Config's Records names a Redis.
+	Store *gormstore.Store
+	// API serves /v1.
+	API *api.API
 	// Provider is the simulated payment provider the API charges through.
 	Provider *payments.Provider
 	metrics  *metrics
-	grace    time.Duration
-	log      *slog.Logger
+	// closeRecords stops the store: the GORM store's purger, or the Redis
+	// client.
+	closeRecords func() error
+	grace        time.Duration
+	log          *slog.Logger
 }
 
 // Open connects to the database, migrates it and builds the server.
@@ -117,22 +156,18 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 	if err := payments.Migrate(ctx, db); err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
-	store, err := gormstore.New(db)
+	rec, err := openRecords(ctx, cfg.Records, db)
 	if err != nil {
 		return nil, err
 	}
-	if err := store.AutoMigrate(ctx); err != nil {
-		store.Close()
-		return nil, fmt.Errorf("migrate idempotency table: %w", err)
-	}
 	m, err := newMetrics()
 	if err != nil {
-		store.Close()
+		rec.close()
 		return nil, err
 	}
 	problemBase := api.DocsPath + "/"
 	engine := idem.New(idem.Config{
-		Store: store,
+		Store: rec.store,
 		TTL:   cfg.TTL,
 		Lease: cfg.Lease,
 		// A charge or refund that has run a whole lease is stuck (a
@@ -150,6 +185,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 		Now:         time.Now,
 		Logger:      log,
 		ProblemBase: problemBase,
+		KeyedRows:   rec.gorm == nil,
 	}
 	scfg := server.Config{
 		Framework:     cfg.Framework,
@@ -165,11 +201,12 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 	}
 	srv, err := server.New(scfg)
 	if err != nil {
-		store.Close()
+		rec.close()
 		m.prom.Shutdown(ctx)
 		return nil, err
 	}
-	app := &App{Server: srv, Engine: engine, DB: db, Store: store, Provider: provider, metrics: m, grace: cfg.ShutdownGrace(), log: log}
+	app := &App{Server: srv, Engine: engine, DB: db, Store: rec.gorm, API: a, Provider: provider, metrics: m,
+		closeRecords: rec.close, grace: cfg.ShutdownGrace(), log: log}
 	if scfg.SeparateAdmin {
 		app.Admin = server.NewAdmin(scfg)
 	}
@@ -219,12 +256,56 @@ func (a *App) Serve(ctx context.Context, api, admin net.Listener) error {
 	return errors.Join(errs...)
 }
 
-// Close stops the store's purger and the metrics, and closes the database.
+// Close stops the store (the GORM store's purger, or the Redis client)
+// and the metrics, and closes the database.
 func (a *App) Close() error {
-	a.Store.Close()
+	err := a.closeRecords()
 	a.metrics.prom.Shutdown(context.Background())
-	return closeDB(a.DB)
+	return errors.Join(err, closeDB(a.DB))
 }
+
+// recordStore is the idempotency store the Config's Records names.
+type recordStore struct {
+	store idem.Store
+	gorm  *gormstore.Store // the store when it is the GORM one, else nil
+	close func() error
+}
+
+// openRecords opens the store for the records: the GORM store on db, its
+// table migrated, or a Redis store for a redis:// URL. It does not contact
+// Redis: a Redis that is down makes guarded requests answer 503 until it
+// is back.
+func openRecords(ctx context.Context, records string, db *gorm.DB) (recordStore, error) {
+	if records == "" {
+		store, err := gormstore.New(db)
+		if err != nil {
+			return recordStore{}, err
+		}
+		if err := store.AutoMigrate(ctx); err != nil {
+			store.Close()
+			return recordStore{}, fmt.Errorf("migrate idempotency table: %w", err)
+		}
+		return recordStore{store: store, gorm: store, close: func() error { store.Close(); return nil }}, nil
+	}
+	opt, err := redis.ParseURL(records)
+	if err != nil {
+		return recordStore{}, fmt.Errorf("-records: %w", err)
+	}
+	// Store calls keep the Engine's deadlines; and a Redis that is down is
+	// reported after one dial, not five, so requests get their 503 fast.
+	opt.ContextTimeoutEnabled = true
+	opt.DialerRetries = 1
+	client := redis.NewClient(opt)
+	store, err := redisstore.New(client, redisstore.WithPrefix(RedisPrefix))
+	if err != nil {
+		client.Close()
+		return recordStore{}, err
+	}
+	return recordStore{store: store, close: client.Close}, nil
+}
+
+// RedisPrefix begins the name of every key the demo writes in Redis.
+const RedisPrefix = "payments:idem:"
 
 func closeDB(db *gorm.DB) error {
 	sqlDB, err := db.DB()
