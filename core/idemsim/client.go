@@ -50,7 +50,7 @@ func (w *world) planRequests() {
 			o := w.reqs[r.IntN(len(w.reqs))]
 			lr.id, lr.path, lr.body, lr.other = o.id, o.path, o.body, o.other
 		} else {
-			lr.id = idem.ID{Scope: fmt.Sprintf("t%d", r.IntN(p.scopes)), Key: fmt.Sprintf("k%d", r.IntN(p.keys))}
+			lr.id = idem.ID{Scope: scopes[p.scopeSet[r.IntN(p.scopes)]], Key: p.keyNames[r.IntN(p.keys)]}
 			lr.path = [...]string{"/orders", "/orders?express=1", "/refunds"}[r.IntN(3)]
 			lr.body = fmt.Appendf(nil, `{"request":%d,"amount":%d}`, i, 100+r.IntN(10000))
 			lr.other = fmt.Appendf(nil, `{"request":%d,"amount":%d,"note":"sent by mistake"}`, i, r.IntN(100))
@@ -154,7 +154,7 @@ type exchange struct {
 func (w *world) send(att *attempt, sl *slot, timeout time.Duration, cut int) result {
 	s, r := w.s, w.rng
 	n := sl.node
-	w.tracef("%s → %s: %s %s key %s, %s, timeout %s, cut %d", att.name, sl.name(), att.lr.path, att.id.Scope, att.id.Key, att.bodyName, ms(timeout), cut)
+	w.tracef("%s → %s: %s %s, %s, timeout %s, cut %d", att.name, sl.name(), att.lr.path, idName(att.id), att.bodyName, ms(timeout), cut)
 	if n == nil {
 		s.sleep(msBetween(r, 0, 10*time.Millisecond))
 		return result{kind: "refused: " + sl.name() + " is down"}
@@ -167,7 +167,6 @@ func (w *world) send(att *attempt, sl *slot, timeout time.Duration, cut int) res
 	}
 	req.RequestURI = att.lr.path
 	req.Header.Set("Idempotency-Key", strconv.Quote(att.id.Key))
-	req.Header.Set("X-Tenant", att.id.Scope)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Sim-Attempt", strconv.Itoa(len(w.attempts)-1))
 	ex := &exchange{req: req, rw: &respWriter{h: http.Header{}, cut: cut}}

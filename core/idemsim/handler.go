@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
@@ -36,9 +35,9 @@ func (w *world) planExec() execPlan {
 	case x < 0.5:
 		total = msBetween(r, 0, 2*time.Second)
 	case x < 0.8:
-		total = msBetween(r, 0, p.lease)
+		total = msBetween(r, 0, min(p.lease, p.maxHandler))
 	default:
-		total = msBetween(r, p.lease, p.maxHandler)
+		total = msBetween(r, min(p.lease, p.maxHandler), p.maxHandler)
 	}
 	if calm && p.handlerTimeout > 0 {
 		total = min(total, p.handlerTimeout/2)
@@ -85,8 +84,7 @@ func (w *world) planExec() execPlan {
 func (w *world) handle(n *node, rw http.ResponseWriter, r *http.Request) {
 	s := w.s
 	ctx := r.Context()
-	i, _ := strconv.Atoi(r.Header.Get("X-Sim-Attempt"))
-	att := w.attempts[i]
+	att := w.attemptOf(r)
 	held, ok := idem.HeldKey(ctx)
 	if !ok {
 		w.violate(invOneAtATime, "%s: the handler runs without holding its key", att.name)

@@ -225,7 +225,14 @@ func excerpt(b []byte) string {
 	return fmt.Sprintf("%q...", b[:n])
 }
 
-func idName(id idem.ID) string { return id.Scope + "/" + id.Key }
+// idName names an ID in traces: its scope's label and its key, cut short.
+func idName(id idem.ID) string {
+	key := id.Key
+	if len(key) > 12 {
+		key = fmt.Sprintf("%s…(%d)", key[:8], len(key))
+	}
+	return scopeLabel(id.Scope) + "/" + key
+}
 
 // The shadow store: the contract of idem.Store applied to every call that
 // reached the store, in the order they reached it (the scheduler runs one

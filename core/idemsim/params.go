@@ -3,6 +3,7 @@ package idemsim
 import (
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 )
 
@@ -24,6 +25,9 @@ type params struct {
 	burst      bool
 	maxHandler time.Duration // the longest a handler works
 	react      time.Duration // a handler stops within this of its context being cancelled
+	skewMax    time.Duration // each engine's clock is off by at most this
+	scopeSet   []int         // which of the scopes table the tenants are
+	keyNames   []string
 
 	crashes int
 	pauses  int // process freezes
@@ -109,12 +113,37 @@ func drawParams(seed uint64) params {
 	p.maxBody = 8<<10 + r.IntN(56<<10)
 
 	p.chaos = msBetween(r, time.Minute, 8*time.Minute)
-	p.requests = 4 + r.IntN(37)
-	p.scopes = 1 + r.IntN(3)
-	p.keys = 1 + r.IntN(max(2, p.requests/p.scopes))
 	p.burst = r.Float64() < 0.5
+	p.requests = 4 + r.IntN(37)
+	if p.burst {
+		p.requests = 4 + r.IntN(57)
+	}
+	p.scopes = 1 + r.IntN(3)
+	p.scopeSet = r.Perm(len(scopes))[:p.scopes]
+	p.keys = 1 + r.IntN(max(2, p.requests/p.scopes))
+	for i := range p.keys {
+		name := fmt.Sprintf("k%d", i)
+		if r.Float64() < 0.2 {
+			// Any printable ASCII, escapes and spaces included, up to the
+			// longest key the Engine accepts.
+			b := []byte(name + "-")
+			for n := r.IntN(256 - len(b)); n > 0; n-- {
+				b = append(b, byte(0x20+r.IntN(0x7f-0x20)))
+			}
+			name = string(b)
+		}
+		p.keyNames = append(p.keyNames, name)
+	}
 	p.maxHandler = msBetween(r, p.lease/2, 3*p.lease)
-	p.react = p.renewEvery / 4
+	// Each engine's clock is off by up to skewMax, and a handler stops
+	// within react of being told: the Engine tells it at least a tick
+	// before the lease ends by its own clock, so react plus the largest
+	// difference between two clocks stays within a tick.
+	tick := p.renewEvery / 4
+	if r.Float64() < 0.5 {
+		p.skewMax = msBetween(r, 0, tick/4)
+	}
+	p.react = tick - 2*p.skewMax
 
 	p.crashes = r.IntN(4)
 	p.pauses = r.IntN(4)
@@ -150,6 +179,9 @@ func (p params) String() string {
 	if p.handlerTimeout > 0 {
 		s += fmt.Sprintf(", handler timeout %s", p.handlerTimeout)
 	}
+	if p.skewMax > 0 {
+		s += fmt.Sprintf(", clocks off by up to %s", p.skewMax)
+	}
 	s += fmt.Sprintf(", TTL %s, max body %d; %d requests on %d scopes x %d keys", p.ttl, p.maxBody, p.requests, p.scopes, p.keys)
 	if p.burst {
 		s += " in a burst"
@@ -159,4 +191,23 @@ func (p params) String() string {
 		s += "; " + w.String()
 	}
 	return s
+}
+
+// scopes are the tenants a run may use: the global one (""), a plain
+// account, and two long scopes that share their first 300 bytes and hold
+// bytes that are not UTF-8 (a NUL, 0xff), as a bearer token used as the
+// tenant may: stores must keep them apart, whole.
+var scopes = func() []string {
+	long := strings.Repeat("eyJhbGciOiJIUzI1NiJ9.", 15)
+	return []string{"", "acct_1", long + "\x00tenant-a\xff", long + "\x00tenant-b\xff"}
+}()
+
+// scopeLabel names a scope in traces.
+func scopeLabel(scope string) string {
+	for i, s := range scopes {
+		if s == scope {
+			return fmt.Sprintf("t%d", i)
+		}
+	}
+	return fmt.Sprintf("%q", scope)
 }

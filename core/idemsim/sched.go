@@ -322,8 +322,8 @@ var (
 	_ idem.Spawner = clock{}
 )
 
-// Now implements idem.Clock.
-func (c clock) Now() time.Time { return c.s.now }
+// Now implements idem.Clock: virtual time, off by the process's skew.
+func (c clock) Now() time.Time { return c.s.now.Add(c.n.skew) }
 
 // AfterFunc implements idem.Clock.
 func (c clock) AfterFunc(d time.Duration, f func()) idem.Timer { return c.s.afterFunc(c.n, d, f) }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -55,7 +56,8 @@ type slot struct {
 type node struct {
 	slot, gen   int
 	dead        bool
-	pausedUntil time.Time // frozen until then (a GC pause, a stopped VM)
+	pausedUntil time.Time     // frozen until then (a GC pause, a stopped VM)
+	skew        time.Duration // its clock's error
 	engine      *idem.Engine
 	h           http.Handler
 }
@@ -198,6 +200,9 @@ func (w *world) run() *Failure {
 
 func (w *world) startNode(sl *slot) {
 	n := &node{slot: sl.idx, gen: sl.gen}
+	if w.p.skewMax > 0 {
+		n.skew = msBetween(w.rng, -w.p.skewMax, w.p.skewMax)
+	}
 	sl.gen++
 	fs := &faultStore{w: w, n: n}
 	var st idem.Store = fs
@@ -229,12 +234,14 @@ func (w *world) startNode(sl *slot) {
 			w.tracef("event %s", line)
 		},
 	})
-	scope := idemhttp.WithScope(func(r *http.Request) string { return r.Header.Get("X-Tenant") })
+	// The tenant comes from authentication, which the simulation plays:
+	// the attempt says who sent it.
+	scope := idemhttp.WithScope(func(r *http.Request) string { return w.attemptOf(r).id.Scope })
 	n.h = idemhttp.Middleware(n.engine, scope)(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		w.handle(n, rw, r)
 	}))
 	sl.node = n
-	w.tracef("%s starts", n.name())
+	w.tracef("%s starts, its clock off by %s", n.name(), n.skew)
 }
 
 // crash ends sl's process: its handlers stop, its store calls never land,
@@ -472,4 +479,9 @@ func (w *world) planCall(n *node) callPlan {
 		}
 	}
 	return pl
+}
+
+func (w *world) attemptOf(r *http.Request) *attempt {
+	i, _ := strconv.Atoi(r.Header.Get("X-Sim-Attempt"))
+	return w.attempts[i]
 }
