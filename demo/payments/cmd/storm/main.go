@@ -6,7 +6,10 @@
 // charges through a retrying client that reuses each charge's key. It then
 // looks up every charge it sent, and the payment provider's authorizations,
 // and exits non-zero unless each charge was written exactly once with its
-// amount and authorized exactly once.
+// amount and authorized exactly once. The in-process demo can keep its
+// idempotency records in Redis (-records), or in a redis-server the storm
+// starts and then kills and restarts (-redis-restart-after) or empties
+// (-redis-flush-every) while the charges are sent.
 //
 //	go run ./demo/payments/cmd/storm                    # 2,000 charges, 30% faults
 //	go run ./demo/payments/cmd/storm -n 500 -c 20 -framework fiber
