@@ -40,6 +40,7 @@ type Lock struct {
 	body     []byte
 	bodyBuf  *[]byte // pooled backing of body, returned when the lock ends
 	overflow bool
+	leftRun  bool // ended by leaveToLease: the handler may still be running
 
 	// mu orders the handler's end (Finish, Abandon) against the renewer
 	// cancelling its context: once the outcome is being recorded, the
@@ -218,12 +219,21 @@ func (l *Lock) leaveToLease(ctx context.Context) {
 	if !l.finishing() {
 		return
 	}
+	l.leftRun = true
 	l.recycleBody()
 	l.end()
 	ev := l.e.event(EventNotStored, l.method, l.path, l.id.Key, l.began, time.Now())
 	ev.Status, ev.Reason = 503, ReasonTimeoutInside
 	l.e.emit(ctx, &ev, l.e.limitedWarn(warnTimeoutInside, time.Now()))
 }
+
+// HandlerMayRun reports whether the Lock ended while its handler may still
+// be running: FinishHTTP saw the 503 of a timeout middleware registered
+// inside idemkit, which lets the handler go on in a goroutine of its own.
+// An adapter must then leave the request and the framework's context as
+// that goroutine may still be using them. It may be called after the Lock
+// ended, from the goroutine that ended it.
+func (l *Lock) HandlerMayRun() bool { return l.leftRun }
 
 // detach keeps ctx's values but not its cancellation: the outcome of a
 // request that ran must be recorded even if its client has gone.

@@ -125,8 +125,14 @@ func serveLocked(c echo.Context, next echo.HandlerFunc, d idem.Decision) error {
 	req := c.Request()
 	c.SetRequest(req.WithContext(lock.Context()))
 	defer func() {
-		res.Writer = orig // writes after ours, such as Recover's 500, are not captured
-		c.SetRequest(req) // middleware outside idemkit sees the request it passed on
+		if !lock.HandlerMayRun() {
+			// Writes after ours, such as Recover's 500, are not captured,
+			// and middleware outside idemkit sees the request it passed on.
+			// Not while a timeout middleware's goroutine may still run the
+			// handler: Echo's Timeout swaps both from there.
+			res.Writer = orig
+			c.SetRequest(req)
+		}
 		if p := recover(); p != nil {
 			_ = lock.Abandon(ctx, idem.ReasonPanic)
 			panic(p) // middleware.Recover or net/http decides what the client sees

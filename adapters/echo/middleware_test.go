@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	idemecho "github.com/idemkit/idemkit/adapters/echo"
 	idem "github.com/idemkit/idemkit/core"
@@ -406,15 +405,6 @@ func TestOuterWriterRestored(t *testing.T) {
 			t.Fatalf("key %q: the middleware before idemkit lost its writer", key)
 		}
 	}
-}
-
-func TestTimeoutMiddlewareInside(t *testing.T) {
-	idemtest.TestTimeoutInside(t, func(e *idem.Engine, h http.Handler) http.Handler {
-		ec := newEcho()
-		ec.Use(idemecho.Middleware(e), middleware.TimeoutWithConfig(middleware.TimeoutConfig{Timeout: 50 * time.Millisecond}))
-		ec.Any("/*", echo.WrapHandler(h))
-		return ec
-	})
 }
 
 // Defect: Echo's BodyLimit before idemkit refused a chunked body while
