@@ -22,6 +22,12 @@ var (
 	// the slot was installed after the idempotency middleware. Use a plain
 	// transaction for such requests.
 	ErrNotGuarded = errors.New("gormstore: the request holds no idempotency lock")
+	// ErrSlotAfterMiddleware: the request holds an idempotency lock, but its
+	// transaction slot was installed after the idempotency middleware, so
+	// the store never saw it. Register WithTxSlot (or TxMiddleware) before
+	// idemkit's middleware. It wraps ErrNotGuarded.
+	ErrSlotAfterMiddleware = fmt.Errorf("gormstore: the transaction slot was installed after the idempotency middleware; "+
+		"register WithTxSlot or TxMiddleware before it: %w", ErrNotGuarded)
 	// ErrTxDone: the request's transaction was already committed or rolled
 	// back (Tx called after the response was recorded).
 	ErrTxDone = errors.New("gormstore: the request's transaction has ended")
@@ -164,6 +170,9 @@ func Tx(ctx context.Context, db *gorm.DB) (*gorm.DB, error) {
 	case sl.ended:
 		return nil, ErrTxDone
 	case sl.token == "":
+		if _, held := idem.HeldKey(ctx); held {
+			return nil, ErrSlotAfterMiddleware
+		}
 		return nil, ErrNotGuarded
 	case sl.tx != nil:
 		return sl.tx, nil

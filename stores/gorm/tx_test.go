@@ -420,3 +420,23 @@ func TestTxAbortedBeforeComplete(t *testing.T) {
 		})
 	}
 }
+
+// Defect: with the slot installed after the idempotency middleware, Tx said
+// "the request holds no idempotency lock", which sent users looking in the
+// wrong place: it now says that the order is wrong.
+func TestTxSlotAfterMiddleware(t *testing.T) {
+	db := openSQLite(t)
+	s := newStore(t, db)
+	e := idem.New(idem.Config{Store: s, Logger: discardLogger})
+	d := e.Begin(testCtx(t), &idem.Request{Method: http.MethodPost, Path: "/v1/charges", KeyLines: []string{`"k"`}, Body: []byte(`{}`)})
+	if d.Lock == nil {
+		t.Fatalf("Begin: %+v, want a lock", d)
+	}
+	defer d.Lock.Abandon(testCtx(t), idem.ReasonPanic)
+	ctx, done := WithTxSlot(d.Lock.Context()) // the slot after idemkit: the store never armed it
+	defer done()
+	_, err := Tx(ctx, db)
+	if !errors.Is(err, ErrSlotAfterMiddleware) || !errors.Is(err, ErrNotGuarded) || !strings.Contains(err.Error(), "before") {
+		t.Fatalf("Tx with the slot after the middleware: %v, want ErrSlotAfterMiddleware saying to register it before", err)
+	}
+}

@@ -9,6 +9,7 @@ package sqlitedb
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -50,6 +51,10 @@ func Open(path string, opts ...gorm.Option) (*gorm.DB, error) {
 	if path == "" || strings.ContainsAny(path, "?#") {
 		return nil, errors.New("sqlitedb: the path must be non-empty, without '?' or '#'")
 	}
+	if looksLikeServerDSN(path) {
+		return nil, fmt.Errorf("sqlitedb: %q looks like a database server's DSN, not an SQLite file path; "+
+			"open MySQL with gorm.io/driver/mysql (user:pass@tcp(host:port)/db) and PostgreSQL with gorm.io/driver/postgres", path)
+	}
 	dsn := "file:" + path +
 		"?_pragma=busy_timeout(" + strconv.Itoa(BusyTimeoutMillis) + ")" +
 		"&_pragma=journal_mode(WAL)" +
@@ -57,15 +62,38 @@ func Open(path string, opts ...gorm.Option) (*gorm.DB, error) {
 		"&_txlock=immediate"
 	db, err := gorm.Open(sqlite.Open(dsn), opts...)
 	if err != nil {
-		return nil, err
+		return nil, cannotOpen(path, err)
 	}
 	sqlDB, err := db.DB()
 	if err != nil {
 		return nil, err
 	}
 	sqlDB.SetMaxOpenConns(MaxOpenConns)
+	// The driver opens the file with the first connection.
+	if err := sqlDB.Ping(); err != nil {
+		sqlDB.Close()
+		return nil, cannotOpen(path, err)
+	}
 	// Keep a few connections open between bursts: each new one re-runs the
 	// pragmas.
 	sqlDB.SetMaxIdleConns(8)
 	return db, nil
+}
+
+// looksLikeServerDSN reports whether path is in the native DSN form of a
+// database server driver (go-sql-driver/mysql's user:pass@tcp(host:port)/db,
+// or a URL with a scheme) rather than a file path.
+func looksLikeServerDSN(path string) bool {
+	for _, marker := range []string{"@tcp(", "@unix(", "://"} {
+		if strings.Contains(path, marker) {
+			return true
+		}
+	}
+	return false
+}
+
+// cannotOpen names the path where SQLite itself only says
+// "unable to open database file: out of memory (14)" (SQLITE_CANTOPEN).
+func cannotOpen(path string, err error) error {
+	return fmt.Errorf("sqlitedb: cannot open or create the SQLite file %q (does its directory exist, and may this process write there?): %w", path, err)
 }

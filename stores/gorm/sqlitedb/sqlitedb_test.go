@@ -3,6 +3,7 @@ package sqlitedb
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -126,5 +127,18 @@ func TestPragmas(t *testing.T) {
 	}
 	if got := sqlDB.Stats().MaxOpenConnections; got != MaxOpenConns {
 		t.Fatalf("pool bound %d, want %d: an unbounded pool opens a connection per waiting request", got, MaxOpenConns)
+	}
+}
+
+// Defects: an unwritable path failed with "out of memory (14)", and a
+// MySQL DSN in the driver's native form was taken as a file name.
+func TestOpenErrorsSayWhatIsWrong(t *testing.T) {
+	_, err := Open(filepath.Join(t.TempDir(), "no-such-dir", "app.db"))
+	if err == nil || !strings.Contains(err.Error(), "cannot open or create the SQLite file") || !strings.Contains(err.Error(), "no-such-dir") {
+		t.Fatalf("Open in a missing directory: %v, want an error naming the path", err)
+	}
+	_, err = Open("app:secret@tcp(127.0.0.1:3306)/payments")
+	if err == nil || !strings.Contains(err.Error(), "gorm.io/driver/mysql") {
+		t.Fatalf("Open of a MySQL DSN: %v, want an error saying it is a server DSN", err)
 	}
 }
