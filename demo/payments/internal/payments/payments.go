@@ -31,7 +31,7 @@ type Charge struct {
 	// with their idempotency record in the same transaction, which need
 	// none. Its unique index is what keeps a lost record from charging
 	// twice.
-	RequestKey *string `gorm:"size:80;uniqueIndex:idx_charges_request_key"`
+	RequestKey *string `gorm:"size:80;uniqueIndex"`
 }
 
 // Refund returns part or all of a charge.
@@ -43,7 +43,7 @@ type Refund struct {
 	Status  string    `gorm:"size:20;not null"`
 	Created time.Time `gorm:"not null"`
 	// RequestKey is as Charge's (see CreateRefundOnce).
-	RequestKey *string `gorm:"size:80;uniqueIndex:idx_refunds_request_key"`
+	RequestKey *string `gorm:"size:80;uniqueIndex"`
 }
 
 // Balance sums an account's money movements.
