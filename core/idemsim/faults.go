@@ -168,6 +168,17 @@ func (f *faultStore) Complete(ctx context.Context, id idem.ID, token string, c i
 		return err
 	}
 	var ghost func()
+	if f.w.effects != nil {
+		// The completion commits the request's transaction: whatever
+		// keeps it from answering leaves that work rolled back (or in
+		// doubt), which the store says with idem.ErrRolledBack. No ghost:
+		// the commit goes down the transaction's own connection.
+		err := f.call(ctx, "complete "+idName(id)+" "+m.label(token), apply, nil)
+		if err != nil && !errors.Is(err, idem.ErrRolledBack) && !errors.Is(err, idem.ErrLockLost) {
+			err = fmt.Errorf("%w: %w", idem.ErrRolledBack, err)
+		}
+		return err
+	}
 	if f.w.remote {
 		// The Engine reuses the response's memory once Complete returns;
 		// a call that lands later carries its own copy, as the bytes sent

@@ -117,6 +117,14 @@ func (w *world) handle(n *node, rw http.ResponseWriter, r *http.Request) {
 		w.m.endExec(x, "panicked")
 		panic(errHandlerPanic)
 	}
+	if fx := w.effects; fx != nil {
+		if err := fx.Write(ctx, x.n); err != nil {
+			w.m.ownError("the handler's work", err)
+			return
+		}
+		x.wrote = true
+		w.tracef("X%d wrote its work in the request's transaction", x.n)
+	}
 	out := handlerBody(x, pl.size)
 	rw.Header().Set("Content-Type", "application/json")
 	rw.WriteHeader(pl.status)

@@ -52,7 +52,8 @@ type model struct {
 	shadow   map[idem.ID]*shadowRec
 	maxLease map[string]time.Time // per token: the latest lease its holder asked for
 	tokens   map[string]*tokenInfo
-	order    []string // the tokens, in order of first appearance
+	execOf   map[string]*exec // by token
+	order    []string         // the tokens, in order of first appearance
 	tokenSeq int
 	ids      []idem.ID // every ID used, in order of first use
 	idSeen   map[idem.ID]bool
@@ -71,16 +72,18 @@ type response struct {
 
 // exec is one run of the handler.
 type exec struct {
-	n       int
-	id      idem.ID
-	fp      idem.Fingerprint
-	token   string
-	node    *node
-	att     *attempt
-	start   time.Time
-	end     time.Time
-	running bool
-	outcome string
+	n         int
+	id        idem.ID
+	fp        idem.Fingerprint
+	token     string
+	node      *node
+	att       *attempt
+	start     time.Time
+	end       time.Time
+	running   bool
+	outcome   string
+	wrote     bool // it did its work (Effects)
+	committed bool // its completion committed
 	// exempt: invariant 1 cannot hold for this run, which is documented:
 	// its handler ignores its context, or its process froze while it ran
 	// (a frozen process cannot be told to stop). Only fencing protects
@@ -111,6 +114,7 @@ func newModel(w *world, contract bool) *model {
 		shadow:   map[idem.ID]*shadowRec{},
 		maxLease: map[string]time.Time{},
 		tokens:   map[string]*tokenInfo{},
+		execOf:   map[string]*exec{},
 		idSeen:   map[idem.ID]bool{},
 	}
 }
@@ -155,6 +159,7 @@ func (m *model) startExec(id idem.ID, token string, n *node, att *attempt) *exec
 		x.fp = att.fp
 	}
 	m.execs = append(m.execs, x)
+	m.execOf[token] = x
 	if other := m.running[id]; other != nil && other.exempt != "" {
 		m.w.tracef("X%d starts beside X%d, whose handler %s: allowed", x.n, other.n, other.exempt)
 	} else if other != nil {
@@ -373,6 +378,9 @@ func (m *model) observeComplete(id idem.ID, token string, c idem.Completion, err
 	s.rec.CompletedAt, s.rec.ExpiresAt = c.CompletedAt, c.ExpiresAt
 	s.rec.Response = cloneResponse(c.Response)
 	s.commits++
+	if x := m.execOf[token]; x != nil {
+		x.committed = true
+	}
 	if s.commits > 1 {
 		m.w.violate(invOneCommit, "a second completion of %s committed in one record lifetime (by %s)", idName(id), m.label(token))
 	}

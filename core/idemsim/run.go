@@ -1,9 +1,11 @@
 package idemsim
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -27,6 +29,31 @@ type Target struct {
 	// target, with %d where the seed goes, e.g.
 	// "go test ./core/idemsim -run TestSim -seed %d -v".
 	Replay string
+	// Effects, if set, gives the handlers business work of their own,
+	// written through the store's transactional completion: then
+	// invariant 2 is also checked on what the database really committed.
+	Effects *Effects
+}
+
+// Effects is the handlers' business work for a store with transactional
+// completion (the GORM store's Tx): each handler run writes one row in
+// the request's transaction, which the store's Complete commits with the
+// stored response, and Release or a failed completion rolls back. After
+// each run the simulation compares the rows committed with the
+// completions committed: a run's work is committed if and only if its
+// response was stored. Every failure the simulation injects into a
+// Complete is reported to the Engine as idem.ErrRolledBack, as such a
+// store reports its own.
+type Effects struct {
+	// Wrap wraps each engine's HTTP handler (the idempotency middleware
+	// around the application), e.g. to install the request's transaction
+	// slot (gormstore.TxMiddleware).
+	Wrap func(http.Handler) http.Handler
+	// Write does the work of handler run execution in the request's
+	// transaction; ctx is the handler's context.
+	Write func(ctx context.Context, execution int) error
+	// Committed returns the handler runs whose work is committed.
+	Committed func() ([]int, error)
 }
 
 // Counter is an optional capability of a store under simulation: the
@@ -69,8 +96,8 @@ func Flags(fs *flag.FlagSet) *Options {
 	fs.Uint64Var(&o.Seed, "seed", 0, "idemsim: run only this seed")
 	fs.DurationVar(&o.Budget, "simtime", o.Budget, "idemsim: time spent on seeds per store, after the regression seeds (default $IDEMKIT_SIMTIME)")
 	fs.Uint64Var(&o.Start, "simstart", 1, "idemsim: first seed of the budget")
-	fs.Func("simtrace", "idemsim: print every run's whole trace to stdout (-simtrace=1)", func(s string) error {
-		if s != "" && s != "0" && s != "false" {
+	fs.BoolFunc("simtrace", "idemsim: print every run's whole trace to stdout", func(s string) error {
+		if s != "false" && s != "0" {
 			o.Trace = os.Stdout
 		}
 		return nil
@@ -140,6 +167,7 @@ func RunSeed(seed uint64, store idem.Store, target Target, o *Options) (*Failure
 		o = &Options{}
 	}
 	w := newWorld(seed, store, target.Remote, !o.NoContract)
+	w.effects = target.Effects
 	w.trace.all = o.Trace
 	f := w.run()
 	st := Stats{Seeds: 1, Steps: w.s.steps, Requests: len(w.reqs), Attempts: len(w.attempts),

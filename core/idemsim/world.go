@@ -24,14 +24,15 @@ var epoch = time.Date(2031, 1, 2, 3, 4, 5, 0, time.UTC)
 // world is one simulated run: engines sharing one store, clients, faults,
 // and the model the invariants are checked on.
 type world struct {
-	seed   uint64
-	p      params
-	s      *sched
-	rng    *rand.Rand // every draw made while the run goes, in the order procs run
-	store  idem.Store // the store under test
-	batch  bool
-	remote bool
-	m      *model
+	seed    uint64
+	p       params
+	s       *sched
+	rng     *rand.Rand // every draw made while the run goes, in the order procs run
+	store   idem.Store // the store under test
+	batch   bool
+	remote  bool
+	effects *Effects
+	m       *model
 
 	slots    []*slot
 	reqs     []*logical
@@ -240,6 +241,9 @@ func (w *world) startNode(sl *slot) {
 	n.h = idemhttp.Middleware(n.engine, scope)(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		w.handle(n, rw, r)
 	}))
+	if w.effects != nil && w.effects.Wrap != nil {
+		n.h = w.effects.Wrap(n.h)
+	}
 	sl.node = n
 	w.tracef("%s starts, its clock off by %s", n.name(), n.skew)
 }
@@ -379,6 +383,12 @@ func (w *world) clientsDone() bool {
 // holds at most one record per key used, and none once all have expired
 // and been purged.
 func (w *world) finalChecks() {
+	if w.effects != nil {
+		w.checkEffects()
+		if w.failure != nil {
+			return
+		}
+	}
 	ids := len(w.m.ids)
 	if c, ok := w.store.(Counter); ok {
 		if n := c.Len(); n < 0 || n > ids {
@@ -484,4 +494,35 @@ func (w *world) planCall(n *node) callPlan {
 func (w *world) attemptOf(r *http.Request) *attempt {
 	i, _ := strconv.Atoi(r.Header.Get("X-Sim-Attempt"))
 	return w.attempts[i]
+}
+
+// checkEffects checks invariant 2 on the database: a handler run's work is
+// committed if and only if its completion committed, so that at most one
+// run's work is committed per record lifetime.
+func (w *world) checkEffects() {
+	done, err := w.effects.Committed()
+	if err != nil {
+		w.m.ownError("reading the committed work", err)
+		return
+	}
+	rows := map[int]bool{}
+	for _, n := range done {
+		if n < 1 || n > len(w.m.execs) || rows[n] {
+			w.violate(invOneCommit, "the database holds work of a handler run X%d that never was, or twice", n)
+			return
+		}
+		rows[n] = true
+	}
+	for _, x := range w.m.execs {
+		switch {
+		case rows[x.n] && !x.committed:
+			w.violate(invOneCommit, "X%d's work (%s, %s) is committed, but its response was never stored: a retry runs it again",
+				x.n, idName(x.id), w.m.label(x.token))
+			return
+		case x.wrote && x.committed && !rows[x.n]:
+			w.violate(invOneCommit, "X%d's response (%s, %s) is stored, but its work was rolled back: it is lost",
+				x.n, idName(x.id), w.m.label(x.token))
+			return
+		}
+	}
 }
