@@ -49,8 +49,9 @@ func databases(t *testing.T) map[string]string {
 
 // demo is a running demo server.
 type demo struct {
-	url string
-	app *app.App
+	url    string
+	app    *app.App
+	client *http.Client // nil: http.DefaultClient
 }
 
 func start(t *testing.T, cfg app.Config) *demo {
@@ -138,7 +139,11 @@ func (d *demo) doHeader(t *testing.T, method, path string, h http.Header, key, b
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	client := d.client
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -509,6 +514,28 @@ var apiCases = []struct {
 			t.Fatalf("another account sees counts: %v", c)
 		}
 		d.do(t, http.MethodGet, "/debug/provider", "", "", "").problem(t, 401, "unauthorized")
+	}},
+	{"DebugProvider/CountsOutliveTheRequestBuffers", func(t *testing.T, d *demo) {
+		// Fiber hands the API header values that alias buffers it reuses
+		// for the connection's next request, so what the provider keeps
+		// about a charge (its account) must be its own copy: another
+		// account's request on that connection must not turn one account's
+		// counts into another's. The counts are read on another connection,
+		// which leaves the first one's buffers as the last request left them.
+		one := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 1}}
+		defer one.CloseIdleConnections()
+		shared := &demo{url: d.url, app: d.app, client: one}
+		a, b := newAccount(), newAccount() // one length: one place in the buffer
+		for _, acct := range []string{a, b} {
+			if r := shared.do(t, http.MethodPost, "/v1/charges", acct, newKey(), chargeBody); r.status != 201 {
+				t.Fatalf("charge for %s: %d %s", acct, r.status, r.body)
+			}
+		}
+		for _, acct := range []string{a, b} {
+			if p := d.provider(t, acct); p["calls"] != 1.0 || p["authorizations"] != 1.0 {
+				t.Fatalf("%s's provider counts after two accounts charged on one connection: %v, want 1 call and 1 authorization", acct, p)
+			}
+		}
 	}},
 	{"Docs", func(t *testing.T, d *demo) {
 		for _, path := range []string{"/docs/idempotency", "/docs/idempotency/key-reused"} {

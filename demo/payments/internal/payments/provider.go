@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	mrand "math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 )
@@ -128,7 +129,7 @@ func (p *Provider) decide(a Authorization) error {
 		if p.keys == nil {
 			p.keys = map[string]*answer{}
 		}
-		ans := &answer{key: a.IdempotencyKey, auth: a, err: err, at: now}
+		ans := &answer{key: a.IdempotencyKey, auth: a.own(), err: err, at: now}
 		p.keys[ans.key] = ans
 		p.order = append(p.order, ans)
 	}
@@ -166,9 +167,21 @@ func (p *Provider) countsOf(account string) *Counts {
 	c := p.counts[account]
 	if c == nil {
 		c = new(Counts)
-		p.counts[account] = c
+		p.counts[strings.Clone(account)] = c
 	}
 	return c
+}
+
+// own returns a with strings of its own. The caller's may alias a buffer
+// its server reuses for the next request (Fiber's do): a kept string that
+// changes under the provider would move one account's counts to another
+// and refuse a payment's retry as another payment.
+func (a Authorization) own() Authorization {
+	a.IdempotencyKey = strings.Clone(a.IdempotencyKey)
+	a.Account = strings.Clone(a.Account)
+	a.Customer = strings.Clone(a.Customer)
+	a.Currency = strings.Clone(a.Currency)
+	return a
 }
 
 // Counts returns what the provider did for account so far.

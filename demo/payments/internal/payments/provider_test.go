@@ -5,6 +5,7 @@ import (
 	"errors"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func TestProviderDeduplicatesByKey(t *testing.T) {
@@ -99,5 +100,34 @@ func TestProviderAnswerLost(t *testing.T) {
 	// A request the caller cancelled before sending never reaches it.
 	if err := p.Authorize(ctx, pay); !errors.Is(err, context.Canceled) || p.Counts("a").Calls != 2 {
 		t.Fatalf("%v, %+v", err, p.Counts("a"))
+	}
+}
+
+// TestProviderKeepsItsOwnStrings: a server may hand the provider strings
+// that alias a buffer it refills with the next request (Fiber does). The
+// provider must not keep them: the buffer's next contents would move the
+// account's counts to another account, and the payment's retry would be
+// refused as another payment.
+func TestProviderKeepsItsOwnStrings(t *testing.T) {
+	p := &Provider{}
+	ctx := context.Background()
+	buf := []byte("acct_AAAAAAAAAA")
+	aliased := unsafe.String(&buf[0], len(buf))
+	pay := Authorization{IdempotencyKey: "k1", Account: aliased, Customer: "cus_1", Amount: 500, Currency: "usd"}
+	if err := p.Authorize(ctx, pay); err != nil {
+		t.Fatal(err)
+	}
+	copy(buf, "acct_BBBBBBBBBB") // the next request, another account
+
+	if c := p.Counts("acct_AAAAAAAAAA"); c != (Counts{Calls: 1, Authorizations: 1}) {
+		t.Fatalf("the account's counts after its buffer was reused: %+v, want 1 call and 1 authorization", c)
+	}
+	if c := p.Counts("acct_BBBBBBBBBB"); c != (Counts{}) {
+		t.Fatalf("another account's counts: %+v, want none", c)
+	}
+	retry := pay
+	retry.Account = "acct_AAAAAAAAAA"
+	if err := p.Authorize(ctx, retry); err != nil {
+		t.Fatalf("the payment's retry: %v, want its first answer", err)
 	}
 }
