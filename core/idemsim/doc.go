@@ -22,9 +22,10 @@
 //		}, simOptions)
 //	}
 //
-// Run runs the committed regression seeds, then seeds 1, 2, 3, ... for
-// the budget (-simtime, default $IDEMKIT_SIMTIME or 2s). `-seed N -v`
-// replays one seed, `-simtrace=1` prints its whole trace.
+// Run runs the committed regression seeds, checks that one seed replays
+// alike twice, then runs seeds 1, 2, 3, ... for the budget (-simtime,
+// default $IDEMKIT_SIMTIME or 2s). `-seed N -v` replays one seed,
+// `-simtrace` prints its whole trace.
 //
 // # Determinism
 //
@@ -77,7 +78,12 @@
 //  2. With transactional completion, never two committed executions per
 //     record lifetime. The model counts an execution as committed when
 //     its completion committed in the store, as transactional completion
-//     makes it; a lifetime starts when Acquire creates the record.
+//     makes it; a lifetime starts when Acquire creates the record. With
+//     Target.Effects (the GORM store on PostgreSQL, through its Tx), each
+//     handler run also writes a row in the request's transaction, and
+//     after the run the rows committed must be exactly those of the runs
+//     whose completion committed: no work without its stored response (a
+//     retry would do it again), no stored response without its work.
 //  3. Every replay is byte-identical (status, content type, body) to one
 //     whole response a handler produced for that key, tenant and
 //     fingerprint; never another key's, another tenant's, a cut one, or a
