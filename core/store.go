@@ -36,8 +36,11 @@ type Store interface {
 	Acquire(ctx context.Context, a Acquire) (Record, AcquireOutcome, error)
 
 	// Renew moves the lease of the in-flight record held by token to
-	// leaseUntil. It returns ErrLockLost when no in-flight record for id holds
-	// token (taken over, completed, released or purged).
+	// leaseUntil, unless the lease already ends later: a lease never moves
+	// back, so a renewal that lands after a newer one (its caller gave up on
+	// it) cannot shorten what the newer one granted. It returns ErrLockLost
+	// when no in-flight record for id holds token (taken over, completed,
+	// released or purged).
 	Renew(ctx context.Context, id ID, token string, leaseUntil time.Time) error
 
 	// Complete turns the in-flight record held by token into a completed
@@ -73,8 +76,8 @@ type Held struct {
 // when its Store implements it, and otherwise calls Renew for each lease,
 // a bounded number at a time.
 type BatchRenewer interface {
-	// RenewBatch moves to leaseUntil the lease of every in-flight record
-	// that held[i].Token holds, and sets lost[i] (len(lost) == len(held))
+	// RenewBatch moves to leaseUntil (never back, as Renew) the lease of
+	// every in-flight record that held[i].Token holds, and sets lost[i] (len(lost) == len(held))
 	// for each held[i] whose token no longer holds an in-flight record
 	// for its ID, exactly as Renew would return ErrLockLost for it. An
 	// error is a system error: then the Engine assumes nothing was renewed

@@ -350,7 +350,9 @@ func (m *model) observeRenew(id idem.ID, token string, until time.Time, err erro
 		if until.Before(s.rec.LeaseUntil) {
 			m.w.tracef("renew %s %s moves the lease back from %s to %s", idName(id), m.label(token), m.w.at(s.rec.LeaseUntil), m.w.at(until))
 		}
-		s.rec.LeaseUntil = until
+		if until.After(s.rec.LeaseUntil) {
+			s.rec.LeaseUntil = until
+		}
 	}
 }
 

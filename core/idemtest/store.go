@@ -51,6 +51,7 @@ var storeChecks = []storeCheck{
 	{"Expired/InFlight", checkExpiredInFlight},
 	{"Renew/ExtendsLease", checkRenewExtends},
 	{"Renew/StaleOwner", checkRenewStale},
+	{"Renew/NeverShortens", checkRenewNeverShortens},
 	{"RenewBatch/OnlyHeldLeases", checkRenewBatch},
 	{"Complete/RoundTrip", checkCompleteRoundTrip},
 	{"Complete/RoundTrip-1MiB", checkCompleteLarge},

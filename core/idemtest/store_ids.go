@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	idem "github.com/idemkit/idemkit/core"
 )
@@ -131,6 +132,35 @@ func checkRenewBatch(ctx context.Context, s idem.Store) error {
 	}
 	if err := b.RenewBatch(ctx, nil, until, nil); err != nil && !errors.Is(err, context.Canceled) {
 		return fmt.Errorf("RenewBatch of no lease: %w", err)
+	}
+	return nil
+}
+
+// checkRenewNeverShortens: a renewal that lands after a newer one (its
+// caller gave up on it) leaves the newer, later lease in place; so does a
+// batch.
+func checkRenewNeverShortens(ctx context.Context, s idem.Store) error {
+	id := idem.ID{Scope: "acct", Key: "k-late"}
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.Created); err != nil {
+		return err
+	}
+	if err := s.Renew(ctx, id, "tok-1", t0.Add(3*lease)); err != nil {
+		return fmt.Errorf("Renew: %w", err)
+	}
+	if err := s.Renew(ctx, id, "tok-1", t0.Add(2*lease)); err != nil {
+		return fmt.Errorf("a late Renew: %w", err)
+	}
+	if b, ok := s.(idem.BatchRenewer); ok {
+		lost := make([]bool, 1)
+		if err := b.RenewBatch(ctx, []idem.Held{{ID: id, Token: "tok-1"}}, t0.Add(lease), lost); err != nil || lost[0] {
+			return fmt.Errorf("a late RenewBatch: %v (lost %v)", err, lost[0])
+		}
+	}
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(2*lease+time.Second)), idem.Existing); err != nil {
+		return fmt.Errorf("a late renewal moved the lease back: %w", err)
+	}
+	if rec, err := s.Get(ctx, id); err != nil || !sameTime(rec.LeaseUntil, t0.Add(3*lease)) {
+		return fmt.Errorf("lease after a late renewal = %v (%v), want the later one", rec.LeaseUntil, err)
 	}
 	return nil
 }

@@ -271,7 +271,7 @@ func (s *Store) acquire(sh *shard, a idem.Acquire, now int64) (rec idem.Record, 
 // Renew implements idem.Store.
 func (s *Store) Renew(ctx context.Context, id idem.ID, token string, leaseUntil time.Time) error {
 	return s.withOwned(ctx, id, token, func(e *entry) bool {
-		e.leaseUntil = s.offset(leaseUntil)
+		e.leaseUntil = max(e.leaseUntil, s.offset(leaseUntil)) // never moved back
 		return true
 	})
 }

@@ -168,7 +168,11 @@ func buildStatements(db *gorm.DB, d dialect, table string) statements {
 	byID()
 	st.selectRecord = w.done()
 
-	w.s("UPDATE " + t + " SET ").id(colLeaseUntil).s(" = ?")
+	greatest := "GREATEST("
+	if d == dialectSQLite {
+		greatest = "MAX("
+	}
+	w.s("UPDATE " + t + " SET ").id(colLeaseUntil).s(" = " + greatest).id(colLeaseUntil).s(", ?)")
 	owned()
 	st.renew = w.done()
 
@@ -192,7 +196,7 @@ func buildStatements(db *gorm.DB, d dialect, table string) statements {
 	w.s("(").id(colScope).s(" = ? AND ").id(colKey).s(" = ? AND ").id(colToken).s(" = ?)")
 	st.held = w.done()
 	inFlightAnd := func() *sqlWriter { return w.s(" WHERE ").id(colState).s(" = " + stateInFlight + " AND (") }
-	w.s("UPDATE " + t + " SET ").id(colLeaseUntil).s(" = ?")
+	w.s("UPDATE " + t + " SET ").id(colLeaseUntil).s(" = " + greatest).id(colLeaseUntil).s(", ?)")
 	st.renewBatchHead = inFlightAnd().done()
 	w.s(")")
 	if d != dialectMySQL {

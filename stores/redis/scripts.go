@@ -70,7 +70,9 @@ return {1}
 var recordFields = []string{"s", "f", "t", "ls", "ln", "es", "en", "cs", "cn", "ds", "dn", "r"}
 
 // luaRenew defines renew(k, token, sec, nsec), the renewal of one lease:
-// 1, or 0 when the token holds no in-flight record.
+// 1, or 0 when the token holds no in-flight record. The lease only ever
+// moves later: a renewal that lands after a newer one (its caller gave up
+// on it) leaves the newer lease in place.
 //
 // An in-flight record's key lives until the later of its expiry and its
 // lease (a holder that keeps renewing keeps its record, however long it
@@ -81,6 +83,9 @@ local function renew(k, token, ls, ln)
   local m = redis.call('HMGET', k, 's', 't', 'ls', 'ln', 'es', 'en')
   if m[1] ~= '1' or m[2] ~= token then
     return 0
+  end
+  if not before(m[3], m[4], ls, ln) then
+    return 1 -- a late renewal never moves the lease back
   end
   redis.call('HSET', k, 'ls', ls, 'ln', ln)
   local es, en = m[5], m[6]
