@@ -21,6 +21,7 @@ type Engine struct {
 	cfg           Config
 	clock         Clock
 	realClock     bool // the system clock, so one reading serves both the record and the latency
+	local         bool // the store is a LocalStore: its calls need no deadline
 	replayHeaders []string
 	problems      [len(problemSpecs)]preparedProblem
 	retryAfter    []string
@@ -42,7 +43,8 @@ type preparedProblem struct {
 func New(cfg Config) *Engine {
 	cfg.setDefaults()
 	_, realClock := cfg.Clock.(SystemClock)
-	e := &Engine{cfg: cfg, clock: cfg.Clock, realClock: realClock, replayHeaders: cfg.replayHeaderSet()}
+	_, local := cfg.Store.(LocalStore)
+	e := &Engine{cfg: cfg, clock: cfg.Clock, realClock: realClock, local: local, replayHeaders: cfg.replayHeaderSet()}
 	e.renewer = newRenewer(e)
 	for i, spec := range problemSpecs {
 		e.problems[i] = preparedProblem{spec, cfg.ProblemBase + spec.name}
@@ -266,17 +268,22 @@ func (e *Engine) storeFull(ctx context.Context, r *Request, key string, began, a
 }
 
 // storeContext bounds a store call made for a request by
-// Config.StoreTimeout, on the Engine's clock.
+// Config.StoreTimeout, on the Engine's clock; a LocalStore needs no bound.
 func (e *Engine) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if e.local {
+		return ctx, noCancel
+	}
 	return e.timeoutContext(ctx, e.cfg.StoreTimeout)
 }
+
+func noCancel() {}
 
 // timeoutContext is context.WithTimeout on the Engine's clock: with a clock
 // of its own (tests, the simulation), deadlines pass in that clock's time.
 func (e *Engine) timeoutContext(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
 	if e.realClock {
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
-			return ctx, func() {} // an earlier deadline already bounds the call
+			return ctx, noCancel // an earlier deadline already bounds the call
 		}
 		return context.WithTimeout(ctx, d)
 	}

@@ -85,6 +85,18 @@ type BatchRenewer interface {
 	RenewBatch(ctx context.Context, held []Held, leaseUntil time.Time, lost []bool) error
 }
 
+// LocalStore is an optional capability of a Store whose calls run in the
+// caller's process and never wait for I/O or for other requests beyond a
+// short lock (the memory store). The Engine calls such a store without a
+// deadline: a deadline could never fire there, and would cost a context
+// and a timer on every call. A wrapper that can wait (a decorator adding
+// latency or a network hop) must not pass the capability on, as embedding
+// the concrete store type would.
+type LocalStore interface {
+	// Local marks the capability; it is never called.
+	Local()
+}
+
 // ID names a record: the key is only unique within its scope (tenant), so two
 // tenants using the same key never see each other's records.
 type ID struct {

@@ -131,7 +131,14 @@ func (s *Store) record(id idem.ID, e *entry) idem.Record {
 	}
 }
 
-var _ idem.Store = (*Store)(nil)
+var (
+	_ idem.Store      = (*Store)(nil)
+	_ idem.LocalStore = (*Store)(nil)
+)
+
+// Local implements idem.LocalStore: every call is a short critical section
+// in this process, so the Engine gives it no deadline.
+func (*Store) Local() {}
 
 // New returns a Store and starts its purger (unless disabled with
 // WithPurgeInterval(0)).
