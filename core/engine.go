@@ -171,18 +171,20 @@ func (e *Engine) Begin(ctx context.Context, r *Request) Decision {
 	err = ctx.Err() // a client already gone is not worth a store call
 	var rec Record
 	var outcome AcquireOutcome
+	storeDone := storeStart
 	if err == nil {
 		actx, cancel := e.storeContext(ctx)
 		rec, outcome, err = e.cfg.Store.Acquire(actx, a)
 		cancel()
-		if err == nil && (outcome == Created || outcome == TookOver) && e.renewer.tooLate(a.LeaseUntil) {
+		storeDone = time.Now()
+		if err == nil && (outcome == Created || outcome == TookOver) && e.renewer.tooLate(a.LeaseUntil, e.clockAt(storeDone)) {
 			err = errAcquireTooLate
 		}
 		if err != nil && !errors.Is(err, ErrStoreFull) {
 			e.releaseOrphan(ctx, a)
+			storeDone = time.Now()
 		}
 	}
-	storeDone := time.Now()
 	storeLatency := storeDone.Sub(storeStart)
 	if errors.Is(err, ErrStoreFull) {
 		return e.storeFull(ctx, r, key, began, storeDone, storeLatency)
@@ -265,6 +267,15 @@ func (e *Engine) storeFull(ctx context.Context, r *Request, key string, began, a
 	ev.Status, ev.StoreLatency = d.Response.Status, latency
 	e.emit(ctx, &ev, e.limitedWarn(warnStoreFull, at))
 	return d
+}
+
+// clockAt is the Engine's clock reading for the moment time.Now read as
+// wall: the same reading with the default clock, saving a call to it.
+func (e *Engine) clockAt(wall time.Time) time.Time {
+	if e.realClock {
+		return wall
+	}
+	return e.clock.Now()
 }
 
 // storeContext bounds a store call made for a request by

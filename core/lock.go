@@ -33,14 +33,18 @@ type Lock struct {
 	token  string
 	began  time.Time
 
-	ctx     lockCtx
-	cancel  context.CancelCauseFunc
-	timeout Timer // Config.HandlerTimeout, if set
+	ctx      lockCtx
+	detached detachedCtx // Finish's context, see detach
+	timeout  Timer       // Config.HandlerTimeout, if set
 
-	body     []byte
-	bodyBuf  *[]byte // pooled backing of body, returned when the lock ends
-	overflow bool
-	leftRun  bool // ended by leaveToLease: the handler may still be running
+	body    []byte
+	bodyBuf *[]byte // pooled backing of body, returned when the lock ends
+	// header and headerValues back the response Finish stores (see
+	// storedHeader): room for the usual few replayable headers.
+	header       [4]HeaderField
+	headerValues [4]string
+	overflow     bool
+	leftRun      bool // ended by leaveToLease: the handler may still be running
 
 	// mu orders the handler's end (Finish, Abandon) against the renewer
 	// cancelling its context: once the outcome is being recorded, the
@@ -68,9 +72,7 @@ const (
 
 func (e *Engine) newLock(ctx context.Context, r *Request, a Acquire, began time.Time) *Lock {
 	l := &Lock{e: e, method: r.Method, path: r.Path, id: a.ID, token: a.Token, began: began}
-	var c context.Context
-	c, l.cancel = context.WithCancelCause(ctx)
-	l.ctx = lockCtx{Context: c, l: l}
+	l.ctx.parent, l.ctx.l = ctx, l
 	if e.cfg.HandlerTimeout > 0 {
 		l.timeout = e.clock.AfterFunc(e.cfg.HandlerTimeout, func() { l.stopHandler(ErrHandlerTimeout) })
 	}
@@ -90,7 +92,7 @@ func (l *Lock) Context() context.Context { return &l.ctx }
 func (l *Lock) stopHandler(cause error) {
 	l.mu.Lock()
 	if l.phase == running {
-		l.cancel(cause)
+		l.ctx.stop(cause)
 	}
 	l.mu.Unlock()
 }
@@ -122,6 +124,17 @@ type HeaderReader interface {
 	Values(key string) []string
 }
 
+// HeaderAppender is a HeaderReader that can append a header's values to a
+// slice it is given instead of returning a slice of its own: Finish then
+// gathers the replayable headers without an allocation per header, for
+// frameworks whose headers are not kept as []string (fasthttp's). The
+// values appended need only stay valid until Finish returns, since the
+// store copies what it keeps.
+type HeaderAppender interface {
+	HeaderReader
+	AppendValues(dst []string, name string) []string
+}
+
 // Finish ends the Lock after the handler wrote a complete response with this
 // status and these headers. A storable response is recorded for replay;
 // any other releases the key at once so a retry runs the handler again. The
@@ -136,7 +149,8 @@ func (l *Lock) Finish(ctx context.Context, status int, header HeaderReader) erro
 		return nil
 	}
 	defer l.end()
-	ctx, cancel := l.e.storeContext(detach(ctx))
+	detached := l.detach(ctx)
+	ctx, cancel := l.e.storeContext(detached)
 	defer cancel()
 	switch {
 	case !Storable(status):
@@ -148,12 +162,12 @@ func (l *Lock) Finish(ctx context.Context, status int, header HeaderReader) erro
 	}
 	// The store copies what it keeps, so the captured body is lent to it and
 	// recycled once Complete returns.
-	resp := Response{Status: status, Header: l.e.storedHeader(header), Body: l.body}
+	resp := Response{Status: status, Header: l.storedHeader(header), Body: l.body}
 	if resp.Body == nil {
 		resp.Body = []byte{}
 	}
-	now := l.e.clock.Now()
 	start := time.Now()
+	now := l.e.clockAt(start)
 	err := l.e.cfg.Store.Complete(ctx, l.id, l.token, Completion{
 		Response:    resp,
 		CompletedAt: now,
@@ -176,7 +190,7 @@ func (l *Lock) Finish(ctx context.Context, status int, header HeaderReader) erro
 		// its lease. If the store is down this fails too, and the lease
 		// frees the key later. Fenced: a completion that did commit
 		// despite the error is left alone.
-		rctx, cancel := l.e.storeContext(detach(ctx))
+		rctx, cancel := l.e.storeContext(detached)
 		_ = l.e.cfg.Store.Release(rctx, l.id, l.token)
 		cancel()
 	}
@@ -205,7 +219,7 @@ func (l *Lock) Abandon(ctx context.Context, reason Reason) error {
 		return nil
 	}
 	defer l.end()
-	ctx, cancel := l.e.storeContext(detach(ctx))
+	ctx, cancel := l.e.storeContext(l.detach(ctx))
 	defer cancel()
 	return l.release(ctx, reason, 0)
 }
@@ -236,13 +250,26 @@ func (l *Lock) leaveToLease(ctx context.Context) {
 func (l *Lock) HandlerMayRun() bool { return l.leftRun }
 
 // detach keeps ctx's values but not its cancellation: the outcome of a
-// request that ran must be recorded even if its client has gone.
-func detach(ctx context.Context) context.Context {
+// request that ran must be recorded even if its client has gone. It is
+// context.WithoutCancel kept inside the Lock, which ends once, so the
+// detached context costs no allocation.
+func (l *Lock) detach(ctx context.Context) context.Context {
 	if ctx.Done() == nil {
 		return ctx // cannot be cancelled anyway
 	}
-	return context.WithoutCancel(ctx)
+	l.detached.parent = ctx
+	return &l.detached
 }
+
+// detachedCtx is a context with its parent's values and no cancellation or
+// deadline.
+type detachedCtx struct{ parent context.Context }
+
+func (*detachedCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (*detachedCtx) Done() <-chan struct{}       { return nil }
+func (*detachedCtx) Err() error                  { return nil }
+func (c *detachedCtx) Value(key any) any         { return c.parent.Value(key) }
+func (c *detachedCtx) String() string            { return "idem.Lock.detached" }
 
 func (l *Lock) release(ctx context.Context, reason Reason, status int) error {
 	l.recycleBody()
@@ -300,7 +327,7 @@ func (l *Lock) end() {
 	l.phase = ended
 	l.mu.Unlock()
 	l.e.renewer.remove(l)
-	l.cancel(context.Canceled)
+	l.ctx.stop(context.Canceled)
 }
 
 // renewed records the outcome of a renewal started at start that asked the
@@ -335,7 +362,7 @@ func (l *Lock) loseLease(err error) {
 	first := l.phase == running && !l.leaseGone
 	if first {
 		l.leaseGone = true
-		l.cancel(ErrLeaseLost)
+		l.ctx.stop(ErrLeaseLost)
 	}
 	l.mu.Unlock()
 	if !first {

@@ -58,8 +58,8 @@ func newRenewer(e *Engine) *renewer {
 // tooLate reports whether a lease until leaseEnd is already within the
 // guard: a handler starting on it could not be told to stop a tick before
 // its end.
-func (r *renewer) tooLate(leaseEnd time.Time) bool {
-	return !r.e.clock.Now().Before(leaseEnd.Add(-r.guard))
+func (r *renewer) tooLate(leaseEnd, now time.Time) bool {
+	return !now.Before(leaseEnd.Add(-r.guard))
 }
 
 // callTimeout is the deadline of one renewal call: short enough that a

@@ -1,24 +1,28 @@
 package idem
 
-import (
-	"net/http"
-	"slices"
-)
+import "net/http"
 
 // storedHeader lists the replayable headers. The values are the handler's
-// own: the store copies them in Complete.
-func (e *Engine) storedHeader(h HeaderReader) []HeaderField {
+// own, and the list lives in the Lock: the store copies both in Complete,
+// so the usual few headers cost no allocation.
+func (l *Lock) storedHeader(h HeaderReader) []HeaderField {
 	if h == nil {
 		return nil
 	}
-	var fields [8]HeaderField // enough for the usual few, on the stack
-	found := fields[:0]
+	found := l.header[:0]
 	hh, direct := h.(http.Header) // names are canonical already: skip Values' canonicalisation
-	for _, name := range e.replayHeaders {
+	appender, appends := h.(HeaderAppender)
+	values := l.headerValues[:0]
+	for _, name := range l.e.replayHeaders {
 		var vs []string
-		if direct {
+		switch {
+		case direct:
 			vs = hh[name]
-		} else {
+		case appends:
+			start := len(values)
+			values = appender.AppendValues(values, name)
+			vs = values[start:len(values):len(values)]
+		default:
 			vs = h.Values(name)
 		}
 		if len(vs) > 0 {
@@ -28,5 +32,5 @@ func (e *Engine) storedHeader(h HeaderReader) []HeaderField {
 	if len(found) == 0 {
 		return nil
 	}
-	return slices.Clone(found)
+	return found
 }
