@@ -172,7 +172,8 @@ func respond(resp *fasthttp.Response, r *idem.Response, replayed bool) {
 	resp.SetBody(r.Body) // a copy: the stored record is read-only
 }
 
-// responseHeader lets Lock.Finish read the handler's response headers.
+// responseHeader lets Lock.Finish read the handler's response headers; it
+// is an idem.HeaderAppender.
 type responseHeader fasthttp.ResponseHeader
 
 // Values returns copies of the values of the header name: the stored record
@@ -183,4 +184,18 @@ func (h *responseHeader) Values(name string) []string {
 		return nil
 	}
 	return ownLines((*fasthttp.ResponseHeader)(h).PeekAll(name))
+}
+
+// AppendValues implements idem.HeaderAppender: the values of the header
+// name, without copies, for Lock.Finish, which needs them only until the
+// store has copied them, while fasthttp's buffers are still the handler's
+// response.
+func (h *responseHeader) AppendValues(dst []string, name string) []string {
+	if name == fiber.HeaderContentLength {
+		return dst
+	}
+	for _, v := range (*fasthttp.ResponseHeader)(h).PeekAll(name) {
+		dst = append(dst, utils.UnsafeString(v))
+	}
+	return dst
 }
