@@ -35,6 +35,7 @@ import (
 type config struct {
 	quick                       bool
 	out, chart, chartLink, json string
+	from, before, beforeLabel   string
 	command                     string
 	sections                    map[string]bool
 	frameworks, kinds           []string
@@ -76,6 +77,9 @@ func main() {
 	flag.StringVar(&c.chart, "chart", "", "where to write the SVG chart (none if empty)")
 	flag.StringVar(&c.chartLink, "chart-link", "", "the chart's path as the report links it (default: -chart relative to -out's directory)")
 	flag.StringVar(&c.json, "json", "", "where to write the raw figures as JSON (none if empty)")
+	flag.StringVar(&c.from, "from", "", "measure nothing: render the report (and chart) from the JSON of an earlier run")
+	flag.StringVar(&c.before, "before", "", "the JSON (-json) of an earlier run whose targets the report sets beside this run's")
+	flag.StringVar(&c.beforeLabel, "before-label", "an earlier run", "what the -before run measured (the commit, say)")
 	flag.StringVar(&c.command, "command", "", "the command recorded in the report (default: this command line)")
 	sections := flag.String("sections", "loopback,inproc,scale,purge,profile", "sections to run")
 	frameworks := flag.String("frameworks", strings.Join(servers.Frameworks, ","), "frameworks")
@@ -175,6 +179,24 @@ func main() {
 }
 
 func run(c config) error {
+	var before *report.Before
+	if c.before != "" {
+		d, err := readData(c.before)
+		if err != nil {
+			return err
+		}
+		before = &report.Before{Label: c.beforeLabel, Data: d}
+	}
+	if c.from != "" {
+		d, err := readData(c.from)
+		if err != nil {
+			return err
+		}
+		if before != nil {
+			d.Before = before
+		}
+		return (&bench{cfg: c, data: *d}).write()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
 	dir, err := os.MkdirTemp("", "loadbench-")
@@ -218,7 +240,21 @@ func run(c config) error {
 	}
 	b.data.Machine.Took = time.Since(started)
 	b.data.Machine.LoadEnd = loadAverage()
+	b.data.Before = before
 	return b.write()
+}
+
+// readData reads the raw figures a run wrote with -json.
+func readData(path string) (*report.Data, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var d report.Data
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &d, nil
 }
 
 func (b *bench) write() error {

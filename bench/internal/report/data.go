@@ -24,6 +24,15 @@ type Data struct {
 	Purge   *Purge
 	// Notes are remarks of the run (errors, skipped sections), printed as is.
 	Notes []string
+	// Before is an earlier run (the code before a change, say) whose
+	// targets the report shows beside this run's.
+	Before *Before `json:",omitempty"`
+}
+
+// Before is an earlier run to compare with, and what it was.
+type Before struct {
+	Label string // what was measured: the commit, and the kind of run
+	Data  *Data
 }
 
 // Machine describes where and how the run happened.

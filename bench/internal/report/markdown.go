@@ -57,6 +57,9 @@ func Markdown(d *Data, chartLink string) string {
 	b.WriteString("## Targets (issue 12)\n\n")
 	writeTargets(&b, Targets(d))
 	b.WriteString("\n")
+	if d.Before != nil && d.Before.Data != nil {
+		writeBeforeAfter(&b, d)
+	}
 
 	if len(d.Runs) > 0 {
 		writeLoopback(&b, d, chartLink)
@@ -403,4 +406,26 @@ func sig3(x float64) string {
 	default:
 		return strconv.FormatFloat(x, 'f', 2, 64)
 	}
+}
+
+// writeBeforeAfter sets each target's figure in the earlier run beside this
+// run's, matching targets by what they state and where they apply.
+func writeBeforeAfter(b *strings.Builder, d *Data) {
+	before := map[[2]string]Target{}
+	for _, t := range Targets(d.Before.Data) {
+		before[[2]string{t.Target, t.Where}] = t
+	}
+	m := d.Before.Data.Machine
+	fmt.Fprintf(b, "## Before and after\n\nBefore: %s (`%s`, %s mode, started %s). After: this run. "+
+		"The two ran at different times, so compare ratios, not absolute figures.\n\n",
+		d.Before.Label, m.Command, d.Before.Data.Setup.Mode, m.Started.UTC().Format("2006-01-02 15:04 MST"))
+	b.WriteString("| target | where | before | after |\n| --- | --- | --- | --- |\n")
+	for _, t := range Targets(d) {
+		bt, ok := before[[2]string{t.Target, t.Where}]
+		if !ok || t.Met == nil && bt.Met == nil {
+			continue
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", t.Target, t.Where, bt.Measured+" "+metWord(bt.Met), t.Measured+" "+metWord(t.Met))
+	}
+	b.WriteString("\n")
 }

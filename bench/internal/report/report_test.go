@@ -161,3 +161,27 @@ func TestFormatting(t *testing.T) {
 		}
 	}
 }
+
+// With an earlier run, the report sets each measured target's figure and
+// verdict then beside this run's.
+func TestBeforeAndAfter(t *testing.T) {
+	d := sample()
+	old := sample()
+	old.Heap = []HeapFigure{{Store: "mem", Records: 1_000_000, PerRecord: 614}}
+	d.Heap = []HeapFigure{{Store: "mem", Records: 1_000_000, PerRecord: 280}}
+	d.Before = &Before{Label: "commit abc1234, quick run", Data: old}
+	md := Markdown(d, "")
+	if !strings.Contains(md, "## Before and after") || !strings.Contains(md, "commit abc1234, quick run") {
+		t.Fatalf("no before-and-after section naming the earlier run:\n%s", md)
+	}
+	row := "| memory store ≤ 300 B of live heap per record (150-byte response) | memory, 1,000,000 records | 614 B **not met** | 280 B met |"
+	if !strings.Contains(md, row) {
+		t.Fatalf("want the row\n%s\nin\n%s", row, md)
+	}
+	if strings.Contains(md[strings.Index(md, "## Before and after"):], "default memory store capacity") {
+		t.Fatal("a target neither run measured is listed in the comparison")
+	}
+	if strings.Contains(Markdown(sample(), ""), "## Before and after") {
+		t.Fatal("a report without an earlier run has a before-and-after section")
+	}
+}

@@ -154,13 +154,17 @@ func bytesOp(r InProcRun) float64  { return r.BytesPerOp }
 func writeTargets(b *strings.Builder, ts []Target) {
 	b.WriteString("| target | where | measured | met |\n| --- | --- | --- | --- |\n")
 	for _, t := range ts {
-		met := "n/a"
-		if t.Met != nil {
-			met = "met"
-			if !*t.Met {
-				met = "**not met**"
-			}
-		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", t.Target, t.Where, t.Measured, met)
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", t.Target, t.Where, t.Measured, metWord(t.Met))
 	}
+}
+
+// metWord is a target's verdict as the report writes it.
+func metWord(met *bool) string {
+	switch {
+	case met == nil:
+		return "n/a"
+	case *met:
+		return "met"
+	}
+	return "**not met**"
 }
