@@ -43,10 +43,27 @@ type bounds struct {
 // scopeShard counts the records of the non-empty scopes that hash to it.
 // Its lock is taken last, under a record shard's lock, and nothing is
 // locked while it is held.
+//
+// A scope's count lives in a slot whose number, with the shard's, makes
+// the scopeRef each of its records keeps: a record then names its scope
+// with a small integer, not a string the collector would have to follow,
+// and is uncounted without hashing the scope again.
 type scopeShard struct {
-	mu     sync.Mutex
-	counts map[string]int64
+	mu    sync.Mutex
+	slots []scopeSlot
+	index map[string]uint32 // scope -> its slot
+	free  []uint32          // slots of scopes that hold no records
 }
+
+type scopeSlot struct {
+	name string
+	n    int64
+}
+
+// scopeRef names the count of a record's scope: 0 is the empty scope, and
+// 1 + slot*shardCount + shard a slot of s.scopes[shard]. Small for the
+// first scopes, so a record's uvarint of it is mostly one byte.
+type scopeRef = uint32
 
 // sweepGap is the least time, by the clock of the requests, between two
 // sweeps made for a refused key. A sweep scans every record; without the
@@ -56,57 +73,75 @@ type scopeShard struct {
 // for the purger) before its room is reclaimed.
 const sweepGap = int64(time.Second)
 
-func (s *Store) scopeShard(scope string) *scopeShard {
-	return &s.scopes[maphash.String(s.seed, scope)%shardCount]
+func (s *Store) scopeShardIndex(scope string) uint64 {
+	return maphash.String(s.seed, scope) % shardCount
 }
 
 // reserve counts a new record of scope, unless the store or the scope is
-// full. The caller holds the lock of the record's shard.
-func (s *Store) reserve(scope string) bool {
+// full, and returns the reference the record keeps to its scope's count.
+// The caller holds the lock of the record's shard.
+func (s *Store) reserve(scope string) (scopeRef, bool) {
 	if scope == "" {
 		limit := s.maxRecords
 		if s.tenants.Load() > 0 {
 			limit = s.quota
 		}
 		if !increment(&s.unscoped, limit) {
-			return false
+			return 0, false
 		}
 		if !increment(&s.count, s.maxRecords) {
 			s.unscoped.Add(-1)
-			return false
+			return 0, false
 		}
-		return true
+		return 0, true
 	}
-	ss := s.scopeShard(scope)
+	shard := s.scopeShardIndex(scope)
+	ss := &s.scopes[shard]
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	n := ss.counts[scope]
-	if n >= s.quota || !increment(&s.count, s.maxRecords) {
-		return false
+	slot, found := ss.index[scope]
+	n := int64(0)
+	if found {
+		n = ss.slots[slot].n
 	}
-	if n == 0 {
+	if n >= s.quota || !increment(&s.count, s.maxRecords) {
+		return 0, false
+	}
+	if !found {
+		if k := len(ss.free); k > 0 {
+			slot = ss.free[k-1]
+			ss.free = ss.free[:k-1]
+		} else {
+			slot = uint32(len(ss.slots))
+			ss.slots = append(ss.slots, scopeSlot{})
+		}
+		ss.slots[slot].name = scope
+		ss.index[scope] = slot
 		s.tenants.Add(1)
 	}
-	ss.counts[scope] = n + 1
-	return true
+	ss.slots[slot].n++
+	return 1 + slot*shardCount + uint32(shard), true
 }
 
-// unreserve uncounts a record of scope that has been deleted.
-func (s *Store) unreserve(scope string) {
+// unreserve uncounts a record that has been deleted.
+func (s *Store) unreserve(ref scopeRef) {
 	s.count.Add(-1)
-	if scope == "" {
+	if ref == 0 {
 		s.unscoped.Add(-1)
 		return
 	}
-	ss := s.scopeShard(scope)
+	ref--
+	ss := &s.scopes[ref%shardCount]
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	if n := ss.counts[scope] - 1; n > 0 {
-		ss.counts[scope] = n
-	} else {
-		// A scope without records takes no memory: scopes may be many
-		// and short-lived (one per bearer token).
-		delete(ss.counts, scope)
+	slot := ref / shardCount
+	sl := &ss.slots[slot]
+	if sl.n--; sl.n == 0 {
+		// A scope without records takes no memory beyond its slot:
+		// scopes may be many and short-lived (one per bearer token).
+		delete(ss.index, sl.name)
+		sl.name = ""
+		ss.free = append(ss.free, slot)
 		s.tenants.Add(-1)
 	}
 }
@@ -163,26 +198,4 @@ func (s *Store) makeRoom(now int64) {
 		next = now + sweepGap
 	}
 	s.noteExpiry(max(least, next))
-}
-
-// sweep deletes up to limit records of sh expired at now, and lowers
-// *least (if not nil) to the moment the earliest of those it keeps
-// expires; the caller holds sh.mu.
-func (s *Store) sweep(sh *shard, now int64, limit int, least *int64) int {
-	n := 0
-	for id, e := range sh.records {
-		if n >= limit {
-			break
-		}
-		if m := e.expiry(); m > now {
-			if least != nil {
-				*least = min(*least, m)
-			}
-			continue
-		}
-		delete(sh.records, id)
-		s.unreserve(id.Scope)
-		n++
-	}
-	return n
 }

@@ -13,15 +13,34 @@ import (
 	idem "github.com/idemkit/idemkit/core"
 )
 
-// recount compares the store's counts with the records its maps hold. The
-// caller makes sure no operation runs meanwhile.
+// recount compares the store's counts with the records its shards hold,
+// after checking each shard's index against its arena. The caller makes
+// sure no operation runs meanwhile.
 func (s *Store) recount() error {
 	held := map[string]int64{}
 	total := int64(0)
 	for i := range s.shards {
-		for id := range s.shards[i].records {
+		sh := &s.shards[i]
+		if err := s.checkShard(sh); err != nil {
+			return fmt.Errorf("shard %d: %w", i, err)
+		}
+		for id := range sh.flights {
 			held[id.Scope]++
 			total++
+		}
+		for _, ch := range sh.arena.chunks {
+			for off := 0; off < len(ch.buf); {
+				size, live := recordSize(ch.buf[off:])
+				if live {
+					name, err := s.scopeName(unpackRecord(ch.buf[off:]).scope)
+					if err != nil {
+						return err
+					}
+					held[name]++
+					total++
+				}
+				off += size
+			}
 		}
 	}
 	if c := s.count.Load(); c != total {
@@ -35,18 +54,75 @@ func (s *Store) recount() error {
 		return fmt.Errorf("tenants %d, non-empty scopes holding records %d", c, len(held))
 	}
 	for i := range s.scopes {
-		for scope, c := range s.scopes[i].counts {
-			if c != held[scope] {
+		ss := &s.scopes[i]
+		for scope, slot := range ss.index {
+			if c := ss.slots[slot].n; c != held[scope] {
 				return fmt.Errorf("scope %q counted %d, holds %d", scope, c, held[scope])
 			}
-			if s.scopeShard(scope) != &s.scopes[i] {
-				return fmt.Errorf("scope %q counted in the wrong shard", scope)
+			if ss.slots[slot].name != scope || &s.scopes[s.scopeShardIndex(scope)] != ss {
+				return fmt.Errorf("scope %q counted in the wrong slot or shard", scope)
 			}
 			delete(held, scope)
 		}
 	}
 	if len(held) > 0 {
 		return fmt.Errorf("scopes holding records but not counted: %v", held)
+	}
+	return nil
+}
+
+// scopeName is the scope a record's scopeRef counts it in.
+func (s *Store) scopeName(ref scopeRef) (string, error) {
+	if ref == 0 {
+		return "", nil
+	}
+	ss := &s.scopes[(ref-1)%shardCount]
+	slot := (ref - 1) / shardCount
+	if int(slot) >= len(ss.slots) || ss.slots[slot].n == 0 {
+		return "", fmt.Errorf("a record refers to scope slot %d of shard %d, which counts nothing", slot, (ref-1)%shardCount)
+	}
+	return ss.slots[slot].name, nil
+}
+
+// checkShard checks that sh's index holds exactly its live completed
+// records, each found from its digest, that each chunk's live bytes are
+// those of its live records, and that the arena's size is its chunks'.
+func (s *Store) checkShard(sh *shard) error {
+	live, size := 0, 0
+	for ci, ch := range sh.arena.chunks {
+		size += cap(ch.buf)
+		bytes := 0
+		for off := 0; off < len(ch.buf); {
+			n, ok := recordSize(ch.buf[off:])
+			if ok {
+				live++
+				bytes += n
+				d := recordDigest(ch.buf[off:])
+				_, loc, found := sh.find(s.tagOf(d), d)
+				if want := uint32(ci)<<16 | uint32(off); !found || loc != want {
+					return fmt.Errorf("record at chunk %d offset %d: index finds %v at %#x", ci, off, found, loc)
+				}
+			}
+			off += n
+		}
+		if bytes != ch.live {
+			return fmt.Errorf("chunk %d: %d live bytes counted, %d held", ci, ch.live, bytes)
+		}
+	}
+	if live != sh.index.n {
+		return fmt.Errorf("index holds %d records, arena %d", sh.index.n, live)
+	}
+	used := 0
+	for _, v := range sh.index.slots {
+		if v != 0 {
+			used++
+		}
+	}
+	if used != sh.index.n {
+		return fmt.Errorf("index counts %d records in %d used slots", sh.index.n, used)
+	}
+	if size != sh.arena.size {
+		return fmt.Errorf("arena size %d, chunks %d", sh.arena.size, size)
 	}
 	return nil
 }

@@ -35,6 +35,7 @@ import (
 	"math"
 	"sync"
 	"time"
+	"unsafe"
 
 	idem "github.com/idemkit/idemkit/core"
 )
@@ -46,6 +47,8 @@ const shardCount = 64
 type Store struct {
 	shards [shardCount]shard
 	seed   maphash.Seed
+	// tagMask is all ones but in tests that make every index tag collide.
+	tagMask uint32
 	bounds
 	// base is the origin of the offsets records keep, read from time.Now
 	// at New so that it carries a monotonic reading.
@@ -58,26 +61,34 @@ type Store struct {
 	closeOnce sync.Once
 }
 
+// shard holds the records whose IDs hash to it: in-flight ones in a map,
+// completed ones packed in its arena (arena.go) and found by its index
+// (index.go).
 type shard struct {
 	mu      sync.Mutex
-	records map[idem.ID]entry
+	flights map[idem.ID]flight
+	index   index
+	arena   arena
+	// peak is the most flights held since the map was made: a map never
+	// shrinks, so one that grew for a burst is made afresh once empty.
+	peak    int
+	scratch []byte // where Complete packs a record
 }
 
-// entry is a record as kept in memory, by value in its shard's map: times as
-// nanoseconds since the store's base (see offset) and the response packed
-// into one pointer-free slice (see response.go), so a store holding many
-// records gives the garbage collector little to scan.
-type entry struct {
-	fp          idem.Fingerprint
-	token       string
-	resp        []byte // packed response; nil while in flight
-	leaseUntil  int64
-	expiresAt   int64
-	createdAt   int64
-	completedAt int64
-	status      int32
-	state       idem.State
+// flight is an in-flight record, by value in its shard's map. Times are
+// nanoseconds since the store's base (see offset).
+type flight struct {
+	d          digest
+	fp         idem.Fingerprint
+	token      string
+	leaseUntil int64
+	expiresAt  int64
+	createdAt  int64
+	scope      scopeRef
 }
+
+// flightsPeak is the size past which an emptied flights map is replaced.
+const flightsPeak = 1024
 
 const noTime = math.MinInt64
 
@@ -107,27 +118,40 @@ func (s *Store) timeAt(n int64) time.Time {
 	return s.base.Add(time.Duration(n))
 }
 
-// expiry is the offset from which the record is expired
-// (idem.Record.Expired): its expiry, or the end of its lease if that is
-// later and the record is still in flight.
-func (e *entry) expiry() int64 {
-	if e.state == idem.InFlight {
-		return max(e.expiresAt, e.leaseUntil)
-	}
-	return e.expiresAt
+// expiry is the offset from which the in-flight record is expired
+// (idem.Record.Expired): its expiry, or the end of its lease if later.
+func (f *flight) expiry() int64 {
+	return max(f.expiresAt, f.leaseUntil)
 }
 
-func (s *Store) record(id idem.ID, e *entry) idem.Record {
+func (s *Store) flightRecord(id idem.ID, f *flight) idem.Record {
 	return idem.Record{
 		ID:          id,
-		Fingerprint: e.fp,
-		State:       e.state,
-		Token:       e.token,
-		LeaseUntil:  s.timeAt(e.leaseUntil),
-		ExpiresAt:   s.timeAt(e.expiresAt),
-		CreatedAt:   s.timeAt(e.createdAt),
-		CompletedAt: s.timeAt(e.completedAt),
-		Response:    unpackResponse(int(e.status), e.resp),
+		Fingerprint: f.fp,
+		State:       idem.InFlight,
+		Token:       f.token,
+		LeaseUntil:  s.timeAt(f.leaseUntil),
+		ExpiresAt:   s.timeAt(f.expiresAt),
+		CreatedAt:   s.timeAt(f.createdAt),
+	}
+}
+
+func (s *Store) completedRecord(id idem.ID, c *completed) idem.Record {
+	token := ""
+	if len(c.token) > 0 {
+		// A view of the arena, whose packed bytes never change.
+		token = unsafe.String(&c.token[0], len(c.token))
+	}
+	return idem.Record{
+		ID:          id,
+		Fingerprint: c.fp,
+		State:       idem.Completed,
+		Token:       token,
+		LeaseUntil:  s.timeAt(c.lease),
+		ExpiresAt:   s.timeAt(c.expiresAt),
+		CreatedAt:   s.timeAt(c.createdAt),
+		CompletedAt: s.timeAt(c.completedAt),
+		Response:    unpackResponse(c.status, c.resp),
 	}
 }
 
@@ -153,12 +177,13 @@ func New(opts ...Option) *Store {
 		opt(&o)
 	}
 	s := &Store{
-		seed:  maphash.MakeSeed(),
-		base:  time.Now(),
-		now:   o.now,
-		batch: o.purgeBatch,
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
+		seed:    maphash.MakeSeed(),
+		tagMask: math.MaxUint32,
+		base:    time.Now(),
+		now:     o.now,
+		batch:   o.purgeBatch,
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
 	}
 	s.maxRecords = int64(o.maxRecords)
 	if o.maxPerScope > 0 {
@@ -168,8 +193,8 @@ func New(opts ...Option) *Store {
 	}
 	s.sweepAfter.Store(math.MaxInt64) // nothing to sweep yet
 	for i := range s.shards {
-		s.shards[i].records = make(map[idem.ID]entry)
-		s.scopes[i].counts = make(map[string]int64)
+		s.shards[i].flights = make(map[idem.ID]flight)
+		s.scopes[i].index = make(map[string]uint32)
 	}
 	if o.purgeInterval > 0 {
 		go s.purgeLoop(o.purgeInterval)
@@ -229,13 +254,16 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 		return idem.Record{}, 0, err
 	}
 	sh := s.shard(a.ID)
+	// Hashed before the lock is taken, to keep it short.
+	d := digestOf(a.ID.Scope, a.ID.Key)
+	tag := s.tagOf(&d)
 	now := s.offset(a.Now)
-	rec, outcome, ok := s.acquire(sh, a, now)
+	rec, outcome, ok := s.acquire(sh, a, &d, tag, now)
 	if !ok {
 		// The shard's lock is not held while the sweep takes every
 		// shard's in turn; the key is looked up afresh after it.
 		s.makeRoom(now)
-		if rec, outcome, ok = s.acquire(sh, a, now); !ok {
+		if rec, outcome, ok = s.acquire(sh, a, &d, tag, now); !ok {
 			return idem.Record{}, 0, idem.ErrStoreFull
 		}
 	}
@@ -244,84 +272,118 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 
 // acquire is Acquire under the shard's lock; ok is false when the key is
 // new and there is no room for it.
-func (s *Store) acquire(sh *shard, a idem.Acquire, now int64) (rec idem.Record, outcome idem.AcquireOutcome, ok bool) {
+func (s *Store) acquire(sh *shard, a idem.Acquire, d *digest, tag uint32, now int64) (rec idem.Record, outcome idem.AcquireOutcome, ok bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, found := sh.records[a.ID]
 	outcome = idem.Created
+	f, found := sh.flights[a.ID]
 	switch {
-	case !found:
-		if !s.reserve(a.ID.Scope) {
-			return idem.Record{}, 0, false
-		}
-	case now >= e.expiry():
+	case found && now >= f.expiry():
 		// Replaced in place: the record was counted when it was added.
-	case e.state == idem.InFlight && now >= e.leaseUntil && e.fp == a.Fingerprint:
+	case found && now >= f.leaseUntil && f.fp == a.Fingerprint:
 		outcome = idem.TookOver
+	case found:
+		return s.flightRecord(a.ID, &f), idem.Existing, true
 	default:
-		return s.record(a.ID, &e), idem.Existing, true
+		slot, loc, done := sh.find(tag, d)
+		switch {
+		case done:
+			c := unpackRecord(sh.arena.record(loc))
+			if now < c.expiresAt {
+				return s.completedRecord(a.ID, &c), idem.Existing, true
+			}
+			// Replaced: the new record takes the expired one's count.
+			f.scope = c.scope
+			s.reclaim(sh, sh.deleteRecord(slot, loc))
+		default:
+			if f.scope, ok = s.reserve(a.ID.Scope); !ok {
+				return idem.Record{}, 0, false
+			}
+		}
 	}
-	e = entry{
-		fp:          a.Fingerprint,
-		state:       idem.InFlight,
-		token:       a.Token,
-		leaseUntil:  s.offset(a.LeaseUntil),
-		expiresAt:   s.offset(a.ExpiresAt),
-		createdAt:   now,
-		completedAt: noTime,
+	f = flight{
+		d:          *d,
+		fp:         a.Fingerprint,
+		token:      a.Token,
+		leaseUntil: s.offset(a.LeaseUntil),
+		expiresAt:  s.offset(a.ExpiresAt),
+		createdAt:  now,
+		scope:      f.scope,
 	}
-	sh.records[a.ID] = e
-	s.noteExpiry(e.expiry())
-	return s.record(a.ID, &e), outcome, true
+	sh.flights[a.ID] = f
+	sh.peak = max(sh.peak, len(sh.flights))
+	s.noteExpiry(f.expiry())
+	return s.flightRecord(a.ID, &f), outcome, true
 }
 
 // Renew implements idem.Store.
 func (s *Store) Renew(ctx context.Context, id idem.ID, token string, leaseUntil time.Time) error {
-	return s.withOwned(ctx, id, token, func(e *entry) bool {
-		e.leaseUntil = max(e.leaseUntil, s.offset(leaseUntil)) // never moved back
-		return true
-	})
-}
-
-// Complete implements idem.Store. The response is copied: the caller may
-// reuse its memory once Complete returns.
-func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
-	return s.withOwned(ctx, id, token, func(e *entry) bool {
-		e.state = idem.Completed
-		e.status = int32(c.Response.Status)
-		e.resp = packResponse(c.Response)
-		e.completedAt = s.offset(c.CompletedAt)
-		e.expiresAt = s.offset(c.ExpiresAt)
-		return true
-	})
-}
-
-// Release implements idem.Store.
-func (s *Store) Release(ctx context.Context, id idem.ID, token string) error {
-	return s.withOwned(ctx, id, token, func(*entry) bool { return false })
-}
-
-// withOwned runs f under the shard lock on the in-flight record that token
-// holds, then keeps the record as f left it, or deletes it if f says so.
-func (s *Store) withOwned(ctx context.Context, id idem.ID, token string, f func(*entry) (keep bool)) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	sh := s.shard(id)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, ok := sh.records[id]
-	if !ok || e.state != idem.InFlight || e.token != token {
+	f, ok := sh.flights[id]
+	if !ok || f.token != token {
 		return idem.ErrLockLost
 	}
-	if f(&e) {
-		sh.records[id] = e
-		s.noteExpiry(e.expiry())
-	} else {
-		delete(sh.records, id)
-		s.unreserve(id.Scope)
-	}
+	f.leaseUntil = max(f.leaseUntil, s.offset(leaseUntil)) // never moved back
+	sh.flights[id] = f
+	s.noteExpiry(f.expiry())
 	return nil
+}
+
+// Complete implements idem.Store. The response is copied into the
+// store's memory: the caller may reuse its own once Complete returns.
+func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	sh := s.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	f, ok := sh.flights[id]
+	if !ok || f.token != token {
+		return idem.ErrLockLost
+	}
+	expiresAt := s.offset(c.ExpiresAt)
+	rec := packRecord(&sh.scratch, &f, c.Response.Status, s.offset(c.CompletedAt), expiresAt, c.Response)
+	loc, err := sh.arena.put(rec)
+	if cap(sh.scratch) > maxChunk {
+		sh.scratch = nil // a big response's room is not kept
+	}
+	if err != nil {
+		return err
+	}
+	sh.index.insert(s.tagOf(&f.d), loc)
+	sh.deleteFlight(id)
+	s.noteExpiry(expiresAt)
+	return nil
+}
+
+// Release implements idem.Store.
+func (s *Store) Release(ctx context.Context, id idem.ID, token string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	sh := s.shard(id)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	f, ok := sh.flights[id]
+	if !ok || f.token != token {
+		return idem.ErrLockLost
+	}
+	sh.deleteFlight(id)
+	s.unreserve(f.scope)
+	return nil
+}
+
+func (sh *shard) deleteFlight(id idem.ID) {
+	delete(sh.flights, id)
+	if len(sh.flights) == 0 && sh.peak > flightsPeak {
+		sh.flights, sh.peak = make(map[idem.ID]flight), 0
+	}
 }
 
 // Get implements idem.Store.
@@ -330,16 +392,22 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 		return idem.Record{}, err
 	}
 	sh := s.shard(id)
+	d := digestOf(id.Scope, id.Key)
+	tag := s.tagOf(&d)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, ok := sh.records[id]
-	if !ok {
-		return idem.Record{}, idem.ErrNotFound
+	if f, ok := sh.flights[id]; ok {
+		return s.flightRecord(id, &f), nil
 	}
-	return s.record(id, &e), nil
+	if _, loc, ok := sh.find(tag, &d); ok {
+		c := unpackRecord(sh.arena.record(loc))
+		return s.completedRecord(id, &c), nil
+	}
+	return idem.Record{}, idem.ErrNotFound
 }
 
-// Purge implements idem.Store. It holds one shard's lock at a time.
+// Purge implements idem.Store. It holds one shard's lock at a time, and
+// each shard's next batch goes on from where its last one stopped.
 func (s *Store) Purge(ctx context.Context, now time.Time, limit int) (int, error) {
 	deleted := 0
 	for i := range s.shards {
@@ -357,6 +425,57 @@ func (s *Store) Purge(ctx context.Context, now time.Time, limit int) (int, error
 	return deleted, nil
 }
 
+// sweep deletes up to limit records of sh expired at now, and lowers
+// *least (if not nil) to the moment the earliest of those it keeps
+// expires; the caller holds sh.mu. Completed records are visited chunk by
+// chunk, oldest first mostly, from the chunk the last sweep stopped in.
+func (s *Store) sweep(sh *shard, now int64, limit int, least *int64) int {
+	n := 0
+	for id, f := range sh.flights {
+		if n >= limit {
+			return n
+		}
+		if m := f.expiry(); m > now {
+			if least != nil {
+				*least = min(*least, m)
+			}
+			continue
+		}
+		sh.deleteFlight(id)
+		s.unreserve(f.scope)
+		n++
+	}
+	a := &sh.arena
+	total := len(a.chunks)
+	for k := range total {
+		ci := (a.cursor + k) % total
+		if n >= limit {
+			a.cursor = ci
+			return n
+		}
+		buf := a.chunks[ci].buf
+		for off := 0; off < len(buf) && n < limit; {
+			size, live := recordSize(buf[off:])
+			if live {
+				c := unpackRecord(buf[off:])
+				if c.expiresAt > now {
+					if least != nil {
+						*least = min(*least, c.expiresAt)
+					}
+				} else {
+					loc := uint32(ci)<<16 | uint32(off)
+					sh.deleteRecord(sh.index.slotOf(s.tagOf(recordDigest(buf[off:])), loc), loc)
+					s.unreserve(c.scope)
+					n++
+				}
+			}
+			off += size
+		}
+		s.reclaim(sh, ci)
+	}
+	return n
+}
+
 // Len returns the number of records held, expired ones included until
 // they are swept.
 func (s *Store) Len() int {
@@ -369,8 +488,11 @@ func (s *Store) LenScope(scope string) int {
 	if scope == "" {
 		return int(s.unscoped.Load())
 	}
-	ss := s.scopeShard(scope)
+	ss := &s.scopes[s.scopeShardIndex(scope)]
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
-	return int(ss.counts[scope])
+	if slot, ok := ss.index[scope]; ok {
+		return int(ss.slots[slot].n)
+	}
+	return 0
 }
