@@ -48,7 +48,7 @@ func charge() http.Handler {
 // The memory store is the default for one process: records live until
 // their TTL runs out, and Close stops its background purger.
 func Example() {
-	store := memstore.New() // 100,000 records, a tenth per tenant, purged every minute
+	store := memstore.New() // 1,000,000 records, a tenth per tenant, purged every minute
 	defer store.Close()
 	engine := idem.New(idem.Config{Store: store})
 	h := idemhttp.Middleware(engine)(charge())

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strconv"
 	"testing"
 	"time"
 
@@ -79,4 +80,20 @@ func TestPurgerRunsAndStops(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	t.Fatalf("goroutines: %d before New, %d after Close", before, runtime.NumGoroutine())
+}
+
+// The default bound holds a day of keys at a realistic rate: the old one,
+// 100,000 records, refused new keys after a day at 1.2 a second. Filling
+// a million keys would make the test slow; twice the old bound shows it.
+func TestDefaultBoundHoldsMoreThanADayAtOneKeyASecond(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New(memstore.WithPurgeInterval(0))
+	now := time.Now()
+	for i := range 200_000 {
+		id := idem.ID{Key: strconv.Itoa(i)}
+		if _, _, err := s.Acquire(ctx, idem.Acquire{ID: id, Token: "t", Now: now,
+			LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(24 * time.Hour)}); err != nil {
+			t.Fatalf("key %d: %v", i, err)
+		}
+	}
 }
