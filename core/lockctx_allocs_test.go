@@ -48,6 +48,22 @@ func TestUnwatchedLockContextAllocs(t *testing.T) {
 	if plain > 2 {
 		t.Fatalf("first request: %v allocations by the Engine, want at most 2 (the Lock and its token)", plain)
 	}
+	// A new request context each time, as net/http makes: asking it for
+	// Done would make it allocate its channel.
+	made := testing.AllocsPerRun(200, func() {
+		_, cancel := context.WithCancel(context.Background())
+		cancel()
+	})
+	fresh := testing.AllocsPerRun(200, func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		r := *req
+		d := e.Begin(ctx, &r)
+		_ = d.Lock.Finish(ctx, 201, nil)
+		cancel()
+	})
+	if fresh-made != plain {
+		t.Fatalf("first request: %v allocations under a new cancellable request context, %v otherwise", fresh-made, plain)
+	}
 }
 
 // Finish gathers the replayable headers into the Lock: storing a response
