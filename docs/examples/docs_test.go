@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/memstore"
 )
 
 // Tables in the docs that restate the code are checked against it, so that
@@ -163,5 +164,26 @@ func TestProblemsDocumentEveryType(t *testing.T) {
 	slices.Sort(documented)
 	if !slices.Equal(types, documented) || len(types) < 8 {
 		t.Errorf("problems.md documents %v\ncore/problem.go declares %v", documented, types)
+	}
+}
+
+// The README's store table and the operations guide state the memory
+// store's default bound and per-tenant share.
+func TestDocsStateTheMemoryStoreDefault(t *testing.T) {
+	n := strconv.Itoa(memstore.DefaultMaxRecords)
+	for i := len(n) - 3; i > 0; i -= 3 {
+		n = n[:i] + "," + n[i:]
+	}
+	for doc, want := range map[string]string{
+		"../README.md":  "bounded: " + n + " records by default",
+		"operations.md": "(`WithMaxRecords`, " + n + " by default, and a tenth of",
+	} {
+		src, err := os.ReadFile(filepath.Join("..", doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(strings.Join(strings.Fields(string(src)), " "), want) {
+			t.Errorf("%s does not say %q", doc, want)
+		}
 	}
 }
