@@ -36,13 +36,13 @@ type lockCtx struct {
 	parent context.Context
 	l      *Lock
 
-	made atomic.Bool // inner and cancel are set, and never change again
+	made    atomic.Bool // inner and cancel are set, and never change again
+	stopped atomic.Bool // pending is set
 
 	mu      sync.Mutex // guards making inner, and pending before that
 	inner   context.Context
 	cancel  context.CancelCauseFunc
 	pending error // the first cancellation asked for before inner was made
-	stopped atomic.Bool
 }
 
 // get returns the cancellable context, making it on first use.

@@ -37,14 +37,10 @@ type Lock struct {
 	detached detachedCtx // Finish's context, see detach
 	timeout  Timer       // Config.HandlerTimeout, if set
 
-	body    []byte
-	bodyBuf *[]byte // pooled backing of body, returned when the lock ends
-	// header and headerValues back the response Finish stores (see
-	// storedHeader): room for the usual few replayable headers.
-	header       [4]HeaderField
-	headerValues [4]string
-	overflow     bool
-	leftRun      bool // ended by leaveToLease: the handler may still be running
+	body     []byte
+	bodyBuf  *[]byte // pooled backing of body, returned when the lock ends
+	overflow bool
+	leftRun  bool // ended by leaveToLease: the handler may still be running
 
 	// mu orders the handler's end (Finish, Abandon) against the renewer
 	// cancelling its context: once the outcome is being recorded, the
@@ -162,7 +158,8 @@ func (l *Lock) Finish(ctx context.Context, status int, header HeaderReader) erro
 	}
 	// The store copies what it keeps, so the captured body is lent to it and
 	// recycled once Complete returns.
-	resp := Response{Status: status, Header: l.storedHeader(header), Body: l.body}
+	hs := headerScratchPool.Get().(*headerScratch)
+	resp := Response{Status: status, Header: l.storedHeader(header, hs), Body: l.body}
 	if resp.Body == nil {
 		resp.Body = []byte{}
 	}
@@ -174,6 +171,7 @@ func (l *Lock) Finish(ctx context.Context, status int, header HeaderReader) erro
 		ExpiresAt:   now.Add(l.e.cfg.TTL),
 	})
 	l.recycleBody()
+	hs.recycle()
 	done := time.Now()
 	ev := l.e.event(EventStored, l.method, l.path, l.id.Key, l.began, done)
 	ev.Status, ev.StoreLatency = status, done.Sub(start)

@@ -1,18 +1,39 @@
 package idem
 
-import "net/http"
+import (
+	"net/http"
+	"sync"
+)
 
-// storedHeader lists the replayable headers. The values are the handler's
-// own, and the list lives in the Lock: the store copies both in Complete,
-// so the usual few headers cost no allocation.
-func (l *Lock) storedHeader(h HeaderReader) []HeaderField {
+// headerScratch backs the replayable headers of a response Finish stores:
+// room for the usual few, lent to the store, which copies what it keeps,
+// and recycled once Complete returns. Pooled rather than part of the Lock,
+// which would then be a larger object to allocate and scan on every first
+// request.
+type headerScratch struct {
+	fields [4]HeaderField
+	values [4]string
+}
+
+var headerScratchPool = sync.Pool{New: func() any { return new(headerScratch) }}
+
+// recycle drops the references to the handler's strings and returns hs to
+// the pool.
+func (hs *headerScratch) recycle() {
+	*hs = headerScratch{}
+	headerScratchPool.Put(hs)
+}
+
+// storedHeader lists the replayable headers, in hs while they fit. The
+// values are the handler's own: the store copies them in Complete.
+func (l *Lock) storedHeader(h HeaderReader, hs *headerScratch) []HeaderField {
 	if h == nil {
 		return nil
 	}
-	found := l.header[:0]
+	found := hs.fields[:0]
 	hh, direct := h.(http.Header) // names are canonical already: skip Values' canonicalisation
 	appender, appends := h.(HeaderAppender)
-	values := l.headerValues[:0]
+	values := hs.values[:0]
 	for _, name := range l.e.replayHeaders {
 		var vs []string
 		switch {
