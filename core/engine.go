@@ -20,8 +20,9 @@ import (
 type Engine struct {
 	cfg           Config
 	clock         Clock
-	realClock     bool // the system clock, so one reading serves both the record and the latency
-	local         bool // the store is a LocalStore: its calls need no deadline
+	realClock     bool      // the system clock, so one reading serves both the record and the latency
+	epoch         time.Time // time.Now at New: the reference of elapsed (see elapsed)
+	local         bool      // the store is a LocalStore: its calls need no deadline
 	replayHeaders []string
 	problems      [len(problemSpecs)]preparedProblem
 	retryAfter    []string
@@ -44,7 +45,8 @@ func New(cfg Config) *Engine {
 	cfg.setDefaults()
 	_, realClock := cfg.Clock.(SystemClock)
 	_, local := cfg.Store.(LocalStore)
-	e := &Engine{cfg: cfg, clock: cfg.Clock, realClock: realClock, local: local, replayHeaders: cfg.replayHeaderSet()}
+	e := &Engine{cfg: cfg, clock: cfg.Clock, realClock: realClock, local: local, replayHeaders: cfg.replayHeaderSet(),
+		epoch: time.Now()}
 	e.renewer = newRenewer(e)
 	for i, spec := range problemSpecs {
 		e.problems[i] = preparedProblem{spec, cfg.ProblemBase + spec.name}
@@ -123,7 +125,7 @@ func (e *Engine) Begin(ctx context.Context, r *Request) Decision {
 	if !e.Guards(r.Method) {
 		return Decision{}
 	}
-	began := time.Now()
+	began := elapsed(e.epoch)
 	key, err := ParseKey(r.KeyLines, e.cfg.StrictKeys)
 	if err != nil {
 		if errors.Is(err, ErrKeyMissing) {
@@ -176,13 +178,13 @@ func (e *Engine) Begin(ctx context.Context, r *Request) Decision {
 		actx, cancel := e.storeContext(ctx)
 		rec, outcome, err = e.cfg.Store.Acquire(actx, a)
 		cancel()
-		storeDone = time.Now()
+		storeDone = elapsed(storeStart)
 		if err == nil && (outcome == Created || outcome == TookOver) && e.renewer.tooLate(a.LeaseUntil, e.clockAt(storeDone)) {
 			err = errAcquireTooLate
 		}
 		if err != nil && !errors.Is(err, ErrStoreFull) {
 			e.releaseOrphan(ctx, a)
-			storeDone = time.Now()
+			storeDone = elapsed(storeStart)
 		}
 	}
 	storeLatency := storeDone.Sub(storeStart)
@@ -269,6 +271,14 @@ func (e *Engine) storeFull(ctx context.Context, r *Request, key string, began, a
 	return d
 }
 
+// elapsed returns now as ref plus the time elapsed since ref on the
+// monotonic clock: one clock reading where time.Now takes two (wall and
+// monotonic). ref must carry a monotonic reading (time.Now's do). The
+// result serves for durations and for comparisons with times that carry
+// one too; its wall reading is ref's plus the elapsed time, so it is not
+// written to stores, which may reckon by the wall clock.
+func elapsed(ref time.Time) time.Time { return ref.Add(time.Since(ref)) }
+
 // clockAt is the Engine's clock reading for the moment time.Now read as
 // wall: the same reading with the default clock, saving a call to it.
 func (e *Engine) clockAt(wall time.Time) time.Time {
@@ -329,7 +339,7 @@ func Storable(status int) bool {
 
 func (e *Engine) reject(ctx context.Context, r *Request, key string, kind EventKind, problem string, began time.Time, detail string) Decision {
 	d := Decision{Action: Respond, Response: e.problem(problem, detail)}
-	ev := e.event(kind, r.Method, r.Path, key, began, time.Now())
+	ev := e.event(kind, r.Method, r.Path, key, began, elapsed(began))
 	ev.Status = d.Response.Status
 	e.emit(ctx, &ev, slog.LevelDebug)
 	return d

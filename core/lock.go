@@ -172,7 +172,7 @@ func (l *Lock) Finish(ctx context.Context, status int, header HeaderReader) erro
 	})
 	l.recycleBody()
 	hs.recycle()
-	done := time.Now()
+	done := elapsed(start)
 	ev := l.e.event(EventStored, l.method, l.path, l.id.Key, l.began, done)
 	ev.Status, ev.StoreLatency = status, done.Sub(start)
 	switch {
@@ -271,7 +271,7 @@ func (l *Lock) release(ctx context.Context, reason Reason, status int) error {
 	l.recycleBody()
 	start := time.Now()
 	err := l.e.cfg.Store.Release(ctx, l.id, l.token)
-	done := time.Now()
+	done := elapsed(start)
 	ev := l.e.event(EventNotStored, l.method, l.path, l.id.Key, l.began, done)
 	ev.Status, ev.Reason, ev.StoreLatency = status, reason, done.Sub(start)
 	level := slog.LevelDebug
