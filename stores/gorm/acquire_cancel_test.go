@@ -60,30 +60,26 @@ func TestAcquireWhenTheClientLeavesMidWrite(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			db := c.open(t)
 			var inserted atomic.Int32
-			err := db.Callback().Raw().Before("gorm:raw").Register("test:cancel_on_insert", func(tx *gorm.DB) {
-				cancel, _ := tx.Statement.Context.Value(cancelOnInsertKey{}).(context.CancelFunc)
-				if cancel != nil && strings.HasPrefix(strings.TrimSpace(tx.Statement.SQL.String()), "INSERT") {
+			s := newStore(t, db)
+			s.onStatement = func(ctx context.Context, query string) func(int64, error) {
+				if !strings.HasPrefix(strings.TrimSpace(query), "INSERT") {
+					return nil
+				}
+				if cancel, _ := ctx.Value(cancelOnInsertKey{}).(context.CancelFunc); cancel != nil {
 					cancel()
-					if hold, _ := tx.Statement.Context.Value(holdInsertKey{}).(chan struct{}); hold != nil {
+					if hold, _ := ctx.Value(holdInsertKey{}).(chan struct{}); hold != nil {
 						select { // until Acquire has returned
 						case <-hold:
 						case <-time.After(10 * time.Second):
 						}
 					}
 				}
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			err = db.Callback().Raw().After("gorm:raw").Register("test:count_inserts", func(tx *gorm.DB) {
-				if strings.HasPrefix(strings.TrimSpace(tx.Statement.SQL.String()), "INSERT") && tx.Error == nil && tx.RowsAffected == 1 {
-					inserted.Add(1)
+				return func(n int64, err error) {
+					if err == nil && n == 1 {
+						inserted.Add(1)
+					}
 				}
-			})
-			if err != nil {
-				t.Fatal(err)
 			}
-			s := newStore(t, db)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			ctx = context.WithValue(ctx, cancelOnInsertKey{}, cancel)

@@ -212,6 +212,16 @@ func TestSQLiteStatementsNeverCancellable(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := newStore(t, db)
+	// The statements of the hot path go to database/sql directly.
+	s.onStatement = func(ctx context.Context, query string) func(int64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		statements++
+		if ctx.Done() != nil {
+			cancelable = append(cancelable, query)
+		}
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	id := idem.ID{Key: "k"}

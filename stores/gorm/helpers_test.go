@@ -207,5 +207,5 @@ func testCtx(tb testing.TB) context.Context {
 // getOn reads id's record through db (a transaction, say).
 func getOn(s *Store, db *gorm.DB, id idem.ID) (idem.Record, error) {
 	scope, key := hashID(id)
-	return s.get(db, id, scope, key)
+	return s.get(s.session(db.Statement.Context, db.Statement.ConnPool), id, scope, key)
 }

@@ -48,7 +48,8 @@ func (s *Store) RenewBatch(ctx context.Context, held []idem.Held, leaseUntil tim
 		}
 		return nil
 	}
-	err := s.run(ctx, func(db *gorm.DB) error {
+	err := s.run(ctx, func(x session) error {
+		db := s.gorm(x)
 		switch {
 		case s.dialect == dialectMySQL:
 			return db.Transaction(chunks, &sql.TxOptions{Isolation: sql.LevelReadCommitted})

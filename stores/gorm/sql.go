@@ -2,6 +2,7 @@ package gormstore
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"gorm.io/gorm"
@@ -57,7 +58,10 @@ const (
 // dialect and table. Placeholders are "?": GORM turns them into the
 // dialect's bind variables.
 type statements struct {
-	insert          string // conflict handling per dialect, see Store.Acquire
+	insert string // conflict handling per dialect, see Store.Acquire
+	// upsert (SQLite) inserts a new record or replaces an expired one in
+	// one statement, see Store.acquire.
+	upsert          string
 	replaceExpired  string
 	takeOverLapsed  string
 	selectRecord    string
@@ -77,6 +81,38 @@ type statements struct {
 	held                           string
 	renewBatchHead, renewBatchTail string
 	lockBatchHead, lockBatchTail   string
+
+	// native holds the statements of the hot path with the dialect's own
+	// placeholders, for database/sql (see session).
+	native hotStatements
+}
+
+// hotStatements are the statements a request's store calls run.
+type hotStatements struct {
+	insert, upsert, replaceExpired, takeOverLapsed, selectRecord string
+	renew, checkOwner, complete, release, purge                  string
+}
+
+// nativePlaceholders renders stmt's "?" placeholders as the dialect's own:
+// PostgreSQL numbers them ($1, $2, ...); SQLite and MySQL take "?". The
+// store's statements hold no string literal, and quoted identifiers are
+// letters, digits and underscores (checkTableName), so every "?" is a
+// placeholder.
+func nativePlaceholders(d dialect, stmt string) string {
+	if d != dialectPostgres {
+		return stmt
+	}
+	var b strings.Builder
+	n := 0
+	for i := 0; i < len(stmt); i++ {
+		if stmt[i] != '?' {
+			b.WriteByte(stmt[i])
+			continue
+		}
+		n++
+		b.WriteString("$" + strconv.Itoa(n))
+	}
+	return b.String()
 }
 
 // sqlWriter builds SQL with identifiers quoted by the GORM dialector, the
@@ -144,6 +180,28 @@ func buildStatements(db *gorm.DB, d dialect, table string) statements {
 		w.s(" ON CONFLICT (").ids(colScope, colKey).s(") DO NOTHING")
 	}
 	st.insert = w.done()
+
+	if d == dialectSQLite {
+		// The ON CONFLICT branch replaces an expired record whole, as
+		// replaceExpired does, and leaves a live one alone: then the
+		// statement changes no row. Column names in its WHERE clause are
+		// the existing row's.
+		w.s("INSERT INTO "+t+" (").
+			ids(colScope, colKey, colFingerprint, colState, colToken, colLeaseUntil, colCreatedAt,
+				colCompletedAt, colExpiresAt, colStatus, colHeaders, colBody).
+			s(") VALUES (?, ?, ?, "+stateInFlight+", ?, ?, ?, NULL, ?, 0, NULL, NULL)").
+			s(" ON CONFLICT (").ids(colScope, colKey).s(") DO UPDATE SET ")
+		for i, c := range []string{colFingerprint, colState, colToken, colLeaseUntil, colCreatedAt,
+			colCompletedAt, colExpiresAt, colStatus, colHeaders, colBody} {
+			if i > 0 {
+				w.s(", ")
+			}
+			w.id(c).s(" = excluded.").id(c)
+		}
+		w.s(" WHERE ")
+		expiredAt()
+		st.upsert = w.done()
+	}
 
 	// An expired record is replaced whole: to its new holder it is new.
 	w.s("UPDATE " + t + " SET ").
@@ -228,6 +286,19 @@ func buildStatements(db *gorm.DB, d dialect, table string) statements {
 	st.purge = w.done()
 
 	st.createTable = schemaSQL(w, d, table)
+
+	st.native = hotStatements{
+		insert:         nativePlaceholders(d, st.insert),
+		upsert:         nativePlaceholders(d, st.upsert),
+		replaceExpired: nativePlaceholders(d, st.replaceExpired),
+		takeOverLapsed: nativePlaceholders(d, st.takeOverLapsed),
+		selectRecord:   nativePlaceholders(d, st.selectRecord),
+		renew:          nativePlaceholders(d, st.renew),
+		checkOwner:     nativePlaceholders(d, st.checkOwner),
+		complete:       nativePlaceholders(d, st.complete),
+		release:        nativePlaceholders(d, st.release),
+		purge:          nativePlaceholders(d, st.purge),
+	}
 	return st
 }
 

@@ -31,6 +31,8 @@ type Store struct {
 	batch  int
 	logger *slog.Logger
 
+	busy busyTimeouts // SQLite connections' own busy timeouts
+
 	stopPurge context.CancelFunc
 	purgeDone chan struct{}
 	closeOnce sync.Once
@@ -41,6 +43,9 @@ type Store struct {
 	// beforeCommit, if set, runs between the completion's UPDATE and the
 	// COMMIT of a request's transaction. Tests use it to crash there.
 	beforeCommit func(tx *gorm.DB)
+	// onStatement, if set, sees each statement of the store's hot path
+	// (see session.hook). Tests use it to act at a statement.
+	onStatement func(ctx context.Context, query string) (after func(n int64, err error))
 }
 
 var _ idem.Store = (*Store)(nil)
@@ -56,7 +61,10 @@ const maxAttempts = 10
 // (gorm.io/driver/postgres) or MySQL/MariaDB (gorm.io/driver/mysql). New does
 // not touch the database: call AutoMigrate, or apply SchemaSQL yourself.
 // The store's statements never reach db's logger, which would print them
-// with their values: their failures are returned as errors.
+// with their values: their failures are returned as errors. The statements
+// of its calls run on db's connection pool through database/sql, past
+// GORM's callbacks; migrations, batch renewals and the completion in a
+// request's transaction (Tx) go through GORM.
 func New(db *gorm.DB, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, errors.New("gormstore: nil *gorm.DB")
@@ -147,9 +155,9 @@ func (s *Store) SchemaSQL() []string {
 // does not alter an existing table, and fails on one created by an earlier
 // version of the store, whose key columns differ.
 func (s *Store) AutoMigrate(ctx context.Context) error {
-	err := s.run(ctx, func(db *gorm.DB) error {
+	err := s.run(ctx, func(x session) error {
 		for _, stmt := range s.sql.createTable {
-			if err := db.Exec(stmt).Error; err != nil {
+			if err := s.gorm(x).Exec(stmt).Error; err != nil {
 				return err
 			}
 		}
@@ -158,7 +166,7 @@ func (s *Store) AutoMigrate(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("gormstore: migrate %s: %w", s.table, err)
 	}
-	if err := s.run(ctx, func(db *gorm.DB) error { return db.Exec(s.sql.checkSchema).Error }); err != nil {
+	if err := s.run(ctx, func(x session) error { return s.gorm(x).Exec(s.sql.checkSchema).Error }); err != nil {
 		return fmt.Errorf("gormstore: table %s exists without the columns %s and %s: it was created by an earlier "+
 			"version of the store; recreate it (README, \"Upgrading\"): %w", s.table, colScope, colKey, err)
 	}
@@ -191,17 +199,31 @@ func nanos(t time.Time) int64 { return t.UnixNano() }
 
 func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 
-// Acquire implements idem.Store. It reads the record by primary key and,
-// if there is none, creates it with an INSERT that does nothing if the key
-// was taken meanwhile. Reading first makes a replay or a conflict, which
-// come in storms when clients retry, one indexed read that takes no lock
-// and writes nothing (on PostgreSQL, even an INSERT that does nothing costs
-// a transaction ID and a commit record; on SQLite it takes the single write
-// lock); a new key costs that read more. A live record is returned as it
-// is. An expired record or a lapsed lease is taken by an UPDATE whose WHERE
-// clause repeats the condition, so it writes only if the record is still
-// as read. If another request wrote in between, the INSERT or UPDATE
-// changes nothing, or the read finds no record, and Acquire starts over.
+// Acquire implements idem.Store.
+//
+// On SQLite it first runs one upsert: an INSERT whose ON CONFLICT branch
+// replaces the record only if it has expired, so that a new key or an
+// expired record costs that single statement. If it changed nothing, a
+// live record holds the key and is read by primary key: returned as it is,
+// or, if its lease lapsed and the fingerprint matches, taken over by an
+// UPDATE whose WHERE clause repeats the condition. The upsert's first try
+// does not wait for SQLite's write lock: if another connection holds it,
+// Acquire reads the record at once (WAL readers never wait), so that a
+// replay or a 409 never queues behind a writer, and only a key it must
+// write waits for the lock.
+//
+// On PostgreSQL and MySQL it reads first, and creates a record only if
+// there is none, with an INSERT that does nothing (PostgreSQL) or fails
+// (MySQL) if the key was taken meanwhile. A replay or a conflict, which
+// come in storms when clients retry, is then one indexed read that takes
+// no lock and writes nothing, where an INSERT ... ON CONFLICT would cost a
+// transaction ID, a commit record and a row lock even when it changes
+// nothing; a new key costs the read more. An expired record or a lapsed
+// lease is taken by an UPDATE whose WHERE clause repeats the condition.
+//
+// On every dialect each write is one statement that writes only if the
+// record is still as expected; if another request wrote in between, it
+// changes nothing, and Acquire starts over.
 //
 // Acquire returns by ctx's deadline, and a write of it must not land
 // after it reported the failure, leaving an in-flight record nobody holds
@@ -219,8 +241,8 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 		err     error
 	)
 	if s.dialect == dialectSQLite {
-		err = s.runSQLite(ctx, func(db *gorm.DB) (err error) {
-			rec, outcome, err = s.acquire(db, a)
+		err = s.runSQLiteFrom(ctx, true, func(x session) (err error) {
+			rec, outcome, err = s.acquire(x, a)
 			return err
 		})
 	} else {
@@ -251,8 +273,7 @@ func (s *Store) acquireDetached(ctx context.Context, a idem.Acquire) (idem.Recor
 		return idem.Record{}, 0, err
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.LeaseUntil.Sub(a.Now))
-	db := s.db.WithContext(wctx)
-	db.Statement.ConnPool = conn
+	x := s.session(wctx, conn)
 	type result struct {
 		rec     idem.Record
 		outcome idem.AcquireOutcome
@@ -268,7 +289,7 @@ func (s *Store) acquireDetached(ctx context.Context, a idem.Acquire) (idem.Recor
 		defer s.detached.Done()
 		defer cancel()
 		defer conn.Close()
-		rec, outcome, err := s.acquire(db, a)
+		rec, outcome, err := s.acquire(x, a)
 		mu.Lock()
 		abandoned := gone
 		if !abandoned {
@@ -277,7 +298,7 @@ func (s *Store) acquireDetached(ctx context.Context, a idem.Acquire) (idem.Recor
 		mu.Unlock()
 		if abandoned && err == nil && outcome != idem.Existing {
 			scope, key := hashID(a.ID)
-			_ = db.Exec(s.sql.release, scope, key, a.Token).Error
+			_, _ = x.exec(s.sql.native.release, scope, key, a.Token)
 		}
 	}()
 	select {
@@ -296,16 +317,40 @@ func (s *Store) acquireDetached(ctx context.Context, a idem.Acquire) (idem.Recor
 	}
 }
 
-// acquire is Acquire's work, on db. It returns the record found if the
+// acquire is Acquire's work, on x. It returns the record found if the
 // outcome is Existing.
-func (s *Store) acquire(db *gorm.DB, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
+func (s *Store) acquire(x session, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
 	fp := blob(a.Fingerprint[:])
 	now, lease, expires := nanos(a.Now), nanos(a.LeaseUntil), nanos(a.ExpiresAt)
 	scope, key := hashID(a.ID)
+	st := &s.sql.native
 	for range maxAttempts {
-		rec, err := s.get(db, a.ID, scope, key)
+		var busy error
+		if s.dialect == dialectSQLite {
+			// One statement takes a new key or an expired record.
+			n, err := x.exec(st.upsert, scope, key, fp, a.Token, lease, now, expires, now, now)
+			switch {
+			case isBusy(err):
+				// Another connection writes. A live record is read
+				// without waiting for it (WAL), so that a replay or a 409
+				// never queues behind a writer; for anything else the
+				// lock is needed, and runSQLite runs acquire again.
+				busy = err
+			case err != nil:
+				return idem.Record{}, 0, err
+			case n == 1:
+				return idem.Record{}, idem.Created, nil
+			}
+		}
+		rec, err := s.get(x, a.ID, scope, key)
 		if errors.Is(err, idem.ErrNotFound) {
-			created, err := s.insert(db, scope, key, fp, a.Token, lease, now, expires)
+			if busy != nil {
+				return idem.Record{}, 0, busy
+			}
+			if s.dialect == dialectSQLite {
+				continue // released or purged since the upsert
+			}
+			created, err := s.insert(x, scope, key, fp, a.Token, lease, now, expires)
 			if err != nil {
 				return idem.Record{}, 0, err
 			}
@@ -319,23 +364,26 @@ func (s *Store) acquire(db *gorm.DB, a idem.Acquire) (idem.Record, idem.AcquireO
 		}
 		var (
 			outcome = idem.Created
-			res     *gorm.DB
+			stmt    string
+			args    []any
 		)
 		switch {
 		case rec.Expired(a.Now):
-			res = db.Exec(s.sql.replaceExpired, fp, a.Token, lease, now, expires,
-				scope, key, now, now)
+			stmt, args = st.replaceExpired, []any{fp, a.Token, lease, now, expires, scope, key, now, now}
 		case rec.State == idem.InFlight && !a.Now.Before(rec.LeaseUntil) && rec.Fingerprint == a.Fingerprint:
 			outcome = idem.TookOver
-			res = db.Exec(s.sql.takeOverLapsed, a.Token, lease, now, expires,
-				scope, key, now, now, fp)
+			stmt, args = st.takeOverLapsed, []any{a.Token, lease, now, expires, scope, key, now, now, fp}
 		default:
 			return rec, idem.Existing, nil
 		}
-		if res.Error != nil {
-			return idem.Record{}, 0, res.Error
+		if busy != nil {
+			return idem.Record{}, 0, busy
 		}
-		if res.RowsAffected == 1 {
+		n, err := x.exec(stmt, args...)
+		if err != nil {
+			return idem.Record{}, 0, err
+		}
+		if n == 1 {
 			return idem.Record{}, outcome, nil
 		}
 		// The record changed, was released or purged meanwhile.
@@ -345,18 +393,18 @@ func (s *Store) acquire(db *gorm.DB, a idem.Acquire) (idem.Record, idem.AcquireO
 
 // insert writes a new in-flight record unless one exists for the ID, and
 // reports whether it did.
-func (s *Store) insert(db *gorm.DB, scope, key, fp blob, token string, lease, now, expires int64) (bool, error) {
-	res := db.Exec(s.sql.insert, scope, key, fp, token, lease, now, expires)
-	if res.Error != nil {
+func (s *Store) insert(x session, scope, key, fp blob, token string, lease, now, expires int64) (bool, error) {
+	n, err := x.exec(s.sql.native.insert, scope, key, fp, token, lease, now, expires)
+	if err != nil {
 		// MySQL has no DO NOTHING that reports reliably whether it wrote
 		// (INSERT IGNORE would also truncate overlong values silently), so
 		// there a plain INSERT fails on a taken key.
-		if s.dialect == dialectMySQL && s.isDuplicate(res.Error) {
+		if s.dialect == dialectMySQL && s.isDuplicate(err) {
 			return false, nil
 		}
-		return false, res.Error
+		return false, err
 	}
-	return res.RowsAffected == 1, nil
+	return n == 1, nil
 }
 
 // isDuplicate reports whether err is a duplicate-key error, whether or not
@@ -389,24 +437,24 @@ func (s *Store) acquired(ctx context.Context, a idem.Acquire) idem.Record {
 // Renew implements idem.Store with one conditional UPDATE.
 func (s *Store) Renew(ctx context.Context, id idem.ID, token string, leaseUntil time.Time) error {
 	lost := false
-	err := s.run(ctx, func(db *gorm.DB) error {
+	err := s.run(ctx, func(x session) error {
 		scope, key := hashID(id)
-		res := db.Exec(s.sql.renew, nanos(leaseUntil), scope, key, token)
-		if res.Error != nil {
-			return res.Error
+		n, err := x.exec(s.sql.native.renew, nanos(leaseUntil), scope, key, token)
+		if err != nil {
+			return err
 		}
-		if res.RowsAffected == 0 && s.dialect == dialectMySQL {
+		if n == 0 && s.dialect == dialectMySQL {
 			// MySQL counts changed rows, not matched ones: renewing to the
 			// lease already stored changes nothing, yet the token holds.
 			var one int
-			switch err := scanRow(db.Raw(s.sql.checkOwner, scope, key, token).Row(), db, &one); {
+			switch err := x.row(s.sql.native.checkOwner, scope, key, token).Scan(&one); {
 			case err == nil:
 				return nil
 			case !errors.Is(err, sql.ErrNoRows):
 				return err
 			}
 		}
-		lost = res.RowsAffected == 0
+		lost = n == 0
 		return nil
 	})
 	switch {
@@ -436,7 +484,7 @@ func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.C
 	if tx != nil {
 		return s.completeInTx(ctx, tx, args)
 	}
-	return s.fenced(ctx, "complete", s.sql.complete, args...)
+	return s.fenced(ctx, "complete", s.sql.native.complete, args...)
 }
 
 // fenced runs the call op, one UPDATE or DELETE of the in-flight record
@@ -444,10 +492,9 @@ func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.C
 // found none.
 func (s *Store) fenced(ctx context.Context, op, stmt string, args ...any) error {
 	var n int64
-	err := s.run(ctx, func(db *gorm.DB) error {
-		res := db.Exec(stmt, args...)
-		n = res.RowsAffected
-		return res.Error
+	err := s.run(ctx, func(x session) (err error) {
+		n, err = x.exec(stmt, args...)
+		return err
 	})
 	switch {
 	case err != nil:
@@ -499,7 +546,7 @@ func (s *Store) Release(ctx context.Context, id idem.ID, token string) error {
 		tx.Rollback()
 	}
 	scope, key := hashID(id)
-	return s.fenced(ctx, "release", s.sql.release, scope, key, token)
+	return s.fenced(ctx, "release", s.sql.native.release, scope, key, token)
 }
 
 // Get implements idem.Store with one read by primary key.
@@ -509,8 +556,8 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 		rec    idem.Record
 		getErr error
 	)
-	err := s.run(ctx, func(db *gorm.DB) error {
-		rec, getErr = s.get(db, id, scope, key)
+	err := s.run(ctx, func(x session) error {
+		rec, getErr = s.get(x, id, scope, key)
 		if errors.Is(getErr, idem.ErrNotFound) {
 			return nil
 		}
@@ -523,26 +570,15 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 }
 
 // get reads id's record, whose key columns hold scope and key (hashID).
-func (s *Store) get(db *gorm.DB, id idem.ID, scope, key blob) (idem.Record, error) {
+func (s *Store) get(x session, id idem.ID, scope, key blob) (idem.Record, error) {
 	var r recordRow
-	if err := scanRow(db.Raw(s.sql.selectRecord, scope, key).Row(), db, r.dest()...); err != nil {
+	if err := x.row(s.sql.native.selectRecord, scope, key).Scan(r.dest()...); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return idem.Record{ID: id}, idem.ErrNotFound
 		}
 		return idem.Record{ID: id}, err
 	}
 	return s.toRecord(id, key, &r)
-}
-
-// scanRow scans row, which GORM leaves nil if it did not run the query.
-func scanRow(row *sql.Row, db *gorm.DB, dest ...any) error {
-	if row == nil {
-		if db.Error != nil {
-			return db.Error
-		}
-		return errors.New("gormstore: GORM returned no row")
-	}
-	return row.Scan(dest...)
 }
 
 // recordRow is a record as read, the columns of selectColumns in order.
@@ -609,10 +645,9 @@ func (s *Store) Purge(ctx context.Context, now time.Time, limit int) (int, error
 	}
 	n := nanos(now)
 	var purged int64
-	err := s.run(ctx, func(db *gorm.DB) error {
-		res := db.Exec(s.sql.purge, n, n, limit)
-		purged = res.RowsAffected
-		return res.Error
+	err := s.run(ctx, func(x session) (err error) {
+		purged, err = x.exec(s.sql.native.purge, n, n, limit)
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("gormstore: purge: %w", err)

@@ -1,0 +1,81 @@
+package gormstore
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+)
+
+// TestSQLiteAcquireStatements: on SQLite a new key costs Acquire one
+// statement, the upsert, where it cost a read and an INSERT; an expired
+// record is replaced by the same statement. A replay or a 409 is the
+// upsert, which changes nothing, and one read; a lapsed lease is taken
+// over by a conditional UPDATE after them. Complete is one UPDATE.
+func TestSQLiteAcquireStatements(t *testing.T) {
+	s := newStore(t, openSQLite(t))
+	var (
+		mu   sync.Mutex
+		seen []string
+	)
+	s.onStatement = func(_ context.Context, query string) func(int64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, strings.Fields(query)[0])
+		return nil
+	}
+	ctx := testCtx(t)
+	steps := []struct {
+		name    string
+		call    func() (idem.AcquireOutcome, error)
+		outcome idem.AcquireOutcome
+		want    string
+	}{
+		{"new key", func() (idem.AcquireOutcome, error) {
+			_, o, err := s.Acquire(ctx, acquireAt(idem.ID{Key: "k"}, "tok-1", t0))
+			return o, err
+		}, idem.Created, "INSERT"},
+		{"in flight", func() (idem.AcquireOutcome, error) {
+			_, o, err := s.Acquire(ctx, acquireAt(idem.ID{Key: "k"}, "tok-2", t0.Add(time.Second)))
+			return o, err
+		}, idem.Existing, "INSERT SELECT"},
+		{"lapsed lease", func() (idem.AcquireOutcome, error) {
+			_, o, err := s.Acquire(ctx, acquireAt(idem.ID{Key: "k"}, "tok-3", t0.Add(time.Minute)))
+			return o, err
+		}, idem.TookOver, "INSERT SELECT UPDATE"},
+		{"complete", func() (idem.AcquireOutcome, error) {
+			return idem.Existing, s.Complete(ctx, idem.ID{Key: "k"}, "tok-3", idem.Completion{
+				Response: idem.Response{Status: 201}, CompletedAt: t0.Add(time.Minute), ExpiresAt: t0.Add(time.Hour)})
+		}, idem.Existing, "UPDATE"},
+		{"replay", func() (idem.AcquireOutcome, error) {
+			_, o, err := s.Acquire(ctx, acquireAt(idem.ID{Key: "k"}, "tok-4", t0.Add(2*time.Minute)))
+			return o, err
+		}, idem.Existing, "INSERT SELECT"},
+		{"expired", func() (idem.AcquireOutcome, error) {
+			_, o, err := s.Acquire(ctx, acquireAt(idem.ID{Key: "k"}, "tok-5", t0.Add(2*time.Hour)))
+			return o, err
+		}, idem.Created, "INSERT"},
+	}
+	for _, st := range steps {
+		mu.Lock()
+		seen = nil
+		mu.Unlock()
+		o, err := st.call()
+		if err != nil || o != st.outcome {
+			t.Fatalf("%s: %v, %v; want %v", st.name, o, err, st.outcome)
+		}
+		mu.Lock()
+		got := strings.Join(seen, " ")
+		mu.Unlock()
+		if got != st.want {
+			t.Fatalf("%s ran %q, want %q", st.name, got, st.want)
+		}
+	}
+	rec, err := s.Get(ctx, idem.ID{Key: "k"})
+	if err != nil || rec.State != idem.InFlight || rec.Token != "tok-5" {
+		t.Fatalf("record after the expired one was replaced: %v held by %q (%v), want in flight by tok-5", rec.State, rec.Token, err)
+	}
+}
