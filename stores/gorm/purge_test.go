@@ -1,6 +1,7 @@
 package gormstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -158,4 +159,106 @@ func TestCloseNoLeak(t *testing.T) {
 	// Close returns once each loop has signalled its exit; the goroutine may
 	// still be unwinding its frame for a moment, so allow it that.
 	waitPurgers(t, before)
+}
+
+// TestPurgerYieldsBetweenBatches: the background purger never runs its
+// batches back to back. After each batch it waits purgeYield times as long
+// as the batch took, so that requests' writes get most of the time (on
+// SQLite, most of the single write lock) however large the backlog; and on
+// SQLite it sizes the batches to about purgeHold each. The batches are
+// timed on a fake meter (each batch takes 2 ms) and the pauses recorded,
+// not slept.
+func TestPurgerYieldsBetweenBatches(t *testing.T) {
+	const expired, live, batch = 60, 3, 10
+	const took = 2 * time.Millisecond
+	clock := new(fakeClock)
+	clock.Advance(time.Duration(t0.Add(time.Minute).UnixNano()))
+	s := newStore(t, openSQLite(t), WithPurgeBatch(batch), WithClock(clock.Now))
+	insertCompleted(t, s, "old", expired, t0)
+	insertCompleted(t, s, "new", live, t0.Add(time.Hour))
+	var (
+		metered time.Time
+		pauses  []time.Duration
+		sizes   []int
+	)
+	s.meter = func() time.Time {
+		metered = metered.Add(took) // read before and after each batch
+		return metered
+	}
+	s.pause = func(_ context.Context, d time.Duration) bool {
+		pauses = append(pauses, d)
+		return true
+	}
+	s.onStatement = func(_ context.Context, query string) func(int64, error) {
+		if !strings.HasPrefix(query, "DELETE") {
+			return nil
+		}
+		return func(n int64, err error) {
+			if err == nil {
+				sizes = append(sizes, int(n))
+			}
+		}
+	}
+	s.purgeExpired(testCtx(t))
+	if n := countRecords(t, s); n != live {
+		t.Fatalf("%d records left, want the %d live ones", n, live)
+	}
+	if len(sizes) < 2 {
+		t.Fatalf("%d batches: the test proves nothing", len(sizes))
+	}
+	// Every batch but the last deleted all it was allowed, and was
+	// followed by a pause of purgeYield times its duration.
+	if len(pauses) != len(sizes)-1 {
+		t.Fatalf("%d pauses between %d batches (deleted %v), want one after each but the last", len(pauses), len(sizes), sizes)
+	}
+	for i, d := range pauses {
+		if d != purgeYield*took {
+			t.Fatalf("pause %d lasted %v after a batch of %v, want %v", i, d, took, purgeYield*took)
+		}
+	}
+	// A batch of 2 ms is twice purgeHold: the next one is half as large,
+	// down to one row, never above WithPurgeBatch.
+	want := []int{batch, batch / 2, batch / 4, 1}
+	for i, n := range sizes[:len(sizes)-1] {
+		if w := want[min(i, len(want)-1)]; n != w {
+			t.Fatalf("batch %d deleted %d rows (all: %v), want %d", i, n, sizes, w)
+		}
+	}
+}
+
+// TestPurgePacer: the batch size follows the rows per purgeHold the last
+// batch managed, grows at most twofold a batch, stays within 1 and the
+// limit; the pause is purgeYield times the batch, at least minPurgePause.
+// Without a hold (database servers) the batch is always the limit.
+func TestPurgePacer(t *testing.T) {
+	p := pacer{limit: 1000, size: 16, hold: time.Millisecond}
+	steps := []struct {
+		n         int
+		took      time.Duration
+		size      int
+		pause     time.Duration
+		situation string
+	}{
+		{16, 100 * time.Microsecond, 32, minPurgePause, "fast: grows twofold at most"},
+		{32, 100 * time.Microsecond, 64, minPurgePause, "fast again"},
+		{64, 8 * time.Millisecond, 8, 32 * time.Millisecond, "slow: 8 rows a millisecond"},
+		{8, 80 * time.Millisecond, 1, 320 * time.Millisecond, "very slow: one row"},
+		{1, 0, 2, minPurgePause, "untimed: grows"},
+	}
+	for _, st := range steps {
+		if pause := p.after(st.n, st.took); pause != st.pause || p.size != st.size {
+			t.Fatalf("%s: after %d rows in %v: size %d, pause %v; want %d, %v", st.situation, st.n, st.took, p.size, pause, st.size, st.pause)
+		}
+	}
+	p = pacer{limit: 7, size: 7, hold: time.Millisecond}
+	for range 5 {
+		p.after(7, time.Microsecond)
+	}
+	if p.size != 7 {
+		t.Fatalf("size %d, want at most the limit 7", p.size)
+	}
+	p = pacer{limit: 1000, size: 1000}
+	if pause := p.after(1000, 50*time.Millisecond); p.size != 1000 || pause != 200*time.Millisecond {
+		t.Fatalf("without a hold: size %d, pause %v; want 1000, 200ms", p.size, pause)
+	}
 }

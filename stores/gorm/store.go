@@ -30,6 +30,10 @@ type Store struct {
 	now    func() time.Time
 	batch  int
 	logger *slog.Logger
+	// meter times the purger's batches and pause waits between them (see
+	// purgeExpired); tests replace both.
+	meter func() time.Time
+	pause func(ctx context.Context, d time.Duration) bool
 
 	busy busyTimeouts // SQLite connections' own busy timeouts
 
@@ -94,6 +98,8 @@ func New(db *gorm.DB, opts ...Option) (*Store, error) {
 		now:       o.now,
 		batch:     o.purgeBatch,
 		logger:    o.logger,
+		meter:     time.Now,
+		pause:     sleepCtx,
 		purgeDone: make(chan struct{}),
 	}
 	if s.pool, err = db.DB(); err != nil {
