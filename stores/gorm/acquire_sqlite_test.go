@@ -2,6 +2,7 @@ package gormstore
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -77,5 +78,50 @@ func TestSQLiteAcquireStatements(t *testing.T) {
 	rec, err := s.Get(ctx, idem.ID{Key: "k"})
 	if err != nil || rec.State != idem.InFlight || rec.Token != "tok-5" {
 		t.Fatalf("record after the expired one was replaced: %v held by %q (%v), want in flight by tok-5", rec.State, rec.Token, err)
+	}
+}
+
+// TestSQLiteAcquireOrderFollowsTraffic: in a storm of retries Acquire on
+// SQLite reads first, so that each replay is a single SELECT, and once new
+// keys are the more common again it returns to the upsert first.
+func TestSQLiteAcquireOrderFollowsTraffic(t *testing.T) {
+	s := newStore(t, openSQLite(t))
+	var (
+		mu   sync.Mutex
+		seen []string
+	)
+	s.onStatement = func(_ context.Context, query string) func(int64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, strings.Fields(query)[0])
+		return nil
+	}
+	ctx := testCtx(t)
+	acquire := func(key string, want idem.AcquireOutcome) string {
+		t.Helper()
+		mu.Lock()
+		seen = nil
+		mu.Unlock()
+		if _, o, err := s.Acquire(ctx, acquireAt(idem.ID{Key: key}, "tok-"+key, t0)); err != nil || o != want {
+			t.Fatalf("Acquire %s: %v, %v; want %v", key, o, err, want)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Join(seen, " ")
+	}
+	acquire("stormed", idem.Created)
+	var got []string
+	for range foundBound + 2 {
+		got = append(got, acquire("stormed", idem.Existing))
+	}
+	if got[0] != "INSERT SELECT" || got[len(got)-1] != "SELECT" {
+		t.Fatalf("retries of one key ran %q, want the upsert and a read at first, then the read alone", got)
+	}
+	got = got[:0]
+	for i := range 2*foundBound + 2 {
+		got = append(got, acquire(fmt.Sprint("new-", i), idem.Created))
+	}
+	if got[0] != "SELECT INSERT" || got[len(got)-1] != "INSERT" {
+		t.Fatalf("new keys after the storm ran %q, want a read and an INSERT at first, then the upsert alone", got)
 	}
 }

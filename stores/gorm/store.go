@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
@@ -36,6 +37,10 @@ type Store struct {
 	pause func(ctx context.Context, d time.Duration) bool
 
 	busy busyTimeouts // SQLite connections' own busy timeouts
+	// found leans positive when Acquire on SQLite has lately found live
+	// records (replays, 409s) more often than it wrote, negative
+	// otherwise; see upsertFirst.
+	found atomic.Int32
 
 	stopPurge context.CancelFunc
 	purgeDone chan struct{}
@@ -330,9 +335,10 @@ func (s *Store) acquire(x session, a idem.Acquire) (idem.Record, idem.AcquireOut
 	now, lease, expires := nanos(a.Now), nanos(a.LeaseUntil), nanos(a.ExpiresAt)
 	scope, key := hashID(a.ID)
 	st := &s.sql.native
+	upsert := s.dialect == dialectSQLite && s.upsertFirst()
 	for range maxAttempts {
 		var busy error
-		if s.dialect == dialectSQLite {
+		if upsert {
 			// One statement takes a new key or an expired record.
 			n, err := x.exec(st.upsert, scope, key, fp, a.Token, lease, now, expires, now, now)
 			switch {
@@ -345,6 +351,7 @@ func (s *Store) acquire(x session, a idem.Acquire) (idem.Record, idem.AcquireOut
 			case err != nil:
 				return idem.Record{}, 0, err
 			case n == 1:
+				s.tally(false)
 				return idem.Record{}, idem.Created, nil
 			}
 		}
@@ -353,7 +360,7 @@ func (s *Store) acquire(x session, a idem.Acquire) (idem.Record, idem.AcquireOut
 			if busy != nil {
 				return idem.Record{}, 0, busy
 			}
-			if s.dialect == dialectSQLite {
+			if upsert {
 				continue // released or purged since the upsert
 			}
 			created, err := s.insert(x, scope, key, fp, a.Token, lease, now, expires)
@@ -361,6 +368,7 @@ func (s *Store) acquire(x session, a idem.Acquire) (idem.Record, idem.AcquireOut
 				return idem.Record{}, 0, err
 			}
 			if created {
+				s.tally(false)
 				return idem.Record{}, idem.Created, nil
 			}
 			continue // the key was taken meanwhile
@@ -380,6 +388,7 @@ func (s *Store) acquire(x session, a idem.Acquire) (idem.Record, idem.AcquireOut
 			outcome = idem.TookOver
 			stmt, args = st.takeOverLapsed, []any{a.Token, lease, now, expires, scope, key, now, now, fp}
 		default:
+			s.tally(true)
 			return rec, idem.Existing, nil
 		}
 		if busy != nil {
@@ -390,11 +399,39 @@ func (s *Store) acquire(x session, a idem.Acquire) (idem.Record, idem.AcquireOut
 			return idem.Record{}, 0, err
 		}
 		if n == 1 {
+			s.tally(false)
 			return idem.Record{}, outcome, nil
 		}
 		// The record changed, was released or purged meanwhile.
 	}
 	return idem.Record{}, 0, fmt.Errorf("the record kept changing; gave up after %d attempts", maxAttempts)
+}
+
+// foundBound bounds Store.found: after that many more live records than
+// writes (or the reverse) in a row, Acquire has settled on its order.
+const foundBound = 8
+
+// upsertFirst reports whether Acquire on SQLite starts with the upsert,
+// as it does while new keys are at least as common as live ones; when
+// replays and 409s have lately been more common (a storm of retries),
+// it reads first, as on the database servers, so that each of them is a
+// single read. Either order is correct: only the number of statements
+// differs (upsert first: 1 for a new key, 2 for a live record; read
+// first: 2 and 1).
+func (s *Store) upsertFirst() bool { return s.found.Load() <= 0 }
+
+// tally counts an Acquire on SQLite that found a live record, or wrote.
+func (s *Store) tally(found bool) {
+	if s.dialect != dialectSQLite {
+		return
+	}
+	n := s.found.Load()
+	switch {
+	case found && n < foundBound:
+		s.found.CompareAndSwap(n, n+1)
+	case !found && n > -foundBound:
+		s.found.CompareAndSwap(n, n-1)
+	}
 }
 
 // insert writes a new in-flight record unless one exists for the ID, and
