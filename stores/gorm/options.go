@@ -13,7 +13,9 @@ const (
 	// expired records.
 	DefaultPurgeInterval = time.Minute
 	// DefaultPurgeBatch is how many records one purge statement deletes at
-	// most: small enough that no delete holds its locks for long.
+	// most: small enough that no delete holds its locks for long. On SQLite
+	// the background purger sizes its batches by time, below this bound
+	// (see the package doc).
 	DefaultPurgeBatch = 1000
 )
 
@@ -43,8 +45,9 @@ func WithPurgeInterval(d time.Duration) Option {
 	return func(o *options) { o.purgeInterval = max(d, 0) }
 }
 
-// WithPurgeBatch sets how many records one purge statement deletes at most
-// (default DefaultPurgeBatch).
+// WithPurgeBatch sets how many records one statement of the background
+// purger deletes at most (default DefaultPurgeBatch). On SQLite the purger
+// keeps each batch to about a millisecond, so batches are often smaller.
 func WithPurgeBatch(n int) Option {
 	return func(o *options) {
 		if n > 0 {
