@@ -169,8 +169,14 @@ func (b *bench) purge() error {
 			}
 		}()
 	})
+	// The measurement ended, at the purge's end or at -purge-cap: stop
+	// the poller, which otherwise waits for a purge outlasting the cap.
+	cancel()
 	if err != nil {
 		return fmt.Errorf("during the purge: %w", err)
+	}
+	if began.IsZero() {
+		return fmt.Errorf("during the purge: the measured window never opened")
 	}
 	if err := <-pollErr; err != nil {
 		return err
