@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -201,7 +202,12 @@ func (l *Lock) wholeBody(header HeaderReader) bool {
 	if header == nil {
 		return true
 	}
-	cl := header.Values("Content-Length")
+	var cl []string
+	if h, ok := header.(http.Header); ok {
+		cl = h["Content-Length"] // canonical already: skip Values' canonicalisation
+	} else {
+		cl = header.Values("Content-Length")
+	}
 	if len(cl) == 0 {
 		return true
 	}

@@ -3,6 +3,7 @@ package idem_test
 import (
 	"context"
 	"errors"
+	"net/http"
 	"testing"
 	"time"
 
@@ -108,3 +109,38 @@ func TestLockContextDoneAfterTheLockEnds(t *testing.T) {
 		}
 	}
 }
+
+// A response whose declared Content-Length does not match the body the
+// handler wrote is not whole: it is not stored, and the retry runs the
+// handler again. A matching one is stored. Both for an http.Header, which
+// Finish reads directly, and for any other HeaderReader.
+func TestFinishStoresOnlyAWholeBody(t *testing.T) {
+	for _, wrap := range []struct {
+		name string
+		h    func(http.Header) idem.HeaderReader
+	}{
+		{"http.Header", func(h http.Header) idem.HeaderReader { return h }},
+		{"HeaderReader", func(h http.Header) idem.HeaderReader { return valuesOnly{h} }},
+	} {
+		for _, tt := range []struct {
+			declared string
+			stored   bool
+		}{{"5", true}, {"10", false}} {
+			e := idem.New(quietConfig(newStore(t)))
+			d := e.Begin(context.Background(), charge(`"k"`, `{}`))
+			_, _ = d.Lock.Write([]byte("hello"))
+			_ = d.Lock.Finish(context.Background(), 201, wrap.h(header("Content-Length", tt.declared)))
+			again := e.Begin(context.Background(), charge(`"k"`, `{}`))
+			if stored := again.Replayed; stored != tt.stored {
+				t.Errorf("%s, Content-Length %s for 5 bytes: replayed %v, want %v", wrap.name, tt.declared, stored, tt.stored)
+			}
+			if again.Lock != nil {
+				_ = again.Lock.Abandon(context.Background(), idem.ReasonPanic)
+			}
+		}
+	}
+}
+
+type valuesOnly struct{ h http.Header }
+
+func (v valuesOnly) Values(name string) []string { return v.h.Values(name) }
