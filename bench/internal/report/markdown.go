@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -413,7 +414,7 @@ func sig3(x float64) string {
 func writeBeforeAfter(b *strings.Builder, d *Data) {
 	before := map[[2]string]Target{}
 	for _, t := range Targets(d.Before.Data) {
-		before[[2]string{t.Target, t.Where}] = t
+		before[targetKey(t)] = t
 	}
 	m := d.Before.Data.Machine
 	fmt.Fprintf(b, "## Before and after\n\nBefore: %s (`%s`, %s mode, started %s). After: this run. "+
@@ -421,11 +422,27 @@ func writeBeforeAfter(b *strings.Builder, d *Data) {
 		d.Before.Label, m.Command, d.Before.Data.Setup.Mode, m.Started.UTC().Format("2006-01-02 15:04 MST"))
 	b.WriteString("| target | where | before | after |\n| --- | --- | --- | --- |\n")
 	for _, t := range Targets(d) {
-		bt, ok := before[[2]string{t.Target, t.Where}]
+		bt, ok := before[targetKey(t)]
 		if !ok || t.Met == nil && bt.Met == nil {
 			continue
 		}
-		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", t.Target, t.Where, bt.Measured+" "+metWord(bt.Met), t.Measured+" "+metWord(t.Met))
+		was := bt.Measured + " " + metWord(bt.Met)
+		if bt.Where != t.Where || bt.Target != t.Target {
+			was += " (" + strings.TrimSpace(strings.TrimPrefix(bt.Where, StoreNames["mem"]+",")) + ")"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", t.Target, t.Where, was, t.Measured+" "+metWord(t.Met))
 	}
 	b.WriteString("\n")
 }
+
+// targetKey identifies a target across runs of different sizes (a quick
+// run's 100 thousand records, a full one's million): counts become #.
+func targetKey(t Target) [2]string {
+	norm := func(s string) string {
+		s = strings.ReplaceAll(s, " (not the target's 1 million)", "")
+		return countsRE.ReplaceAllString(s, "#")
+	}
+	return [2]string{norm(t.Target), norm(t.Where)}
+}
+
+var countsRE = regexp.MustCompile(`[0-9][0-9,]*[0-9]|[0-9]`)

@@ -185,3 +185,19 @@ func TestBeforeAndAfter(t *testing.T) {
 		t.Fatal("a report without an earlier run has a before-and-after section")
 	}
 }
+
+// A quick run's targets (100 thousand records) are compared with a full
+// run's (a million), the earlier size named beside its figure.
+func TestBeforeAndAfterAcrossSizes(t *testing.T) {
+	d := sample()
+	old := sample()
+	old.Setup.ScaleBig = 100_000
+	old.Heap = []HeapFigure{{Store: "mem", Records: 100_000, PerRecord: 463}}
+	d.Heap = []HeapFigure{{Store: "mem", Records: 1_000_000, PerRecord: 288}}
+	d.Before = &Before{Label: "quick", Data: old}
+	md := Markdown(d, "")
+	row := "| memory store ≤ 300 B of live heap per record (150-byte response) | memory, 1,000,000 records | 463 B **not met** (100,000 records) | 288 B met |"
+	if !strings.Contains(md, row) {
+		t.Fatalf("want the row\n%s\nin\n%s", row, md)
+	}
+}
