@@ -327,18 +327,30 @@ func (s *Store) acquire(sh *shard, a idem.Acquire, d *digest, tag uint32, now in
 	return s.flightRecord(a.ID, &f), outcome, true
 }
 
-// Renew implements idem.Store.
-func (s *Store) Renew(ctx context.Context, id idem.ID, token string, leaseUntil time.Time) error {
+// owned locks id's shard and returns it with the in-flight record that
+// token holds; the caller unlocks the shard. It fails, with the shard
+// unlocked, if ctx has ended or token holds no in-flight record of id.
+func (s *Store) owned(ctx context.Context, id idem.ID, token string) (*shard, flight, error) {
 	if err := ctx.Err(); err != nil {
-		return err
+		return nil, flight{}, err
 	}
 	sh := s.shard(id)
 	sh.mu.Lock()
-	defer sh.mu.Unlock()
 	f, ok := sh.flights[id]
 	if !ok || f.token != token {
-		return idem.ErrLockLost
+		sh.mu.Unlock()
+		return nil, flight{}, idem.ErrLockLost
 	}
+	return sh, f, nil
+}
+
+// Renew implements idem.Store.
+func (s *Store) Renew(ctx context.Context, id idem.ID, token string, leaseUntil time.Time) error {
+	sh, f, err := s.owned(ctx, id, token)
+	if err != nil {
+		return err
+	}
+	defer sh.mu.Unlock()
 	f.leaseUntil = max(f.leaseUntil, s.offset(leaseUntil)) // never moved back
 	sh.flights[id] = f
 	s.noteExpiry(f.expiry())
@@ -348,16 +360,11 @@ func (s *Store) Renew(ctx context.Context, id idem.ID, token string, leaseUntil 
 // Complete implements idem.Store. The response is copied into the
 // store's memory: the caller may reuse its own once Complete returns.
 func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
-	if err := ctx.Err(); err != nil {
+	sh, f, err := s.owned(ctx, id, token)
+	if err != nil {
 		return err
 	}
-	sh := s.shard(id)
-	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	f, ok := sh.flights[id]
-	if !ok || f.token != token {
-		return idem.ErrLockLost
-	}
 	expiresAt := s.offset(c.ExpiresAt)
 	rec := packRecord(&sh.scratch, &f, c.Response.Status, s.offset(c.CompletedAt), expiresAt, c.Response)
 	loc, err := sh.arena.put(rec)
@@ -375,16 +382,11 @@ func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.C
 
 // Release implements idem.Store.
 func (s *Store) Release(ctx context.Context, id idem.ID, token string) error {
-	if err := ctx.Err(); err != nil {
+	sh, f, err := s.owned(ctx, id, token)
+	if err != nil {
 		return err
 	}
-	sh := s.shard(id)
-	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	f, ok := sh.flights[id]
-	if !ok || f.token != token {
-		return idem.ErrLockLost
-	}
 	sh.deleteFlight(id)
 	s.unreserve(f.scope)
 	return nil
