@@ -18,16 +18,7 @@ import (
 // over by a conditional UPDATE after them. Complete is one UPDATE.
 func TestSQLiteAcquireStatements(t *testing.T) {
 	s := newStore(t, openSQLite(t))
-	var (
-		mu   sync.Mutex
-		seen []string
-	)
-	s.onStatement = func(_ context.Context, query string) func(int64, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		seen = append(seen, strings.Fields(query)[0])
-		return nil
-	}
+	statements := recordStatements(s)
 	ctx := testCtx(t)
 	steps := []struct {
 		name    string
@@ -61,17 +52,12 @@ func TestSQLiteAcquireStatements(t *testing.T) {
 		}, idem.Created, "INSERT"},
 	}
 	for _, st := range steps {
-		mu.Lock()
-		seen = nil
-		mu.Unlock()
+		statements()
 		o, err := st.call()
 		if err != nil || o != st.outcome {
 			t.Fatalf("%s: %v, %v; want %v", st.name, o, err, st.outcome)
 		}
-		mu.Lock()
-		got := strings.Join(seen, " ")
-		mu.Unlock()
-		if got != st.want {
+		if got := statements(); got != st.want {
 			t.Fatalf("%s ran %q, want %q", st.name, got, st.want)
 		}
 	}
@@ -86,28 +72,15 @@ func TestSQLiteAcquireStatements(t *testing.T) {
 // keys are the more common again it returns to the upsert first.
 func TestSQLiteAcquireOrderFollowsTraffic(t *testing.T) {
 	s := newStore(t, openSQLite(t))
-	var (
-		mu   sync.Mutex
-		seen []string
-	)
-	s.onStatement = func(_ context.Context, query string) func(int64, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		seen = append(seen, strings.Fields(query)[0])
-		return nil
-	}
+	statements := recordStatements(s)
 	ctx := testCtx(t)
 	acquire := func(key string, want idem.AcquireOutcome) string {
 		t.Helper()
-		mu.Lock()
-		seen = nil
-		mu.Unlock()
+		statements()
 		if _, o, err := s.Acquire(ctx, acquireAt(idem.ID{Key: key}, "tok-"+key, t0)); err != nil || o != want {
 			t.Fatalf("Acquire %s: %v, %v; want %v", key, o, err, want)
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		return strings.Join(seen, " ")
+		return statements()
 	}
 	acquire("stormed", idem.Created)
 	var got []string
@@ -123,5 +96,28 @@ func TestSQLiteAcquireOrderFollowsTraffic(t *testing.T) {
 	}
 	if got[0] != "SELECT INSERT" || got[len(got)-1] != "INSERT" {
 		t.Fatalf("new keys after the storm ran %q, want a read and an INSERT at first, then the upsert alone", got)
+	}
+}
+
+// recordStatements makes s note the first word of each statement it runs;
+// each call of the function it returns gives the words noted since the
+// call before, space-separated.
+func recordStatements(s *Store) func() string {
+	var (
+		mu   sync.Mutex
+		seen []string
+	)
+	s.onStatement = func(_ context.Context, query string) func(int64, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, strings.Fields(query)[0])
+		return nil
+	}
+	return func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		got := strings.Join(seen, " ")
+		seen = nil
+		return got
 	}
 }
