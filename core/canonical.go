@@ -1,10 +1,10 @@
 package idem
 
 import (
-	"bytes"
 	"encoding/binary"
 	"slices"
 	"sync"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -24,9 +24,11 @@ const canonMaxDepth = 64
 // (same members, different order or formatting) get the same fingerprint,
 // while requests a server could treat differently never do:
 //   - insignificant whitespace is dropped;
-//   - object members are ordered by their decoded key, bytewise, with a
-//     stable sort so duplicate keys keep their relative order (a decoder
-//     that keeps the last duplicate sees the same value either way);
+//   - object members are ordered by their names as a decoder matches them
+//     (decoded, then case-folded: see canonCompareNames), with a stable
+//     sort, so members a decoder may take for one name (duplicates,
+//     "amount" and "Amount") keep their relative order, and a decoder that
+//     keeps the last of them sees the same value either way;
 //   - strings are re-encoded with every escape decoded, escaping only '"',
 //     '\\' and control characters (\b \f \n \r \t, else lowercase \u00xx);
 //     a lone surrogate escape stays a lowercase \udxxx escape because it
@@ -80,12 +82,9 @@ type canonScanner struct {
 }
 
 // canonSpan locates one canonicalised member inside dst: the key (with its
-// quotes) is dst[key:colon], the whole member dst[key:end]. plain records
-// that the key had no escapes, which lets the common comparison skip
-// decoding.
+// quotes) is dst[key:colon], the whole member dst[key:end].
 type canonSpan struct {
 	key, colon, end int
-	plain           bool
 }
 
 // release drops references to caller memory before pooling the scanner.
@@ -128,8 +127,7 @@ func (s *canonScanner) value(depth int) bool {
 	case '[':
 		return depth < canonMaxDepth && s.array(depth+1)
 	case '"':
-		_, ok := s.str()
-		return ok
+		return s.str()
 	case 't':
 		return s.literal("true")
 	case 'f':
@@ -245,8 +243,7 @@ func (s *canonScanner) object(depth int) bool {
 			return false
 		}
 		key := len(s.dst)
-		plain, ok := s.str()
-		if !ok {
+		if !s.str() {
 			return false
 		}
 		colon := len(s.dst)
@@ -260,7 +257,7 @@ func (s *canonScanner) object(depth int) bool {
 		if !s.value(depth) {
 			return false
 		}
-		m := canonSpan{key: key, colon: colon, end: len(s.dst), plain: plain}
+		m := canonSpan{key: key, colon: colon, end: len(s.dst)}
 		// Most payloads are produced by encoders that already emit sorted
 		// keys (or have one member), so track sortedness while scanning and
 		// skip the reorder entirely in that case.
@@ -313,14 +310,12 @@ func (s *canonScanner) reorder(body int, members []canonSpan) {
 	s.dst = s.dst[:end]
 }
 
+// compareSpans orders two members by the names a decoder matches them by
+// (see canonCompareNames); members it finds equal keep their input order.
 func (s *canonScanner) compareSpans(a, b canonSpan) int {
-	// Compare key contents without their quotes: with them, "a" would sort
-	// after "a!" because the closing '"' is greater than '!'.
-	ka, kb := s.dst[a.key+1:a.colon-1], s.dst[b.key+1:b.colon-1]
-	if a.plain && b.plain {
-		return bytes.Compare(ka, kb) // decoded == encoded
-	}
-	return canonCompareKeys(ka, kb)
+	// The key bodies without their quotes: with them, "a" would sort after
+	// "a!" because the closing '"' is greater than '!'.
+	return canonCompareNames(s.dst[a.key+1:a.colon-1], s.dst[b.key+1:b.colon-1])
 }
 
 // canonSafe marks the string bytes that are copied through unchanged.
@@ -332,14 +327,12 @@ var canonSafe = func() (t [256]bool) {
 }()
 
 // str scans a string starting at its opening quote and writes its normal
-// form. plain reports that the string had no escapes, so its canonical
-// bytes are its decoded bytes. Runs of bytes needing no change are found a
-// word at a time and copied in one append.
-func (s *canonScanner) str() (plain, ok bool) {
+// form. Runs of bytes needing no change are found a word at a time and
+// copied in one append.
+func (s *canonScanner) str() bool {
 	src := s.src
 	i := s.pos + 1
 	s.dst = append(s.dst, '"')
-	plain = true
 	for {
 		start := i
 		for i+8 <= len(src) && !canonWordSpecial(binary.LittleEndian.Uint64(src[i:])) {
@@ -350,22 +343,21 @@ func (s *canonScanner) str() (plain, ok bool) {
 		}
 		s.dst = append(s.dst, src[start:i]...)
 		if i >= len(src) {
-			return false, false
+			return false
 		}
 		switch src[i] {
 		case '"':
 			s.dst = append(s.dst, '"')
 			s.pos = i + 1
-			return plain, true
+			return true
 		case '\\':
 			n := s.escape(src[i:])
 			if n == 0 {
-				return false, false
+				return false
 			}
 			i += n
-			plain = false
 		default: // raw control character
-			return false, false
+			return false
 		}
 	}
 }
@@ -480,22 +472,25 @@ func canonHex4(h []byte) (rune, bool) {
 	return r, true
 }
 
-// canonCompareKeys orders two canonical key bodies (without quotes) by
-// their decoded bytes, then by their encoded bytes.
-//
-// Ordering by the encoded bytes alone would not follow the decoded keys:
-// `\"` sorts after `#` although '"' < '#', and `\n` after `\u0001`. The
-// tie-break matters only for lone surrogates, which decode (here, as
-// WTF-8) to the same bytes as some raw invalid UTF-8; without it their
-// relative order would depend on the input order, and so would the output.
-func canonCompareKeys(a, b []byte) int {
-	ra, rb := canonKeyReader{rest: a}, canonKeyReader{rest: b}
+// canonCompareNames orders two canonical member names (key bodies without
+// quotes) by the name encoding/json may match each one as, and returns 0
+// for two names it may take for the same one. encoding/json decodes a name
+// with every invalid UTF-8 byte and every lone surrogate escape turned into
+// U+FFFD, then matches struct fields case-insensitively with Unicode simple
+// folding ("Amount" and "amount" are one field, as are "s" and "ſ", or "k"
+// and the Kelvin sign), and the last member that matches wins. Members
+// whose names compare equal are therefore left in their input order by the
+// stable sort: swapping them could change the value a decoder keeps.
+// Other members are ordered by their folded names, so that otherwise the
+// order of members in a request does not matter.
+func canonCompareNames(a, b []byte) int {
+	ra, rb := canonNameReader{rest: a}, canonNameReader{rest: b}
 	for {
 		ca, oka := ra.next()
 		cb, okb := rb.next()
 		switch {
 		case !oka && !okb:
-			return bytes.Compare(a, b)
+			return 0
 		case !oka:
 			return -1
 		case !okb:
@@ -509,44 +504,54 @@ func canonCompareKeys(a, b []byte) int {
 	}
 }
 
-// canonKeyReader yields the decoded bytes of a canonical key body. It only
-// has to understand the escapes the scanner itself emits.
-type canonKeyReader struct {
+// canonNameReader yields the folded runes of a canonical member name as
+// encoding/json decodes and folds it. It only has to understand the escapes
+// the scanner itself emits: the short ones, \u00xx for other control
+// characters, and \udxxx for a lone surrogate.
+type canonNameReader struct {
 	rest []byte
-	buf  [3]byte
-	n, i int
 }
 
-func (r *canonKeyReader) next() (byte, bool) {
-	if r.i == r.n {
-		if len(r.rest) == 0 {
-			return 0, false
-		}
-		r.i, r.n = 0, 1
-		c := r.rest[0]
-		if c != '\\' {
-			r.buf[0] = c
-			r.rest = r.rest[1:]
-		} else {
-			switch e := r.rest[1]; e {
-			case 'u':
-				u, _ := canonHex4(r.rest[2:])
-				if u < 0x20 {
-					r.buf[0] = byte(u)
-				} else { // lone surrogate, as WTF-8
-					r.buf = [3]byte{0xe0 | byte(u>>12), 0x80 | byte(u>>6&0x3f), 0x80 | byte(u&0x3f)}
-					r.n = 3
-				}
-				r.rest = r.rest[6:]
-			default:
-				r.buf[0] = canonUnescape(e)
-				r.rest = r.rest[2:]
-			}
-		}
+func (r *canonNameReader) next() (rune, bool) {
+	if len(r.rest) == 0 {
+		return 0, false
 	}
-	c := r.buf[r.i]
-	r.i++
-	return c, true
+	c := r.rest[0]
+	switch {
+	case c == '\\':
+		e := r.rest[1]
+		if e != 'u' {
+			r.rest = r.rest[2:]
+			return rune(canonUnescape(e)), true
+		}
+		u, _ := canonHex4(r.rest[2:])
+		r.rest = r.rest[6:]
+		if u >= 0xd800 && u <= 0xdfff {
+			return utf8.RuneError, true // a lone surrogate decodes to U+FFFD
+		}
+		return u, true
+	case c < utf8.RuneSelf:
+		r.rest = r.rest[1:]
+		if 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		return rune(c), true
+	}
+	u, n := utf8.DecodeRune(r.rest) // an invalid byte is U+FFFD, one byte long
+	r.rest = r.rest[n:]
+	return canonFoldRune(u), true
+}
+
+// canonFoldRune returns the smallest rune of r's simple case-folding orbit:
+// two runes a decoder matches case-insensitively fold to the same one.
+func canonFoldRune(r rune) rune {
+	for {
+		next := unicode.SimpleFold(r)
+		if next <= r {
+			return next
+		}
+		r = next
+	}
 }
 
 // canonUnescape maps the character after a backslash in a two-byte escape

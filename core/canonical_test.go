@@ -27,7 +27,15 @@ func TestCanonicalJSON(t *testing.T) {
 		{"already sorted", `{"a":1,"b":2,"c":3}`, `{"a":1,"b":2,"c":3}`},
 		{"reverse order", `{"e":5,"d":4,"c":3,"b":2,"a":1}`, `{"a":1,"b":2,"c":3,"d":4,"e":5}`},
 		{"prefix key first", `{"a!":1,"a":2}`, `{"a":2,"a!":1}`},
-		{"bytewise key order", `{"é":1,"z":2,"Z":3,"_":4}`, `{"Z":3,"_":4,"z":2,"é":1}`},
+		{"folded key order", `{"é":1,"z":2,"_":4,"y":3}`, `{"y":3,"z":2,"_":4,"é":1}`},
+		// Names a decoder matches as one keep their input order; the rest
+		// are ordered around them.
+		{"case variants keep their order", `{"z":0,"amount":1,"b":2,"Amount":3}`, `{"amount":1,"Amount":3,"b":2,"z":0}`},
+		{"case variants reversed", `{"Amount":3,"amount":1}`, `{"Amount":3,"amount":1}`},
+		{"kelvin sign folds to k", "{\"\u212a\":1,\"j\":0,\"k\":2}", "{\"j\":0,\"\u212a\":1,\"k\":2}"},
+		{"long s folds to s", "{\"\u017f\":1,\"S\":2,\"r\":0}", "{\"r\":0,\"\u017f\":1,\"S\":2}"},
+		{"non-ASCII case variants", `{"É":1,"a":0,"é":2}`, `{"a":0,"É":1,"é":2}`},
+		{"invalid bytes and lone surrogates are one name", "{\"\xff\":1,\"\\ud800\":2,\"\xef\xbf\xbd\":3}", "{\"\xff\":1,\"\\ud800\":2,\"\xef\xbf\xbd\":3}"},
 		{
 			"nested objects and arrays",
 			`{"z":{"y":1,"x":[3,{"d":4,"c":5}]},"a":null}`,
@@ -193,6 +201,7 @@ func TestCanonicalJSONEquivalence(t *testing.T) {
 		{"escaped key", `{"\u0062":1,"a":2}`, `{"a":2,"b":1}`},
 		{"lone surrogate case", `"\uDBFF"`, `"\udbff"`},
 		{"duplicates moved together", `{"a":1,"z":0,"a":2}`, `{"z":0,"a":1,"a":2}`},
+		{"case variants moved together", `{"Amount":1,"z":0,"amount":2}`, `{"z":0,"Amount":1,"amount":2}`},
 	}
 	for _, tt := range same {
 		t.Run("same/"+tt.name, func(t *testing.T) {
@@ -220,6 +229,11 @@ func TestCanonicalJSONEquivalence(t *testing.T) {
 		{"string and number", `"1"`, `1`},
 		{"null and missing", `{"a":null}`, `{}`},
 		{"duplicate order", `{"a":1,"a":2}`, `{"a":2,"a":1}`},
+		// encoding/json decodes both into a struct field "amount": the first
+		// as 99999, the second as 100 (the last match wins).
+		{"case variant order", `{"amount":100,"Amount":99999}`, `{"Amount":99999,"amount":100}`},
+		{"kelvin sign order", "{\"k\":1,\"\u212a\":2}", "{\"\u212a\":2,\"k\":1}"},
+		{"lone surrogate and invalid byte order", "{\"\\ud800\":1,\"\xff\":2}", "{\"\xff\":2,\"\\ud800\":1}"},
 		{"lone surrogate and replacement", `"\ud800"`, `"\ufffd"`},
 		{"lone surrogate and raw bytes", `"\ud800"`, "\"\xed\xa0\x80\""},
 		{"invalid byte and replacement", "\"\xff\"", `"\ufffd"`},

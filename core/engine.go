@@ -83,6 +83,9 @@ type Request struct {
 	// KeyLines holds the value of each key header field line, as received.
 	KeyLines    []string
 	ContentType string
+	// ContentEncoding is the Content-Encoding header's value as sent
+	// (several field lines joined with ", "), or "" if there is none.
+	ContentEncoding string
 	// Body is the request body if the framework already holds it in memory.
 	Body []byte
 	// BodyReader, used when Body is nil, is read by Begin up to the limit.

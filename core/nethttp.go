@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 	"unsafe"
 )
@@ -14,8 +15,8 @@ import (
 // shared translation, so no adapter carries a copy of it.
 
 // HTTPRequest describes r to the Engine: method, request target as sent,
-// the key header's field lines, content type and body (which Begin reads,
-// within Config.MaxRequestBody). The caller sets Scope.
+// the key header's field lines, content type and encoding, and body (which
+// Begin reads, within Config.MaxRequestBody). The caller sets Scope.
 func (e *Engine) HTTPRequest(r *http.Request) Request {
 	req := Request{
 		Method:        r.Method,
@@ -24,6 +25,13 @@ func (e *Engine) HTTPRequest(r *http.Request) Request {
 		ContentType:   r.Header.Get("Content-Type"),
 		BodyReader:    r.Body,
 		ContentLength: r.ContentLength,
+	}
+	switch enc := r.Header["Content-Encoding"]; len(enc) {
+	case 0:
+	case 1:
+		req.ContentEncoding = enc[0]
+	default:
+		req.ContentEncoding = strings.Join(enc, ", ")
 	}
 	if r.Body == nil || r.Body == http.NoBody {
 		req.Body, req.BodyReader = []byte{}, nil

@@ -18,6 +18,7 @@
 package idemfiber
 
 import (
+	"bytes"
 	"errors"
 	"strings"
 
@@ -55,7 +56,8 @@ func New(e *idem.Engine, opts ...Option) fiber.Handler {
 			Path:     requestTarget(r),
 			KeyLines: ownLines(r.Header.PeekAll(keyHeader)),
 			// Only read during Begin, so they may alias fasthttp's buffers.
-			ContentType: utils.UnsafeString(r.Header.ContentType()),
+			ContentType:     utils.UnsafeString(r.Header.ContentType()),
+			ContentEncoding: contentEncoding(&r.Header),
 		}
 		if r.IsBodyStream() { // fiber.Config.StreamRequestBody
 			req.BodyReader, req.ContentLength = r.BodyStream(), int64(max(r.Header.ContentLength(), -1))
@@ -139,6 +141,19 @@ func ownMethod(m string) string {
 		return fiber.MethodDelete
 	}
 	return strings.Clone(m)
+}
+
+// contentEncoding is the request's Content-Encoding as sent, its field lines
+// joined with ", "; a single line aliases fasthttp's buffer.
+func contentEncoding(h *fasthttp.RequestHeader) string {
+	lines := h.PeekAll(fiber.HeaderContentEncoding)
+	switch len(lines) {
+	case 0:
+		return ""
+	case 1:
+		return utils.UnsafeString(lines[0])
+	}
+	return string(bytes.Join(lines, []byte(", ")))
 }
 
 // ownLines copies header values out of fasthttp's buffers: the key the

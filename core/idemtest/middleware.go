@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime/multipart"
 	"net/http"
 	"strings"
 	"sync"
@@ -110,6 +111,8 @@ type call struct {
 	tenant string
 	// chunked sends the body without a Content-Length.
 	chunked bool
+	// header holds further request header fields.
+	header http.Header
 }
 
 type result struct {
@@ -148,6 +151,9 @@ func (e *env) send(c call) *result {
 	}
 	if c.tenant != "" {
 		req.Header.Set(ScopeHeader, c.tenant)
+	}
+	for name, values := range c.header {
+		req.Header[name] = values
 	}
 	resp, err := e.client.Do(req)
 	if err != nil {
@@ -233,6 +239,38 @@ func wantProblem(t *testing.T, r *result, status int, name string) {
 	}
 }
 
+// formPart is one field of a multipart form: a file when file is set.
+type formPart struct{ name, file, value string }
+
+// multipartForm encodes parts as multipart/form-data with boundary and
+// returns its Content-Type and body.
+func multipartForm(t *testing.T, boundary string, parts []formPart) (ctype, body string) {
+	t.Helper()
+	var b strings.Builder
+	w := multipart.NewWriter(&b)
+	if err := w.SetBoundary(boundary); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range parts {
+		var err error
+		if p.file != "" {
+			var fw io.Writer
+			if fw, err = w.CreateFormFile(p.name, p.file); err == nil {
+				_, err = io.WriteString(fw, p.value)
+			}
+		} else {
+			err = w.WriteField(p.name, p.value)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return w.FormDataContentType(), b.String()
+}
+
 // validKeys and invalidKeys feed the key syntax cases.
 var validKeys = []struct{ name, header, key string }{
 	{"Quoted", `"8e03978e-40d5-43e8-bc93-6894a57f9324"`, "8e03978e-40d5-43e8-bc93-6894a57f9324"},
@@ -293,6 +331,47 @@ var httpCases = []httpCase{
 		r := e.must(t, call{key: "k1", ctype: "application/json; charset=utf-8",
 			body: "{ \"meta\" : {\"b\":[1, 2],\"a\":1},\n \"currency\":\"usd\", \"amount\":100 }"}, 201)
 		wantReplay(t, first, r)
+		e.wantCalls(t, 1)
+	}},
+	{name: "Replay/FormWithAnotherBoundary", run: func(t *testing.T, e *env) {
+		// Clients (curl -F, browsers) pick a new random boundary each time
+		// they send a form: a retry of the same form is the same request.
+		parts := []formPart{{name: "amount", value: "100"}, {name: "receipt", file: "r.txt", value: "paid in full"}}
+		send := func(boundary string, parts []formPart) *result {
+			ctype, body := multipartForm(t, boundary, parts)
+			return e.send(call{key: "k1", path: "/charges", ctype: ctype, body: body})
+		}
+		first := send("first-boundary-1111", parts)
+		if first.err != nil || first.status != 201 {
+			t.Fatalf("first form: %d %v %s", first.status, first.err, first.body)
+		}
+		r := send("second-boundary-2222", parts)
+		if r.err != nil || r.status != 201 {
+			t.Fatalf("same form, another boundary: %d %v %s", r.status, r.err, r.body)
+		}
+		wantReplay(t, first, r)
+		changed := []formPart{{name: "amount", value: "100"}, {name: "receipt", file: "r.txt", value: "paid in part"}}
+		wantProblem(t, send("third-boundary-3333", changed), 422, idem.ProblemKeyReused)
+		renamed := []formPart{{name: "amount", value: "100"}, {name: "receipt", file: "s.txt", value: "paid in full"}}
+		wantProblem(t, send("fourth-boundary-4444", renamed), 422, idem.ProblemKeyReused)
+		e.wantCalls(t, 1)
+	}},
+	{name: "Mismatch/ContentEncoding", run: func(t *testing.T, e *env) {
+		// The same bytes with and without a Content-Encoding are read
+		// differently by a server that decodes the body.
+		first := e.must(t, call{key: "k1", body: `{"amount":100}`, ctype: "text/plain"}, 201)
+		gzipped := call{key: "k1", body: `{"amount":100}`, ctype: "text/plain",
+			header: http.Header{"Content-Encoding": {"gzip"}}}
+		wantProblem(t, e.send(gzipped), 422, idem.ProblemKeyReused)
+		wantReplay(t, first, e.must(t, call{key: "k1", body: `{"amount":100}`, ctype: "text/plain"}, 201))
+		e.wantCalls(t, 1)
+	}},
+	{name: "Mismatch/CaseVariantNames", run: func(t *testing.T, e *env) {
+		// encoding/json reads both "amount" and "Amount" into one field and
+		// keeps the last: these two bodies charge 99999 and 100.
+		first := e.must(t, call{key: "k1", body: `{"amount":100,"Amount":99999}`}, 201)
+		wantProblem(t, e.send(call{key: "k1", body: `{"Amount":99999,"amount":100}`}), 422, idem.ProblemKeyReused)
+		wantReplay(t, first, e.must(t, call{key: "k1", body: `{ "amount": 100, "Amount": 99999 }`}, 201))
 		e.wantCalls(t, 1)
 	}},
 	{name: "Replay/AfterOtherTraffic", run: func(t *testing.T, e *env) {
