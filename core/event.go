@@ -90,8 +90,9 @@ const (
 	// ReasonTimeoutInside: a timeout middleware registered inside idemkit
 	// answered while the handler may still be running. Nothing is stored
 	// and the key stays locked until its lease runs out (not released), so
-	// no retry runs beside the handler. Register timeouts outside idemkit,
-	// or use Config.HandlerTimeout.
+	// no retry runs beside the handler within the lease; the handler's
+	// context is cancelled. Register timeouts outside idemkit, or use
+	// Config.HandlerTimeout.
 	ReasonTimeoutInside Reason = "timeout-inside"
 )
 
@@ -101,9 +102,9 @@ func Reasons() []Reason {
 		ReasonStore, ReasonIncomplete, ReasonTimeoutInside}
 }
 
-// Warnings that could come once per request are logged at WARN at most once
-// a minute per Engine (and at DEBUG otherwise); every occurrence is still
-// an event.
+// Warnings and errors that could come once per request are logged at their
+// level at most once a minute per Engine (and at DEBUG otherwise); every
+// occurrence is still an event.
 type limitedWarning uint8
 
 const (
@@ -114,9 +115,15 @@ const (
 
 // limitedWarn returns the level to log a limited warning at, at time at.
 func (e *Engine) limitedWarn(w limitedWarning, at time.Time) slog.Level {
+	return e.limitedLog(w, at, slog.LevelWarn)
+}
+
+// limitedLog returns level if the limited message w was not logged at it
+// in the last minute before at, and DEBUG otherwise.
+func (e *Engine) limitedLog(w limitedWarning, at time.Time, level slog.Level) slog.Level {
 	last := &e.warned[w]
 	if l := last.Load(); at.UnixNano()-l >= int64(time.Minute) && last.CompareAndSwap(l, at.UnixNano()) {
-		return slog.LevelWarn
+		return level
 	}
 	return slog.LevelDebug
 }

@@ -3,9 +3,11 @@ package idem
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +44,9 @@ type Lock struct {
 	bodyBuf  *[]byte // pooled backing of body, returned when the lock ends
 	overflow bool
 	leftRun  bool // ended by leaveToLease: the handler may still be running
+	// timeoutInside names the timeout middleware inside idemkit that wrote
+	// a status that is not stored (see WritingStatus), or is "".
+	timeoutInside string
 
 	// mu orders the handler's end (Finish, Abandon) against the renewer
 	// cancelling its context: once the outcome is being recorded, the
@@ -232,17 +237,24 @@ func (l *Lock) Abandon(ctx context.Context, reason Reason) error {
 // stops renewing: the key stays locked until its lease runs out. It is for
 // a response sent while the handler may still be running (a timeout
 // middleware inside idemkit answered for it), when releasing the key would
-// let a retry run beside it.
-func (l *Lock) leaveToLease(ctx context.Context) {
+// let a retry run beside it. The handler's context is cancelled with
+// ErrLeaseLost: from the lease's end another request may run the key, so
+// the handler must stop and not commit its work.
+func (l *Lock) leaveToLease(ctx context.Context, status int) {
+	l.ctx.stop(ErrLeaseLost) // first, while nothing else can have ended it
 	if !l.finishing() {
 		return
 	}
 	l.leftRun = true
 	l.recycleBody()
 	l.end()
-	ev := l.e.event(EventNotStored, l.method, l.path, l.id.Key, l.began, time.Now())
-	ev.Status, ev.Reason = 503, ReasonTimeoutInside
-	l.e.emit(ctx, &ev, l.e.limitedWarn(warnTimeoutInside, time.Now()))
+	now := time.Now()
+	ev := l.e.event(EventNotStored, l.method, l.path, l.id.Key, l.began, now)
+	ev.Status, ev.Reason = status, ReasonTimeoutInside
+	ev.Err = fmt.Errorf("%s, registered inside idemkit, answered %d while the handler may still run: the key stays "+
+		"locked for its lease, but a handler that runs on past it may run beside a retry; register the timeout "+
+		"before idemkit's middleware, or use Config.HandlerTimeout", strings.TrimSuffix(l.timeoutInside, "."), status)
+	l.e.emit(ctx, &ev, l.e.limitedLog(warnTimeoutInside, now, slog.LevelError))
 }
 
 // HandlerMayRun reports whether the Lock ended while its handler may still

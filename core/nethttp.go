@@ -79,27 +79,24 @@ func (d *Decision) WriteTo(w http.ResponseWriter) {
 // AbortResponse) when the store rolled the handler's writes back with a
 // failed completion (ErrRolledBack).
 //
-// One response is neither stored nor released: the 503 that
-// http.TimeoutHandler (which Echo's Timeout middleware also uses) sends when
-// it gives up, with its default body. Registered inside idemkit, such a
-// middleware answers while the handler goes on running in a goroutine of
-// its own, which idemkit cannot see end; releasing the key would let a
-// retry run beside it. The key is left to its lease instead (retries get
-// 409 until it runs out), and a warning says to use Config.HandlerTimeout
-// or to register the timeout outside idemkit.
+// One response is neither stored nor released: the answer of a timeout
+// middleware registered inside idemkit that gave up on the handler
+// (http.TimeoutHandler, with any message, Echo's Timeout, gin-contrib's
+// timeout), as WritingStatus saw it written. Such a middleware answers
+// while the handler goes on running in a goroutine of its own, which
+// idemkit cannot see end; releasing the key would let a retry run beside
+// it. The key is left to its lease instead (retries get 409 until it runs
+// out), the handler's context is cancelled, and an error says to use
+// Config.HandlerTimeout or to register the timeout outside idemkit.
 func (l *Lock) FinishHTTP(ctx context.Context, w http.ResponseWriter, status int, header HeaderReader) {
-	if status == http.StatusServiceUnavailable && string(l.body) == timeoutHandlerBody {
-		l.leaveToLease(ctx)
+	if l.timeoutInside != "" && !Storable(status) {
+		l.leaveToLease(ctx, status)
 		return
 	}
 	if err := l.Finish(ctx, status, header); errors.Is(err, ErrRolledBack) {
 		AbortResponse(w) // a success for work that was rolled back must not reach the client
 	}
 }
-
-// timeoutHandlerBody is what http.TimeoutHandler writes, with its 503, when
-// its handler runs out of time and no message of its own was configured.
-const timeoutHandlerBody = "<html><head><title>Timeout</title></head><body><h1>Timeout</h1></body></html>"
 
 // AbortResponse withholds the response written to w so far and ends the
 // connection, for a Finish that returned ErrRolledBack: the client then

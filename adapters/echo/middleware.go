@@ -168,6 +168,7 @@ type captureWriter struct {
 func (w *captureWriter) WriteHeader(code int) {
 	if !w.wroteHeader && (code >= 200 || code == http.StatusSwitchingProtocols) {
 		w.status, w.wroteHeader = code, true
+		w.lock.WritingStatus(code)
 	}
 	w.ResponseWriter.WriteHeader(code)
 }

@@ -22,10 +22,15 @@ import (
 )
 
 func TestTimeoutMiddlewareInsideNoRace(t *testing.T) {
-	idemtest.TestTimeoutInside(t, func(e *idem.Engine, h http.Handler) http.Handler {
-		ec := newEcho()
-		ec.Use(idemecho.Middleware(e), middleware.TimeoutWithConfig(middleware.TimeoutConfig{Timeout: 50 * time.Millisecond}))
-		ec.Any("/*", echo.WrapHandler(h))
-		return ec
-	})
+	for _, msg := range []string{"", "custom timeout message"} {
+		t.Run("ErrorMessage "+msg, func(t *testing.T) {
+			idemtest.TestTimeoutInside(t, func(e *idem.Engine, h http.Handler) http.Handler {
+				ec := newEcho()
+				ec.Use(idemecho.Middleware(e), middleware.TimeoutWithConfig(middleware.TimeoutConfig{
+					Timeout: 50 * time.Millisecond, ErrorMessage: msg}))
+				ec.Any("/*", echo.WrapHandler(h))
+				return ec
+			})
+		})
+	}
 }

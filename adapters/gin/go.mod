@@ -3,6 +3,7 @@ module github.com/idemkit/idemkit/adapters/gin
 go 1.26
 
 require (
+	github.com/gin-contrib/timeout v1.1.0
 	github.com/gin-gonic/gin v1.12.0
 	github.com/idemkit/idemkit v0.0.0
 )

@@ -17,8 +17,9 @@
 // key and owner token in it, and it is cancelled with cause
 // idem.ErrLeaseLost if the lease is lost. Register timeout middleware
 // before this one, or use idem.Config.HandlerTimeout: a timeout registered
-// after it (http.TimeoutHandler, Echo's Timeout) answers while the handler
-// still runs, so its key stays locked until the lease runs out.
+// after it that runs the handler on a goroutine of its own
+// (gin-contrib/timeout, http.TimeoutHandler) answers while the handler still
+// runs, so its key stays locked until the lease runs out.
 package idemgin
 
 import (
@@ -90,8 +91,14 @@ func serveLocked(c *gin.Context, d idem.Decision) {
 	req := c.Request
 	c.Request = req.WithContext(lock.Context())
 	defer func() {
-		c.Writer = orig // writes after ours, such as recovery's 500, are not captured
-		c.Request = req // middleware outside idemkit sees the request it passed on
+		if !lock.HandlerMayRun() {
+			// Writes after ours, such as recovery's 500, are not captured,
+			// and middleware outside idemkit sees the request it passed on.
+			// Not while a timeout middleware's goroutine may still run the
+			// handler with this context.
+			c.Writer = orig
+			c.Request = req
+		}
 		if p := recover(); p != nil {
 			_ = lock.Abandon(ctx, idem.ReasonPanic)
 			panic(p) // gin.Recovery or net/http decides what the client sees
@@ -118,6 +125,14 @@ type captureWriter struct {
 	lock     *idem.Lock
 	streamed bool
 	delivery idem.Delivery
+}
+
+// WriteHeader tells the lock the status before Gin's writer records it.
+func (w *captureWriter) WriteHeader(code int) {
+	if code >= 200 {
+		w.lock.WritingStatus(code)
+	}
+	w.ResponseWriter.WriteHeader(code)
 }
 
 // Write sends p and keeps all of it (see idem.Delivery): what is stored is

@@ -10,9 +10,10 @@
 // The handler runs with the lock's context (r.Context()): idem.HeldKey finds the
 // key and owner token in it, and it is cancelled with cause
 // idem.ErrLeaseLost if the lease is lost. Register timeout middleware
-// before this one, or use idem.Config.HandlerTimeout: a timeout registered
-// after it (http.TimeoutHandler, Echo's Timeout) answers while the handler
-// still runs, so its key stays locked until the lease runs out.
+// before this one, or use idem.Config.HandlerTimeout: an http.TimeoutHandler
+// registered after it answers while the handler still runs, so its key
+// stays locked until the lease runs out (a TimeoutHandler given to
+// Middleware itself is refused).
 package idemhttp
 
 import (
@@ -21,6 +22,8 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"reflect"
+	"time"
 
 	idem "github.com/idemkit/idemkit/core"
 )
@@ -34,6 +37,11 @@ func Middleware(e *idem.Engine, opts ...Option) func(http.Handler) http.Handler 
 		opt(&o)
 	}
 	return func(next http.Handler) http.Handler {
+		if reflect.TypeOf(next) == timeoutHandlerType {
+			panic("idemhttp: Middleware wraps an http.TimeoutHandler, which answers for a handler that goes on " +
+				"running: a retry could then run beside it. Register the timeout outside this middleware, " +
+				"or use idem.Config.HandlerTimeout")
+		}
 		mux, _ := next.(*http.ServeMux)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if !e.Guards(r.Method) || mux != nil && unrouted(mux, r) {
@@ -61,6 +69,9 @@ func Middleware(e *idem.Engine, opts ...Option) func(http.Handler) http.Handler 
 		})
 	}
 }
+
+// timeoutHandlerType is the type http.TimeoutHandler returns.
+var timeoutHandlerType = reflect.TypeOf(http.TimeoutHandler(http.NotFoundHandler(), time.Second, ""))
 
 // unrouted reports whether mux has no route for r: its 404 or 405 is not
 // guarded. Other routers give no such answer; wrap the routes rather than
@@ -122,6 +133,7 @@ func (w *captureWriter) WriteHeader(code int) {
 		}
 		if code >= 200 || code == http.StatusSwitchingProtocols {
 			w.status, w.wroteHeader = code, true
+			w.lock.WritingStatus(code)
 		}
 	}
 	w.ResponseWriter.WriteHeader(code)

@@ -1,10 +1,12 @@
 package idemhttp_test
 
 import (
+	"fmt"
 	"io"
 	"log"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,9 +36,33 @@ func TestHTTP2StreamReset(t *testing.T) {
 }
 
 func TestTimeoutHandlerInside(t *testing.T) {
-	idemtest.TestTimeoutInside(t, func(e *idem.Engine, h http.Handler) http.Handler {
-		return idemhttp.Middleware(e)(http.TimeoutHandler(h, 50*time.Millisecond, ""))
-	})
+	// Behind a router, where the middleware cannot see it when it is built,
+	// whatever message the timeout answers with.
+	for _, msg := range []string{"", "timeout", `{"error":"timeout"}`} {
+		t.Run(fmt.Sprintf("message %q", msg), func(t *testing.T) {
+			idemtest.TestTimeoutInside(t, func(e *idem.Engine, h http.Handler) http.Handler {
+				mux := http.NewServeMux()
+				mux.Handle("POST /charges", http.TimeoutHandler(h, 50*time.Millisecond, msg))
+				return idemhttp.Middleware(e)(mux)
+			})
+		})
+	}
+}
+
+// TestTimeoutHandlerWrappedRefused checks that a TimeoutHandler given to
+// the middleware directly is refused when the middleware is built: no
+// setting makes that layout safe (see TestTimeoutHandlerInside for what is
+// done when it cannot be seen).
+func TestTimeoutHandlerWrappedRefused(t *testing.T) {
+	e := idem.New(idem.Config{Store: memstore.New()})
+	defer func() {
+		p := recover()
+		msg, _ := p.(string)
+		if !strings.Contains(msg, "http.TimeoutHandler") || !strings.Contains(msg, "HandlerTimeout") {
+			t.Fatalf("panic %v, want one naming http.TimeoutHandler and Config.HandlerTimeout", p)
+		}
+	}()
+	idemhttp.Middleware(e)(http.TimeoutHandler(http.NotFoundHandler(), time.Second, "timeout"))
 }
 
 func TestUnmatchedRoutes(t *testing.T) {
