@@ -60,7 +60,8 @@ type Lock struct {
 	// Guarded by the renewer's mutex.
 	renewAt    time.Time // when the next renewal is due
 	leaseEnd   time.Time // when the lease runs out unless renewed, as the store reckons it
-	renewing   bool      // a renewal of this lock is under way
+	renewing   bool      // a renewal of this lock is queued or under way
+	held       bool      // registered with the renewer
 	prev, next *Lock
 }
 

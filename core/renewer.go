@@ -14,10 +14,13 @@ import (
 //
 // A pass never waits for the store. It hands the due renewals to the store
 // in one RenewBatch call when the store has that capability (one call in
-// flight at a time), and otherwise to at most maxRenewCalls concurrent
-// Renew calls; each call runs under a deadline of its own. So the time a
-// pass takes does not grow with the number of locks, and a store that
-// hangs delays no other lock's check. A pass also cancels the handler of
+// flight at a time), and otherwise queues them for at most maxRenewCalls
+// workers, each of which makes one Renew call after another until the
+// queue is empty; each call runs under a deadline of its own. So a pass
+// costs about one store round trip with batches, and n/maxRenewCalls of
+// them without, whatever the tick: the renewals keep pace with the store's
+// speed. A store that hangs delays no lock's check, and holds up one
+// worker, not the others. A pass also cancels the handler of
 // every lock whose lease is about to run out unrenewed (renewals failed or
 // are stuck): from the lease's end another request may take the key over,
 // and the handler must have been told to stop at least one tick before
@@ -30,15 +33,16 @@ type renewer struct {
 	spawn Spawner       // the clock's capability, or nil: start renewals with go
 
 	mu        sync.Mutex
-	head      *Lock // intrusive list of the locks held
-	timer     Timer // the next pass; nil when idle
-	calls     int   // Renew calls under way (without batch)
-	batchBusy bool  // a RenewBatch call is under way
+	head      *Lock     // intrusive list of the locks held
+	timer     Timer     // the next pass; nil when idle
+	queue     []renewal // due renewals waiting for a worker (without batch)
+	workers   int       // workers making Renew calls (without batch)
+	batchBusy bool      // a RenewBatch call is under way
 	due       []*Lock
 }
 
 // maxRenewCalls bounds the concurrent Renew calls of one Engine whose
-// store cannot renew in batches.
+// store cannot renew in batches: the number of its renewal workers.
 const maxRenewCalls = 32
 
 func newRenewer(e *Engine) *renewer {
@@ -71,7 +75,7 @@ func (r *renewer) callTimeout() time.Duration {
 // add registers l, first due at renewAt, its lease running until leaseEnd.
 func (r *renewer) add(l *Lock, renewAt, leaseEnd time.Time) {
 	r.mu.Lock()
-	l.renewAt, l.leaseEnd = renewAt, leaseEnd
+	l.renewAt, l.leaseEnd, l.held = renewAt, leaseEnd, true
 	l.prev, l.next = nil, r.head
 	if r.head != nil {
 		r.head.prev = l
@@ -94,7 +98,7 @@ func (r *renewer) remove(l *Lock) {
 	if l.next != nil {
 		l.next.prev = l.prev
 	}
-	l.prev, l.next = nil, nil
+	l.prev, l.next, l.held = nil, nil, false
 	r.mu.Unlock()
 }
 
@@ -135,12 +139,12 @@ func (r *renewer) pass() {
 		}
 	default:
 		for _, l := range due {
-			if r.calls >= maxRenewCalls {
-				break // the rest stay due for the next pass
-			}
-			r.calls++
 			l.renewing = true
-			r.start(func() { r.renewOne(l, now, leaseUntil) })
+			r.queue = append(r.queue, renewal{l, now, leaseUntil})
+		}
+		for r.workers < maxRenewCalls && r.workers < len(r.queue) {
+			r.workers++
+			r.start(r.work)
 		}
 	}
 	r.timer = r.e.clock.AfterFunc(r.tick, r.pass)
@@ -172,6 +176,34 @@ func (leaseRanOutError) Error() string {
 	return "the lease is about to run out: renewals failed or did not answer in time"
 }
 
+// renewal is a queued Renew call: the lock, when the pass that found it
+// due ran, and the lease it asks for.
+type renewal struct {
+	l                 *Lock
+	start, leaseUntil time.Time
+}
+
+// work makes the queued Renew calls one after another until the queue is
+// empty, then ends. Locks that ended while queued are skipped.
+func (r *renewer) work() {
+	r.mu.Lock()
+	for len(r.queue) > 0 {
+		q := r.queue[0]
+		r.queue[0] = renewal{}
+		r.queue = r.queue[1:]
+		if !q.l.held {
+			q.l.renewing = false
+			continue
+		}
+		r.mu.Unlock()
+		r.renewOne(q.l, q.start, q.leaseUntil)
+		r.mu.Lock()
+	}
+	r.queue = r.queue[:0:0] // let the backing array go once drained
+	r.workers--
+	r.mu.Unlock()
+}
+
 func (r *renewer) renewOne(l *Lock, start, leaseUntil time.Time) {
 	ctx, cancel := r.e.timeoutContext(context.Background(), r.callTimeout())
 	began := time.Now()
@@ -179,7 +211,6 @@ func (r *renewer) renewOne(l *Lock, start, leaseUntil time.Time) {
 	done := time.Now()
 	cancel()
 	r.mu.Lock()
-	r.calls--
 	r.settle(l, err, start, leaseUntil)
 	r.mu.Unlock()
 	l.renewed(err, began, done)
