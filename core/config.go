@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"slices"
@@ -19,6 +20,19 @@ const (
 	DefaultMaxRequestBody  = 1 << 20
 	DefaultMaxResponseBody = 1 << 20
 	DefaultProblemBase     = "https://github.com/idemkit/idemkit/blob/main/docs/problems.md#"
+)
+
+// The accepted ranges of Config.TTL and Config.Lease; New panics, naming
+// the field, outside them. A lease shorter than MinLease cannot be kept by
+// the renewer (each renewal pass comes at least a millisecond after the
+// last, and a handler is told to stop two passes before its lease ends), and
+// a time further off than MaxTTL or MaxLease would not fit the stores'
+// clocks: the GORM store keeps nanoseconds since 1970 in 64 bits (which
+// end in 2262), and Redis counts its expiries in milliseconds.
+const (
+	MinLease = 100 * time.Millisecond
+	MaxLease = 100 * 365 * 24 * time.Hour
+	MaxTTL   = 100 * 365 * 24 * time.Hour
 )
 
 // ReplayedHeader is set to "true" on every replayed response.
@@ -42,10 +56,12 @@ type Config struct {
 	// accepts bare keys such as an unquoted UUID (see ParseKey).
 	StrictKeys bool
 
-	// TTL is how long a completed record is replayed. Default 24 h.
+	// TTL is how long a completed record is replayed. Default 24 h; at most
+	// MaxTTL (100 years).
 	TTL time.Duration
 	// Lease is how long an in-flight holder keeps the key without renewing;
-	// a crashed holder's key is free again after at most one lease. Default 30 s.
+	// a crashed holder's key is free again after at most one lease. Default
+	// 30 s; at least MinLease (100 ms), at most MaxLease (100 years).
 	Lease time.Duration
 	// RenewEvery is how often a running handler's lease is renewed. Default
 	// Lease/3; a value above Lease/2 leaves too little time for a failed
@@ -136,6 +152,13 @@ func (c *Config) setDefaults() {
 	}
 	if c.Lease <= 0 {
 		c.Lease = DefaultLease
+	}
+	if c.TTL > MaxTTL {
+		panic(fmt.Sprintf("idem: Config.TTL is %v, above MaxTTL (%v): expiry times that far off do not fit the stores' clocks", c.TTL, MaxTTL))
+	}
+	if c.Lease < MinLease || c.Lease > MaxLease {
+		panic(fmt.Sprintf("idem: Config.Lease is %v, outside [MinLease, MaxLease] = [%v, %v]: "+
+			"a shorter lease cannot be renewed in time, a longer one does not fit the stores' clocks", c.Lease, MinLease, MaxLease))
 	}
 	if c.RenewEvery <= 0 || c.RenewEvery > c.Lease/2 {
 		c.RenewEvery = c.Lease / 3

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"math"
 	"net/http"
 	"runtime"
 	"strings"
@@ -302,7 +303,7 @@ func TestDebugLogsNeverCarryKeyOrBody(t *testing.T) {
 
 func TestNoGoroutineOutlivesRequests(t *testing.T) {
 	cfg := quietConfig(newStore(t))
-	cfg.Lease, cfg.RenewEvery = 20*time.Millisecond, time.Millisecond
+	cfg.Lease, cfg.RenewEvery = idem.MinLease, time.Millisecond
 	e := idem.New(cfg)
 	before := runtime.NumGoroutine()
 	var wg sync.WaitGroup
@@ -502,4 +503,41 @@ func (s *countingStore) Acquire(ctx context.Context, a idem.Acquire) (idem.Recor
 func (s *countingStore) Release(ctx context.Context, id idem.ID, token string) error {
 	s.calls.Add(1)
 	return s.Store.Release(ctx, id, token)
+}
+
+// Defect: a TTL near math.MaxInt64, or reaching past 2262, overflowed the
+// stores' clocks so that every record expired at once, and a Lease too
+// short for the renewer answered every request 503; New accepted both.
+func TestNewRefusesDurationsOutOfRange(t *testing.T) {
+	store := newStore(t)
+	for _, c := range []struct {
+		name  string
+		cfg   idem.Config
+		field string // named by the panic; "" if New must accept the config
+	}{
+		{"TTL max int64", idem.Config{TTL: math.MaxInt64}, "Config.TTL"},
+		{"TTL 250 years", idem.Config{TTL: 250 * 365 * 24 * time.Hour}, "Config.TTL"},
+		{"TTL MaxTTL", idem.Config{TTL: idem.MaxTTL}, ""},
+		{"Lease max int64", idem.Config{Lease: math.MaxInt64}, "Config.Lease"},
+		{"Lease 2ms", idem.Config{Lease: 2 * time.Millisecond}, "Config.Lease"},
+		{"Lease below MinLease", idem.Config{Lease: idem.MinLease - 1}, "Config.Lease"},
+		{"Lease MinLease", idem.Config{Lease: idem.MinLease}, ""},
+		{"Lease MaxLease", idem.Config{Lease: idem.MaxLease}, ""},
+		{"zero values take the defaults", idem.Config{}, ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			defer func() {
+				p := recover()
+				msg, _ := p.(string)
+				switch {
+				case c.field == "" && p != nil:
+					t.Fatalf("New panicked: %v", p)
+				case c.field != "" && !strings.Contains(msg, c.field):
+					t.Fatalf("New: panic %v, want one naming %s and its range", p, c.field)
+				}
+			}()
+			c.cfg.Store = store
+			idem.New(c.cfg)
+		})
+	}
 }

@@ -49,6 +49,7 @@ var storeChecks = []storeCheck{
 	{"IDs/AnyBytes", checkAnyBytes},
 	{"Expired/Completed", checkExpiredCompleted},
 	{"Expired/InFlight", checkExpiredInFlight},
+	{"Expired/FarFuture", checkExpiresFarAhead},
 	{"Renew/ExtendsLease", checkRenewExtends},
 	{"Renew/StaleOwner", checkRenewStale},
 	{"Renew/NeverShortens", checkRenewNeverShortens},
@@ -292,6 +293,34 @@ func checkExpiredCompleted(ctx context.Context, s idem.Store) error {
 		return fmt.Errorf("at expiry: %w", err)
 	}
 	return checkRecord(rec, next)
+}
+
+// checkExpiresFarAhead holds a store to the longest TTL and lease the
+// Engine accepts: a record that expires, or a lease that ends, MaxTTL from
+// now is live now, not taken for one in the past.
+func checkExpiresFarAhead(ctx context.Context, s idem.Store) error {
+	id, held := idem.ID{Key: "k-forever"}, idem.ID{Key: "k-long-lease"}
+	a := idem.Acquire{ID: id, Fingerprint: fpA, Token: "tok-1", Now: t0, LeaseUntil: t0.Add(idem.MaxLease), ExpiresAt: t0.Add(idem.MaxTTL)}
+	if _, err := acquire(ctx, s, a, idem.Created); err != nil {
+		return err
+	}
+	if err := s.Complete(ctx, id, "tok-1", idem.Completion{Response: sampleResponse(), CompletedAt: t0, ExpiresAt: t0.Add(idem.MaxTTL)}); err != nil {
+		return fmt.Errorf("Complete: %w", err)
+	}
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(time.Hour)), idem.Existing); err != nil {
+		return fmt.Errorf("a record expiring MaxTTL ahead, an hour later: %w", err)
+	}
+	h := idem.Acquire{ID: held, Fingerprint: fpA, Token: "tok-3", Now: t0, LeaseUntil: t0.Add(idem.MaxLease), ExpiresAt: t0.Add(idem.MaxTTL)}
+	if _, err := acquire(ctx, s, h, idem.Created); err != nil {
+		return err
+	}
+	if _, err := acquire(ctx, s, acquireAt(held, fpA, "tok-4", t0.Add(time.Hour)), idem.Existing); err != nil {
+		return fmt.Errorf("a lease ending MaxLease ahead, an hour later: %w", err)
+	}
+	if n, err := s.Purge(ctx, t0.Add(time.Hour), 10); err != nil || n != 0 {
+		return fmt.Errorf("Purge an hour later = %d, %v; want nothing purged", n, err)
+	}
+	return nil
 }
 
 func checkExpiredInFlight(ctx context.Context, s idem.Store) error {

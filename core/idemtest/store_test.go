@@ -26,6 +26,7 @@ func TestStoreSuiteCatchesBrokenStores(t *testing.T) {
 		{"Concurrent/OneWinner", func(*memstore.Store) idem.Store { return &readThenWrite{records: map[idem.ID]idem.Record{}} }},
 		{"IDs/AnyBytes", func(s *memstore.Store) idem.Store { return truncatesIDs{s} }},
 		{"RenewBatch/OnlyHeldLeases", func(s *memstore.Store) idem.Store { return batchWithoutFencing{s} }},
+		{"Expired/FarFuture", func(s *memstore.Store) idem.Store { return seconds32{s} }},
 	}
 	for _, c := range cases {
 		t.Run(c.check, func(t *testing.T) {
@@ -65,6 +66,22 @@ func (s noFencing) Release(ctx context.Context, id idem.ID, _ string) error {
 		return err
 	}
 	return s.Store.Release(ctx, id, rec.Token)
+}
+
+// seconds32 keeps its times as 32-bit Unix seconds, which wrap in 2038:
+// right for the times of today, wrong for an expiry decades ahead.
+type seconds32 struct{ *memstore.Store }
+
+func wrap32(t time.Time) time.Time { return time.Unix(int64(int32(t.Unix())), 0).UTC() }
+
+func (s seconds32) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
+	a.LeaseUntil, a.ExpiresAt = wrap32(a.LeaseUntil), wrap32(a.ExpiresAt)
+	return s.Store.Acquire(ctx, a)
+}
+
+func (s seconds32) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
+	c.ExpiresAt = wrap32(c.ExpiresAt)
+	return s.Store.Complete(ctx, id, token, c)
 }
 
 // noTakeover never frees a key whose holder crashed.
