@@ -2,7 +2,7 @@
 // makes POST and PATCH handlers safe to retry.
 //
 //	engine := idem.New(idem.Config{Store: memstore.New()})
-//	app := fiber.New()
+//	app := fiber.New(fiber.Config{ErrorHandler: idemfiber.ErrorHandler(engine, nil)})
 //	app.Use(recover.New())        // panics release the key, then reach recover
 //	app.Use(idemfiber.New(engine)) // or per group or route
 //	app.Post("/v1/charges", createCharge)
@@ -15,6 +15,10 @@
 // finds the key and owner token in it, and it is cancelled with cause
 // idem.ErrLeaseLost if the lease is lost. Register timeout middleware
 // before this one, or use idem.Config.HandlerTimeout.
+//
+// fasthttp refuses a body over fiber.Config.BodyLimit before any
+// middleware runs; ErrorHandler, as the app's error handler, answers it
+// with idemkit's payload-too-large problem.
 package idemfiber
 
 import (
