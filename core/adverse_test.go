@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -316,5 +317,28 @@ func TestLeaseLostCancelsHandlerContext(t *testing.T) {
 	}
 	if cause := context.Cause(d.Lock.Context()); !errors.Is(cause, idem.ErrLeaseLost) {
 		t.Fatalf("cause %v, want ErrLeaseLost", cause)
+	}
+}
+
+// A body limit enforced by the framework, before the request reaches
+// idemkit, must answer the problem the Engine answers for its own limit:
+// BodyTooLarge is that problem, type, title, headers and detail alike.
+func TestBodyTooLargeIsBeginsProblem(t *testing.T) {
+	cfg := quietConfig(newStore(t))
+	cfg.MaxRequestBody, cfg.ProblemBase = 10, "https://errors.example/"
+	e := idem.New(cfg)
+	d := e.Begin(context.Background(), charge("k", strings.Repeat("x", 11)))
+	if d.Action != idem.Respond || d.Response.Status != 413 {
+		t.Fatalf("Begin: action %v, status %d; want a 413", d.Action, d.Response.Status)
+	}
+	got := e.BodyTooLarge(10)
+	if !reflect.DeepEqual(got, d.Response) {
+		t.Fatalf("BodyTooLarge(10) = %d %v %s\nBegin answered %d %v %s",
+			got.Status, got.Header, got.Body, d.Response.Status, d.Response.Header, d.Response.Body)
+	}
+	other := e.BodyTooLarge(4 << 20)
+	if !strings.Contains(string(other.Body), `"type":"https://errors.example/payload-too-large"`) ||
+		!strings.Contains(string(other.Body), "4194304 bytes") {
+		t.Fatalf("BodyTooLarge(4 MiB) = %s: want the configured type and the limit it was given", other.Body)
 	}
 }

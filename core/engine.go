@@ -135,10 +135,10 @@ func (e *Engine) Begin(ctx context.Context, r *Request) Decision {
 			if e.cfg.KeyOptional {
 				return Decision{}
 			}
-			return e.reject(ctx, r, "", EventKeyMissing, ProblemKeyMissing, began,
-				"This request requires an "+e.cfg.HeaderName+" header.")
+			return e.reject(ctx, r, "", EventKeyMissing, began,
+				e.problem(ProblemKeyMissing, "This request requires an "+e.cfg.HeaderName+" header."))
 		}
-		return e.reject(ctx, r, "", EventKeyInvalid, ProblemKeyInvalid, began, err.Error())
+		return e.reject(ctx, r, "", EventKeyInvalid, began, e.problem(ProblemKeyInvalid, err.Error()))
 	}
 
 	var read []byte
@@ -150,10 +150,10 @@ func (e *Engine) Begin(ctx context.Context, r *Request) Decision {
 	}
 	if err != nil {
 		if errors.Is(err, ErrBodyTooLarge) {
-			return e.reject(ctx, r, key, EventTooLarge, ProblemPayloadTooLarge, began,
-				fmt.Sprintf("The request body exceeds the limit of %d bytes.", e.cfg.MaxRequestBody))
+			return e.reject(ctx, r, key, EventTooLarge, began, e.BodyTooLarge(e.cfg.MaxRequestBody))
 		}
-		return e.reject(ctx, r, key, EventBodyUnreadable, ProblemBodyUnreadable, began, "The request body could not be read.")
+		return e.reject(ctx, r, key, EventBodyUnreadable, began,
+			e.problem(ProblemBodyUnreadable, "The request body could not be read."))
 	}
 
 	fp := e.cfg.Fingerprint(*r)
@@ -329,6 +329,15 @@ func (e *Engine) WithheldResponse() Response {
 		"The request's work could not be recorded, so it was undone. Retry with the same key.")
 }
 
+// BodyTooLarge is the 413 payload-too-large problem for a request body over
+// limit bytes: what Begin answers for a body over Config.MaxRequestBody.
+// An adapter whose framework enforces a body limit of its own, before the
+// request reaches idemkit, answers it too, so that a client meets the same
+// problem whichever limit its body crossed.
+func (e *Engine) BodyTooLarge(limit int64) Response {
+	return e.problem(ProblemPayloadTooLarge, fmt.Sprintf("The request body exceeds the limit of %d bytes.", limit))
+}
+
 // Storable reports whether a response with this status is recorded. Server
 // errors and the statuses that ask the client to retry (408, 409, 425, 429)
 // are not: their retry must run the handler again.
@@ -340,8 +349,10 @@ func Storable(status int) bool {
 	return status >= 200 && status < 500
 }
 
-func (e *Engine) reject(ctx context.Context, r *Request, key string, kind EventKind, problem string, began time.Time, detail string) Decision {
-	d := Decision{Action: Respond, Response: e.problem(problem, detail)}
+// reject answers r with problem, a response of the Engine's own, and
+// reports it as an event of kind.
+func (e *Engine) reject(ctx context.Context, r *Request, key string, kind EventKind, began time.Time, problem Response) Decision {
+	d := Decision{Action: Respond, Response: problem}
 	ev := e.event(kind, r.Method, r.Path, key, began, elapsed(began))
 	ev.Status = d.Response.Status
 	e.emit(ctx, &ev, slog.LevelDebug)

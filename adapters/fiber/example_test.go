@@ -20,7 +20,8 @@ func Example() {
 	defer store.Close()
 	engine := idem.New(idem.Config{Store: store})
 
-	app := fiber.New()
+	// A body over Fiber's BodyLimit gets idemkit's 413 problem, like one over MaxRequestBody.
+	app := fiber.New(fiber.Config{ErrorHandler: idemfiber.ErrorHandler(engine, nil)})
 	app.Use(recover.New()) // first: a panicking handler releases its key, then gets a 500
 	// The tenant scope: keys of different accounts never meet.
 	app.Use(idemfiber.New(engine, idemfiber.WithScope(func(c *fiber.Ctx) string {

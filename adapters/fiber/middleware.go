@@ -2,7 +2,7 @@
 // makes POST and PATCH handlers safe to retry.
 //
 //	engine := idem.New(idem.Config{Store: memstore.New()})
-//	app := fiber.New()
+//	app := fiber.New(fiber.Config{ErrorHandler: idemfiber.ErrorHandler(engine, nil)})
 //	app.Use(recover.New())        // panics release the key, then reach recover
 //	app.Use(idemfiber.New(engine)) // or per group or route
 //	app.Post("/v1/charges", createCharge)
@@ -15,12 +15,17 @@
 // finds the key and owner token in it, and it is cancelled with cause
 // idem.ErrLeaseLost if the lease is lost. Register timeout middleware
 // before this one, or use idem.Config.HandlerTimeout.
+//
+// fasthttp refuses a body over fiber.Config.BodyLimit before any
+// middleware runs; ErrorHandler, as the app's error handler, answers it
+// with idemkit's payload-too-large problem.
 package idemfiber
 
 import (
 	"bytes"
 	"errors"
 	"strings"
+	"sync"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/utils"
@@ -109,7 +114,7 @@ func run(c *fiber.Ctx, e *idem.Engine, lock *idem.Lock) error {
 		return nil
 	}
 	_, _ = lock.Write(resp.Body()) // Write copies
-	if err := lock.Finish(ctx, resp.StatusCode(), (*responseHeader)(&resp.Header)); errors.Is(err, idem.ErrRolledBack) {
+	if err := lock.Finish(ctx, resp.StatusCode(), (*responseHeader)(resp)); errors.Is(err, idem.ErrRolledBack) {
 		// A success for work that was rolled back must not reach the client.
 		// Nothing is sent yet: answer what happened instead.
 		withheld := e.WithheldResponse()
@@ -187,18 +192,14 @@ func respond(resp *fasthttp.Response, r *idem.Response, replayed bool) {
 	resp.SetBody(r.Body) // a copy: the stored record is read-only
 }
 
-// responseHeader lets Lock.Finish read the handler's response headers; it
-// is an idem.HeaderAppender.
-type responseHeader fasthttp.ResponseHeader
+// responseHeader lets Lock.Finish read the headers of the handler's
+// response as they go on the wire; it is an idem.HeaderAppender.
+type responseHeader fasthttp.Response
 
 // Values returns copies of the values of the header name: the stored record
-// outlives fasthttp's buffers. fasthttp derives Content-Length from the body
-// it holds, which is the body stored, so it is not reported.
+// outlives fasthttp's buffers.
 func (h *responseHeader) Values(name string) []string {
-	if name == fiber.HeaderContentLength {
-		return nil
-	}
-	return ownLines((*fasthttp.ResponseHeader)(h).PeekAll(name))
+	return ownLines(h.peekAll(name))
 }
 
 // AppendValues implements idem.HeaderAppender: the values of the header
@@ -206,11 +207,55 @@ func (h *responseHeader) Values(name string) []string {
 // store has copied them, while fasthttp's buffers are still the handler's
 // response.
 func (h *responseHeader) AppendValues(dst []string, name string) []string {
-	if name == fiber.HeaderContentLength {
-		return dst
-	}
-	for _, v := range (*fasthttp.ResponseHeader)(h).PeekAll(name) {
+	for _, v := range h.peekAll(name) {
 		dst = append(dst, utils.UnsafeString(v))
 	}
 	return dst
 }
+
+// peekAll returns the values of the header name that fasthttp sends.
+// fasthttp derives Content-Length from the body it holds, which is the body
+// stored, so that is not reported; and it reports a default Content-Type
+// for a response that has none, which it sends only with a body.
+func (h *responseHeader) peekAll(name string) [][]byte {
+	resp := (*fasthttp.Response)(h)
+	switch name {
+	case fiber.HeaderContentLength:
+		return nil
+	case fiber.HeaderContentType:
+		if !sendsContentType(resp) {
+			return nil
+		}
+	}
+	return resp.Header.PeekAll(name)
+}
+
+// sendsContentType reports whether fasthttp sends a Content-Type with resp.
+// A type the handler set is always sent; fasthttp's default (text/plain;
+// charset=utf-8, unless the server turns it off) only with a body, which
+// 1xx, 204 and 304 responses never carry. ContentType reports the default
+// for an unset type, so only when it reports the default and no body goes
+// out must the two be told apart: on a scratch copy of the header with the
+// default turned off.
+func sendsContentType(resp *fasthttp.Response) bool {
+	ct := resp.Header.ContentType()
+	if len(ct) == 0 {
+		return false
+	}
+	status := resp.StatusCode()
+	withBody := len(resp.Body()) > 0 && status >= 200 && status != fiber.StatusNoContent && status != fiber.StatusNotModified
+	if withBody || string(ct) != fiber.MIMETextPlainCharsetUTF8 {
+		return true
+	}
+	scratch := scratchHeaders.Get().(*fasthttp.ResponseHeader)
+	resp.Header.CopyTo(scratch)
+	scratch.SetNoDefaultContentType(true)
+	set := len(scratch.ContentType()) > 0
+	scratch.Reset() // keeps no copy of a response's cookies in the pool
+	scratchHeaders.Put(scratch)
+	return set
+}
+
+// scratchHeaders keeps the headers sendsContentType copies into, so that
+// a 204 costs no allocation once the pool is warm.
+var scratchHeaders = sync.Pool{New: func() any { return new(fasthttp.ResponseHeader) }}

@@ -45,8 +45,12 @@ type Config struct {
 	// Budget bounds the time spent retrying: no wait is started that would
 	// end, and so no attempt starts, later than Budget after the first
 	// attempt began. It does not cut a running attempt short; the request's
-	// context and AttemptTimeout do. Default 30 s; negative: no budget
-	// (waits are still bounded by MaxBackoff and the context's deadline).
+	// context and AttemptTimeout do. The body of an answer that is retried
+	// is read (to keep its connection) only within the time the budget
+	// leaves before the wait, and for a second at most; a body slower than
+	// that is closed unread, with its connection. Default 30 s; negative:
+	// no budget (waits are still bounded by MaxBackoff and the context's
+	// deadline).
 	Budget time.Duration
 	// AttemptTimeout, if positive, bounds each attempt, reading its response
 	// body included (as http.Client.Timeout does for a whole request). An

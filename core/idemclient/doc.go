@@ -83,7 +83,12 @@
 // request's context ends. A wait that could not be completed is never
 // started: the caller gets the last answer at once, rather than a context
 // error after sleeping to its deadline, so a deadline shorter than a
-// server's Retry-After still shows the server's 409, 429 or 503. When
+// server's Retry-After still shows the server's 409, 429 or 503. An answer
+// that is retried has its body read and discarded, up to 64 KiB, so that
+// its connection serves the next attempt; that read stops after a second,
+// or earlier when the budget or the deadline leaves less time before the
+// wait, and the connection is then closed instead: a server trickling its
+// body cannot hold the next attempt past the budget. When
 // retrying stops on a response, that response is returned as it is, body
 // unread and headers intact (a 503 is still a response; read it before the
 // deadline, as net/http ties a body to the request's context); when it

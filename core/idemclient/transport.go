@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"time"
 )
 
 // Transport is an http.RoundTripper that adds idempotency keys and retries.
@@ -111,7 +112,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			return deliver(ctx, resp, req), nil
 		}
-		discard(resp)
+		discard(resp, t.drainTime(ctx, start, wait))
 		if err := t.cfg.Sleep(ctx, wait); err != nil {
 			return nil, &Error{Attempts: attempt, Key: key, Err: err}
 		}
@@ -149,10 +150,16 @@ func (t *Transport) isKeyHeader(name string) bool {
 // body from GetBody: the previous one was consumed and closed. A keyed
 // attempt carries key on one field line under the canonical name, whatever
 // spellings the caller used.
+//
+// Each attempt has a context of its own, which ends when its response body
+// is closed, or earlier: after AttemptTimeout, or when discard stops
+// reading the body of an answer that is not returned.
 func (t *Transport) attempt(ctx context.Context, req *http.Request, n int, hasBody, keyed bool, key string) (*http.Response, error) {
 	var cancel context.CancelFunc
 	if t.cfg.AttemptTimeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, t.cfg.AttemptTimeout)
+	} else {
+		ctx, cancel = context.WithCancel(ctx)
 	}
 	r := req.Clone(ctx)
 	if keyed {
@@ -166,9 +173,7 @@ func (t *Transport) attempt(ctx context.Context, req *http.Request, n int, hasBo
 	if n > 1 && hasBody {
 		body, err := req.GetBody()
 		if err != nil {
-			if cancel != nil {
-				cancel()
-			}
+			cancel()
 			return nil, permanentError{fmt.Errorf("idemclient: rewinding the request body: %w", err)}
 		}
 		r.Body = body
@@ -184,13 +189,11 @@ func (t *Transport) attempt(ctx context.Context, req *http.Request, n int, hasBo
 		// one; http.Client fills it in too, but only for its own callers.
 		resp.Body = http.NoBody
 	}
-	if cancel != nil {
-		if err != nil {
-			cancel()
-		} else {
-			// The timeout covers reading the body: it ends when the body is closed.
-			resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
-		}
+	if err != nil {
+		cancel()
+	} else {
+		// The context covers reading the body: it ends when the body is closed.
+		resp.Body = &cancelOnClose{ReadCloser: resp.Body, cancel: cancel}
 	}
 	return resp, err
 }
@@ -219,21 +222,47 @@ func (t *Transport) CloseIdleConnections() {
 	}
 }
 
-// maxDrain bounds the bytes read from a discarded response to keep its
-// connection: past it, closing the connection is cheaper than reading on.
-const maxDrain = 64 << 10
+// maxDrain and maxDrainTime bound the bytes read from a discarded response
+// to keep its connection, and the time spent reading them: past either,
+// closing the connection and opening another is cheaper than reading on.
+const (
+	maxDrain     = 64 << 10
+	maxDrainTime = time.Second
+)
 
-// discard drains and closes a response that is not returned, so its
-// connection goes back to the pool instead of being closed.
-func discard(resp *http.Response) {
+// drainTime is how long the body of an answer that is not returned may be
+// read before the wait d that comes next: at most maxDrainTime, and never
+// into the time that the budget and ctx's deadline leave for that wait, so
+// that a server trickling its body cannot push the next attempt later than
+// the budget allows. It is 0 or less when no time is left.
+func (t *Transport) drainTime(ctx context.Context, start time.Time, d time.Duration) time.Duration {
+	left := maxDrainTime
+	if t.cfg.Budget >= 0 {
+		left = min(left, t.cfg.Budget-t.cfg.Now().Sub(start)-d)
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		left = min(left, time.Until(dl)-d)
+	}
+	return left
+}
+
+// discard drains and closes a response that is not returned, so that its
+// connection goes back to the pool instead of being closed. It reads for
+// at most within: then it ends the attempt's context, which stops the read
+// and closes the connection, as closing an unread body does.
+func discard(resp *http.Response, within time.Duration) {
 	if resp == nil {
 		return
 	}
-	_, _ = io.CopyN(io.Discard, resp.Body, maxDrain)
+	if body, ok := resp.Body.(*cancelOnClose); ok && within > 0 {
+		stop := time.AfterFunc(within, body.cancel)
+		_, _ = io.CopyN(io.Discard, body, maxDrain)
+		stop.Stop()
+	}
 	_ = resp.Body.Close()
 }
 
-// cancelOnClose ends an attempt's timeout when its body is closed.
+// cancelOnClose ends an attempt's context when its body is closed.
 type cancelOnClose struct {
 	io.ReadCloser
 	cancel context.CancelFunc

@@ -60,6 +60,10 @@ func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/status":
 		code, _ := strconv.Atoi(q.Get("code"))
+		if q.Get("bare") == "1" { // neither a Content-Type nor a body
+			w.WriteHeader(code)
+			return
+		}
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.WriteHeader(code)
 		if code != http.StatusNoContent && code != http.StatusNotModified {

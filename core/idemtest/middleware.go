@@ -389,6 +389,24 @@ var httpCases = []httpCase{
 		}
 		e.wantCalls(t, 9)
 	}},
+	{name: "Replay/NoContentType", run: func(t *testing.T, e *env) {
+		// A replay carries the headers the client received, no more: a
+		// response sent without a Content-Type is replayed without one,
+		// whatever default the framework has for a body it must type.
+		for _, code := range []int{200, 201, 204} {
+			c := call{key: fmt.Sprintf("k-%d", code), path: fmt.Sprintf("/status?code=%d&bare=1", code)}
+			first := e.must(t, c, code)
+			if ct := first.header.Values("Content-Type"); len(ct) != 0 {
+				t.Fatalf("%d without a body: the first response carries Content-Type %q", code, ct)
+			}
+			r := e.must(t, c, code)
+			wantReplay(t, first, r)
+			if ct := r.header.Values("Content-Type"); len(ct) != 0 {
+				t.Fatalf("%d without a body: the replay carries Content-Type %q, which the first response did not", code, ct)
+			}
+		}
+		e.wantCalls(t, 3)
+	}},
 	{name: "NotStored/Statuses", run: func(t *testing.T, e *env) {
 		codes := []int{408, 409, 425, 429, 500, 502, 503}
 		for _, code := range codes {

@@ -23,7 +23,8 @@ func main() {
 	defer store.Close()
 	engine := idem.New(idem.Config{Store: store})
 
-	app := fiber.New()
+	// A body over Fiber's BodyLimit gets idemkit's 413 problem, as one over MaxRequestBody does.
+	app := fiber.New(fiber.Config{ErrorHandler: idemfiber.ErrorHandler(engine, nil)})
 	app.Use(recover.New(), idemfiber.New(engine))
 	app.Post("/orders", createOrder)
 	log.Fatal(app.Listen(*addr))
