@@ -60,33 +60,66 @@ var adverseCases = []httpCase{
 			t.Fatalf("two holders saw %+v and %+v: tokens must differ", ha, hb)
 		}
 	}},
-	{name: "Context/LeaseLostCancels", config: func(c *idem.Config) { c.RenewEvery = 40 * time.Millisecond },
+	{name: "Context/LeaseLostCancels", config: cutOffRenewals,
 		run: func(t *testing.T, e *env) {
-			// The lease runs out while the handler runs (its renewals were
-			// never due on this clock, as if they had all failed): the
-			// handler's context is cancelled with ErrLeaseLost before
-			// another request may take the key over.
+			// The lease runs out while the handler runs, every renewal
+			// failing: the handler's context is cancelled with ErrLeaseLost
+			// before another request may take the key over.
 			done := make(chan *result, 1)
 			go func() { done <- e.send(call{key: "k-lost", path: "/ctx", body: `{}`}) }()
 			waitEntered(t, e)
 			e.clock.Advance(idem.DefaultLease)
-			r := <-done
+			r := recv(t, done, "the handler's answer")
 			if r.err != nil || r.status != 503 || !strings.Contains(string(r.body), idem.ErrLeaseLost.Error()) {
 				t.Fatalf("handler answered %d %q (%v), want its context cancelled with ErrLeaseLost", r.status, r.body, r.err)
 			}
 		}},
 	{name: "Context/HandlerTimeout", config: func(c *idem.Config) { c.HandlerTimeout = 50 * time.Millisecond },
 		run: func(t *testing.T, e *env) {
-			r := e.send(call{key: "k-slow", path: "/ctx", body: `{}`})
-			<-e.app.entered
+			send := func() *result {
+				done := make(chan *result, 1)
+				go func() { done <- e.send(call{key: "k-slow", path: "/ctx", body: `{}`}) }()
+				waitEntered(t, e)
+				e.clock.Advance(50 * time.Millisecond)
+				return recv(t, done, "the handler's answer")
+			}
+			r := send()
 			if r.err != nil || r.status != 503 || !strings.Contains(string(r.body), idem.ErrHandlerTimeout.Error()) {
 				t.Fatalf("handler answered %d %q (%v), want its context cancelled with ErrHandlerTimeout", r.status, r.body, r.err)
 			}
 			// Not stored: the key was released once the handler returned.
-			e.send(call{key: "k-slow", path: "/ctx", body: `{}`})
-			<-e.app.entered
+			send()
 			e.wantCalls(t, 2)
 		}},
+	{name: "Renewal/RecoversAfterOutage", config: func(c *idem.Config) {
+		c.Store = failingRenewals{Store: c.Store, failing: new(atomic.Bool)}
+	}, run: func(t *testing.T, e *env) {
+		// The store refuses renewals for 12 s of a 30 s lease. A failed
+		// renewal is tried again at the next pass, not a whole RenewEvery
+		// later, so the handler keeps its key through the outage.
+		failing := e.store.(failingRenewals).failing
+		done := make(chan *result, 1)
+		go func() { done <- e.send(call{key: "k-outage", path: "/ctx", body: `{}`}) }()
+		waitEntered(t, e)
+		e.clock.Advance(9 * time.Second)
+		failing.Store(true)
+		e.clock.Advance(12 * time.Second) // every renewal due meanwhile fails
+		failing.Store(false)
+		e.clock.Advance(9 * time.Second) // past the lease the outage began with
+		// A handler told its lease is lost answers at once; one that holds
+		// on does not answer at all (this wait only makes a failure quick).
+		select {
+		case r := <-done:
+			t.Fatalf("the handler stopped during the outage: %d %q", r.status, r.body)
+		case <-time.After(200 * time.Millisecond):
+		}
+		wantProblem(t, e.send(call{key: "k-outage", path: "/ctx", body: `{}`}), 409, idem.ProblemInProgress)
+		e.app.releaseSlow()
+		if r := recv(t, done, "the handler's answer"); r.err != nil || !strings.HasSuffix(string(r.body), "cause: <nil>") {
+			t.Fatalf("handler answered %d %q (%v), want its context never cancelled", r.status, r.body, r.err)
+		}
+		e.wantCalls(t, 1)
+	}},
 	{name: "Store/Full", config: func(c *idem.Config) { c.Store = fullStore{c.Store} }, run: func(t *testing.T, e *env) {
 		r := e.send(call{key: "k1", body: `{}`})
 		wantProblem(t, r, 429, idem.ProblemStoreFull)
@@ -161,6 +194,7 @@ func TestHTTP2StreamReset(t *testing.T, wrap func(e *idem.Engine, h http.Handler
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	client := srv.Client()
+	client.Timeout = 10 * time.Second // a broken build fails here, with a message
 
 	const size = 900 << 10
 	path := fmt.Sprintf("/big?size=%d&pause=1", size)
@@ -184,12 +218,12 @@ func TestHTTP2StreamReset(t *testing.T, wrap func(e *idem.Engine, h http.Handler
 	if _, err := io.ReadFull(resp.Body, make([]byte, 48<<10)); err != nil {
 		t.Fatal(err)
 	}
-	<-a.midBody
+	recv(t, a.midBody, "the handler's first part")
 	cancel() // RST_STREAM
 	resp.Body.Close()
 	time.Sleep(20 * time.Millisecond)
 	a.resume <- struct{}{}
-	<-a.bigDone
+	recv(t, a.bigDone, "the handler's last part")
 
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -245,12 +279,11 @@ func TestTimeoutInside(t *testing.T, wrap func(e *idem.Engine, h http.Handler) h
 	srv := httptest.NewServer(wrap(e, slow))
 	t.Cleanup(srv.Close)
 	t.Cleanup(func() { close(release) })
-	client := &http.Client{Timeout: 10 * time.Second}
 	post := func() (int, string) {
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/charges", strings.NewReader(`{}`))
 		req.Header.Set("Idempotency-Key", `"timeout-1"`)
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
+		resp, err := suiteClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -292,7 +325,7 @@ func TestUnmatchedRoutes(t *testing.T, baseURL string) {
 		if key != "" {
 			req.Header.Set("Idempotency-Key", key)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := suiteClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

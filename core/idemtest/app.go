@@ -106,6 +106,27 @@ func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		return
+	case "/hijack":
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			http.Error(w, "cannot hijack: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		body := fmt.Sprintf("hijacked by call %d", n)
+		fmt.Fprintf(buf, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
+		buf.Flush()
+		conn.Close()
+		return
+	case "/links":
+		h := w.Header()
+		h.Set("Content-Type", "application/json")
+		h.Add("Link", fmt.Sprintf("</charges/ch_%d>; rel=self", n))
+		h.Add("Link", "</charges>; rel=collection")
+		h.Add("Cache-Control", "no-store")
+		h.Add("Cache-Control", fmt.Sprintf("private, max-age=%d", n))
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"call":%d}`, n)
+		return
 	case "/held":
 		held, ok := idem.HeldKey(r.Context())
 		w.Header().Set("Content-Type", "application/json")

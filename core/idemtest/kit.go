@@ -57,6 +57,11 @@ func WantOutcome(t *testing.T, events <-chan idem.Event, kind idem.EventKind, re
 	}
 }
 
+// suiteClient is the client of the suites' own requests: bounded, so that
+// a server that never answers fails a test with a message instead of
+// holding it until the test binary's deadline.
+var suiteClient = &http.Client{Timeout: 10 * time.Second}
+
 // Response is what Post got back.
 type Response struct {
 	Status int
@@ -82,7 +87,7 @@ func Post(t *testing.T, url, key, body string, header ...string) Response {
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := suiteClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

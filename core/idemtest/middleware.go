@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"mime/multipart"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -57,6 +58,7 @@ type env struct {
 	url    string
 	app    *app
 	clock  *Clock
+	store  idem.Store // the Engine's, as the case configured it
 	client *http.Client
 }
 
@@ -71,7 +73,7 @@ func newEnv(t *testing.T, mount Mount, configure func(*idem.Config)) *env {
 	store := memstore.New(memstore.WithPurgeInterval(0))
 	cfg := idem.Config{
 		Store:           store,
-		Now:             clock.Now,
+		Clock:           clock,
 		MaxRequestBody:  maxRequestBody,
 		MaxResponseBody: maxResponseBody,
 		ProblemBase:     ProblemBase,
@@ -91,9 +93,12 @@ func newEnv(t *testing.T, mount Mount, configure func(*idem.Config)) *env {
 		url:   url,
 		app:   a,
 		clock: clock,
+		store: cfg.Store,
 		client: &http.Client{
-			Transport:     transport,
-			Timeout:       30 * time.Second,
+			Transport: transport,
+			// Every request a case sends ends long before this: a broken
+			// build fails the case with a message, not the test binary.
+			Timeout:       10 * time.Second,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 	}
@@ -326,6 +331,18 @@ var httpCases = []httpCase{
 				t.Fatalf("X-Extra = %q, want the first response's", r.header.Get("X-Extra"))
 			}
 		}},
+	{name: "Replay/MultiValuedHeaders", config: func(c *idem.Config) { c.ReplayHeaders = []string{"Link", "Cache-Control"} },
+		run: func(t *testing.T, e *env) {
+			first := e.must(t, call{key: "k1", path: "/links"}, 201)
+			r := e.must(t, call{key: "k1", path: "/links"}, 201)
+			wantReplay(t, first, r)
+			for _, h := range []string{"Link", "Cache-Control"} {
+				if got, want := r.header.Values(h), first.header.Values(h); !slices.Equal(got, want) || len(want) != 2 {
+					t.Fatalf("replayed %s = %q, want the first response's two values %q", h, got, want)
+				}
+			}
+			e.wantCalls(t, 1)
+		}},
 	{name: "Replay/ReorderedJSON", run: func(t *testing.T, e *env) {
 		first := e.must(t, call{key: "k1", body: `{"amount":100,"currency":"usd","meta":{"a":1,"b":[1,2]}}`}, 201)
 		r := e.must(t, call{key: "k1", ctype: "application/json; charset=utf-8",
@@ -441,6 +458,20 @@ var httpCases = []httpCase{
 		}
 		e.wantCalls(t, 2)
 	}},
+	{name: "NotStored/Hijacked", run: func(t *testing.T, e *env) {
+		// The handler takes the connection over and answers on it: what
+		// went out is unknown to idemkit, so nothing is stored and a retry
+		// runs the handler again.
+		first := e.must(t, call{key: "k1", path: "/hijack", body: `{}`}, 200)
+		if string(first.body) != "hijacked by call 1" {
+			t.Fatalf("first response %q, want the hijacking handler's", first.body)
+		}
+		r := e.settled(t, call{key: "k1", path: "/hijack", body: `{}`})
+		if r.err != nil || r.status != 200 || r.replayed() || string(r.body) != "hijacked by call 2" {
+			t.Fatalf("retry got %d %q (replayed %v, %v), want the handler run again", r.status, r.body, r.replayed(), r.err)
+		}
+		e.wantCalls(t, 2)
+	}},
 	{name: "NotStored/ResponseTooLarge", run: func(t *testing.T, e *env) {
 		c := call{key: "k1", path: fmt.Sprintf("/big?size=%d", maxResponseBody+1)}
 		if r := e.must(t, c, 200); len(r.body) != maxResponseBody+1 {
@@ -482,7 +513,7 @@ var httpCases = []httpCase{
 		// Another payload is a mismatch, even while the original runs.
 		wantProblem(t, e.send(call{key: "k1", path: "/slow", body: `{"a":2}`}), 422, idem.ProblemKeyReused)
 		e.app.releaseSlow()
-		first := <-done
+		first := recv(t, done, "the original request's response")
 		if first.err != nil || first.status != 201 {
 			t.Fatalf("original request: %d %v", first.status, first.err)
 		}
@@ -603,8 +634,9 @@ var httpCases = []httpCase{
 		e.must(t, call{key: "k1", body: `{"amount":2}`}, 201)
 		e.wantCalls(t, 3)
 	}},
-	{name: "Lease/TakeoverAfterCrash", run: func(t *testing.T, e *env) {
-		// The first holder hangs (as a crashed instance would) past its lease.
+	{name: "Lease/TakeoverAfterCrash", config: cutOffRenewals, run: func(t *testing.T, e *env) {
+		// The first holder hangs, cut off from the store (as a crashed or
+		// partitioned instance would be), past its lease.
 		done := make(chan *result, 1)
 		go func() { done <- e.send(call{key: "k1", path: "/slow", body: `{}`}) }()
 		waitEntered(t, e)
@@ -613,7 +645,7 @@ var httpCases = []httpCase{
 		go func() { second <- e.send(call{key: "k1", path: "/slow", body: `{}`}) }()
 		waitEntered(t, e)
 		e.app.releaseSlow()
-		old, taken := <-done, <-second
+		old, taken := recv(t, done, "the first holder's response"), recv(t, second, "the new holder's response")
 		if old.err != nil || taken.err != nil || old.status != 201 || taken.status != 201 {
 			t.Fatalf("responses %d (%v) and %d (%v)", old.status, old.err, taken.status, taken.err)
 		}
@@ -677,6 +709,40 @@ var httpCases = []httpCase{
 		e.must(t, call{key: "k1", body: `{"a":1}`}, 201)
 		e.wantCalls(t, 2)
 	}},
+}
+
+// recv receives from ch, or fails the test naming what never came.
+func recv[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s never came", what)
+		panic("unreachable")
+	}
+}
+
+// cutOffRenewals configures a store whose Renew always fails, as for an
+// instance cut off from it: its leases run out while its handlers run.
+func cutOffRenewals(c *idem.Config) {
+	c.Store = failingRenewals{Store: c.Store, failing: alwaysFailing}
+}
+
+var alwaysFailing = func() *atomic.Bool { var b atomic.Bool; b.Store(true); return &b }()
+
+// failingRenewals fails Renew while failing is set (and hides any batch
+// renewal of the store it wraps, so the Engine calls Renew).
+type failingRenewals struct {
+	idem.Store
+	failing *atomic.Bool
+}
+
+func (s failingRenewals) Renew(ctx context.Context, id idem.ID, token string, until time.Time) error {
+	if s.failing.Load() {
+		return errUnreachable
+	}
+	return s.Store.Renew(ctx, id, token, until)
 }
 
 func waitEntered(t *testing.T, e *env) {

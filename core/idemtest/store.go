@@ -65,6 +65,7 @@ var storeChecks = []storeCheck{
 	{"Get/NotFound", checkGetNotFound},
 	{"Purge/Batched", checkPurgeBatched},
 	{"Purge/KeepsLive", checkPurgeKeepsLive},
+	{"Purge/AtExpiry", checkPurgeAtExpiry},
 	{"Context/Canceled", checkCanceled},
 	{"Concurrent/OneWinner", checkConcurrentOneWinner},
 	{"Concurrent/OneTakeover", checkConcurrentOneTakeover},
@@ -319,6 +320,28 @@ func checkExpiresFarAhead(ctx context.Context, s idem.Store) error {
 	}
 	if n, err := s.Purge(ctx, t0.Add(time.Hour), 10); err != nil || n != 0 {
 		return fmt.Errorf("Purge an hour later = %d, %v; want nothing purged", n, err)
+	}
+	return nil
+}
+
+// checkPurgeAtExpiry: a completed record is purged from the instant it
+// expires (now == ExpiresAt), and not a moment before.
+func checkPurgeAtExpiry(ctx context.Context, s idem.Store) error {
+	id := idem.ID{Key: "k-boundary"}
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.Created); err != nil {
+		return err
+	}
+	if err := completeAt(ctx, s, id, "tok-1", sampleResponse(), t0); err != nil {
+		return err
+	}
+	if n, err := s.Purge(ctx, t0.Add(ttl-time.Millisecond), 10); err != nil || n != 0 {
+		return fmt.Errorf("Purge a millisecond before expiry = %d, %v; want nothing purged", n, err)
+	}
+	if n, err := s.Purge(ctx, t0.Add(ttl), 10); err != nil || n != 1 {
+		return fmt.Errorf("Purge at the instant of expiry = %d, %v; want the record purged", n, err)
+	}
+	if _, err := s.Get(ctx, id); !errors.Is(err, idem.ErrNotFound) {
+		return fmt.Errorf("Get after the purge: %v, want ErrNotFound", err)
 	}
 	return nil
 }

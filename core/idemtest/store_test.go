@@ -27,6 +27,7 @@ func TestStoreSuiteCatchesBrokenStores(t *testing.T) {
 		{"IDs/AnyBytes", func(s *memstore.Store) idem.Store { return truncatesIDs{s} }},
 		{"RenewBatch/OnlyHeldLeases", func(s *memstore.Store) idem.Store { return batchWithoutFencing{s} }},
 		{"Expired/FarFuture", func(s *memstore.Store) idem.Store { return seconds32{s} }},
+		{"Purge/AtExpiry", func(s *memstore.Store) idem.Store { return purgesLate{s} }},
 	}
 	for _, c := range cases {
 		t.Run(c.check, func(t *testing.T) {
@@ -66,6 +67,14 @@ func (s noFencing) Release(ctx context.Context, id idem.ID, _ string) error {
 		return err
 	}
 	return s.Store.Release(ctx, id, rec.Token)
+}
+
+// purgesLate takes a record for expired only once its expiry has passed,
+// a tick late.
+type purgesLate struct{ *memstore.Store }
+
+func (s purgesLate) Purge(ctx context.Context, now time.Time, limit int) (int, error) {
+	return s.Store.Purge(ctx, now.Add(-time.Nanosecond), limit)
 }
 
 // seconds32 keeps its times as 32-bit Unix seconds, which wrap in 2038:
