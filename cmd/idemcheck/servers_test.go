@@ -163,7 +163,7 @@ func referenceServer(t testing.TB) *httptest.Server {
 type faults struct {
 	replay5xx     bool // stores 5xx answers and replays them
 	stuckOn5xx    bool // a 5xx leaves the key locked: retries get 409
-	queue         bool // a concurrent retry waits for the first request and gets its answer
+	queue         bool // a concurrent retry waits for the first request and gets its answer (allowed: 409 is a SHOULD)
 	noFingerprint bool // another payload with a used key gets the first answer
 	rawKey        bool // the header text is the key: "k" and k are two keys
 	bare500       bool // anything but a valid sf-string makes it fail with 500
