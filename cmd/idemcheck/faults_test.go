@@ -53,6 +53,8 @@ func TestPlantedFaults(t *testing.T) {
 			[]want{{"tenant/isolated", "MUST"}}},
 		{"a second execution for one key", faults{forget: true},
 			[]want{{"replay/once", "MUST"}, {"concurrent/once", "MUST"}}},
+		{"a second execution marked as a replay", faults{markOnly: true},
+			[]want{{"replay/once", "MUST"}, {"concurrent/once", "MUST"}, {"replay/marker", "MAY"}}},
 		{"errors are neither problem+json nor linked", faults{plainErrors: true},
 			[]want{{"problem/json", "SHOULD"}, {"problem/docs-link", "SHOULD"}, {"problem/link-header", "MAY"}}},
 		{"safe methods are recorded", faults{guardGet: true},

@@ -105,6 +105,7 @@ func (g *gate) wait(r *http.Request) {
 // echoes the request, GET lists.
 type app struct {
 	gate    *gate
+	pad     int // bytes of padding put before the answer's id, to make answers longer than idemcheck's read cap
 	created atomic.Int64
 }
 
@@ -141,7 +142,14 @@ func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Location", fmt.Sprintf("/things/obj_%04d", n))
 	w.WriteHeader(http.StatusCreated)
-	fmt.Fprintf(w, `{"id":"obj_%04d","request":%s}`, n, bytes.TrimSpace(echo))
+	if a.pad > 0 {
+		// The padding comes first, so that answers that differ only in
+		// their id agree on their first bytes.
+		fmt.Fprintf(w, `{"pad":"%s",`, strings.Repeat("x", a.pad))
+	} else {
+		io.WriteString(w, "{")
+	}
+	fmt.Fprintf(w, `"id":"obj_%04d","request":%s}`, n, bytes.TrimSpace(echo))
 }
 
 func scope(r *http.Request) string { return r.Header.Get("Authorization") }
@@ -175,6 +183,8 @@ type faults struct {
 	guardGet      bool // GET requests are recorded too
 	quoted500     bool // a quoted key makes it fail with 500 (it only knows bare keys)
 	bareAbort     bool // a bare key crashes the handler: the connection drops without an answer
+	markOnly      bool // a used key's request runs again, its answer marked Idempotent-Replayed: true
+	reencode      bool // a replay's JSON body is encoded anew: the same value, other bytes (allowed: byte for byte is a SHOULD)
 }
 
 // handMade is a small idempotency middleware written the way many are,
@@ -274,6 +284,13 @@ func (m *handMade) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	m.mu.Lock()
+	if rec := m.recs[id]; rec != nil && m.f.markOnly {
+		m.mu.Unlock()
+		w.Header().Set("Idempotent-Replayed", "true")
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		m.next.ServeHTTP(w, r)
+		return
+	}
 	if rec := m.recs[id]; rec != nil && !m.f.forget {
 		seen := *rec // a copy taken under the lock: records change when requests finish
 		seen.body = bytes.Clone(rec.body)
@@ -289,6 +306,12 @@ func (m *handMade) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			w.Header().Set("Idempotent-Replayed", "true")
 			w.WriteHeader(seen.status)
+			if m.f.reencode {
+				var v any
+				if json.Unmarshal(seen.body, &v) == nil {
+					seen.body, _ = json.MarshalIndent(v, "", "  ")
+				}
+			}
 			w.Write(seen.body)
 		}
 		return
@@ -333,8 +356,14 @@ func (m *handMade) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // handMadeServer is the application behind the hand-written middleware with
 // the faults f planted.
 func handMadeServer(t testing.TB, f faults) *httptest.Server {
-	g := newGate(f.queue || f.forget)
-	srv := httptest.NewServer(g.wrap(newHandMade(f, &app{gate: g})))
+	return paddedServer(t, f, 0)
+}
+
+// paddedServer is handMadeServer whose answers carry pad bytes of padding
+// before their id.
+func paddedServer(t testing.TB, f faults, pad int) *httptest.Server {
+	g := newGate(f.queue || f.forget || f.markOnly)
+	srv := httptest.NewServer(g.wrap(newHandMade(f, &app{gate: g, pad: pad})))
 	t.Cleanup(srv.Close)
 	return srv
 }

@@ -47,3 +47,57 @@ func TestQueuedConcurrentRetryIsAllowed(t *testing.T) {
 	}
 	check(t, srv.URL, 1, "-strict")
 }
+
+// TestReplayMarkerIsNotEvidence: a server that runs every request again and
+// marks the answers to used keys Idempotent-Replayed: true fails the
+// execution cases; the marker does not make a different answer a replay.
+func TestReplayMarkerIsNotEvidence(t *testing.T) {
+	srv := handMadeServer(t, faults{markOnly: true})
+	byID, _ := check(t, srv.URL, 1)
+	for _, id := range []string{"replay/once", "concurrent/once"} {
+		r := byID[id]
+		if r.Status != "fail" || r.Level != "MUST" || !strings.Contains(r.Detail, "marked "+replayedHeader) {
+			t.Errorf("%s: %s %s %q; want a MUST failure that names the false marker", id, r.Status, r.Level, r.Detail)
+		}
+	}
+	if r := byID["replay/marker"]; r.Status != "fail" {
+		t.Errorf("replay/marker: %s %q; the marker was sent on answers that are not replays", r.Status, r.Detail)
+	}
+}
+
+// TestReencodedReplay: a replay whose JSON is the first answer's value in
+// other bytes is a replay, not a second execution; only the byte-for-byte
+// SHOULD is unmet.
+func TestReencodedReplay(t *testing.T) {
+	srv := handMadeServer(t, faults{reencode: true})
+	byID, _ := check(t, srv.URL, 0)
+	if r := byID["replay/once"]; r.Status != "pass" {
+		t.Errorf("replay/once: %s %q", r.Status, r.Detail)
+	}
+	if r := byID["replay/body"]; r.Status != "fail" || r.Level != "SHOULD" || !strings.Contains(r.Detail, "same JSON") {
+		t.Errorf("replay/body: %s %s %q; want an unmet SHOULD: the same JSON, other bytes", r.Status, r.Level, r.Detail)
+	}
+}
+
+// TestAnswersLongerThanTheReadCap: idemcheck keeps the first MiB of an
+// answer; two answers that agree on it are not thereby identical.
+func TestAnswersLongerThanTheReadCap(t *testing.T) {
+	pad := maxResponseBody + 512
+	t.Run("re-run, differing after the cap", func(t *testing.T) {
+		srv := paddedServer(t, faults{forget: true}, pad)
+		byID, _ := check(t, srv.URL, 1)
+		if r := byID["replay/body"]; r.Status == "pass" || strings.Contains(r.Detail, "identical") {
+			t.Errorf("replay/body: %s %q; the answers differ after the first MiB", r.Status, r.Detail)
+		}
+		if r := byID["replay/once"]; r.Status != "fail" || r.Level != "MUST" {
+			t.Errorf("replay/once: %s %s %q; want a MUST failure", r.Status, r.Level, r.Detail)
+		}
+	})
+	t.Run("replayed whole", func(t *testing.T) {
+		srv := paddedServer(t, faults{}, pad)
+		byID, _ := check(t, srv.URL, 0)
+		if r := byID["replay/body"]; r.Status != "pass" || !strings.Contains(r.Detail, "byte-identical (") || strings.Contains(r.Detail, "(1048576 bytes)") {
+			t.Errorf("replay/body: %s %q; want byte-identical over the whole answer, longer than 1 MiB", r.Status, r.Detail)
+		}
+	})
+}
