@@ -17,7 +17,8 @@ import (
 // for what no implementation of the field may do: run a request twice for
 // one key, or give a request another request's or identity's answer.
 // "common practice" and "idemkit policy" mark behaviour the draft does not
-// spell out.
+// spell out. docs/idemcheck.md gives, per case, the sentence it rests on;
+// a test keeps that table and this one the same.
 const (
 	practice = "common practice"
 	policy   = "idemkit policy"
@@ -68,31 +69,37 @@ type probe struct {
 	max   int                  // requests it sends at most
 	needs func(*target) string // why it cannot run against this target; "" if it can
 	run   func(*runner, *verdicts)
+
+	// keyed probes ask how the target reads a key, by comparing a retry
+	// with its first answer: they are not run when the replay case found
+	// that the target keeps no keys, or that its answers cannot tell a
+	// replay from a second execution.
+	keyed bool
 }
 
 func always(*target) string { return "" }
 
 var probes = []probe{
-	{"replay", []string{"key/sf-string", "replay/once", "replay/status", "replay/body", "replay/headers", "replay/marker", "replay/own-response"}, 5, always, probeReplay},
-	{"missing key", []string{"key/missing"}, 1, always, probeMissing},
-	{"bare key", []string{"key/bare-token"}, 2, always, probeBare},
-	{"key parameters", []string{"key/parameters"}, 2, always, probeParams},
-	{"key escapes", []string{"key/escapes"}, 2, always, probeEscapes},
-	{"two key lines", []string{"key/two-lines"}, 2, always, probeTwoLines},
-	{"key list", []string{"key/list"}, 1, always, probeList},
-	{"malformed keys", []string{"key/malformed"}, 3, always, probeMalformed},
-	{"control characters", []string{"key/control-chars"}, 1, always, probeControl},
-	{"non-ASCII key", []string{"key/non-ascii"}, 1, always, probeNonASCII},
-	{"empty key", []string{"key/empty"}, 1, always, probeEmpty},
-	{"over-long key", []string{"key/over-long"}, 2, always, probeOverLong},
-	{"changed payload", []string{"payload/changed", "payload/changed-422"}, 2, needsOtherPayload, probeChanged},
-	{"reordered JSON", []string{"payload/reordered-json"}, 2, needsReorderable, probeReordered},
-	{"query string", []string{"payload/query"}, 2, always, probeQuery},
-	{"concurrent retry", []string{"concurrent/409", "concurrent/once", "concurrent/retry-after", "concurrent/then-replay"}, 3, always, probeConcurrent},
-	{"5xx", []string{"failure/not-replayed", "failure/released"}, 2, needsFail, probeFailure},
-	{"tenant isolation", []string{"tenant/isolated", "tenant/no-leak"}, 4, needsTenant2, probeTenant},
-	{"safe methods", []string{"safe/untouched"}, 3, always, probeSafe},
-	{"problem details", []string{"problem/json", "problem/docs-link", "problem/link-header"}, 0, always, probeProblems},
+	{"replay", []string{"key/sf-string", "replay/once", "replay/status", "replay/body", "replay/headers", "replay/marker", "replay/own-response"}, 5, always, probeReplay, false},
+	{"missing key", []string{"key/missing"}, 1, always, probeMissing, false},
+	{"bare key", []string{"key/bare-token"}, 2, always, probeBare, true},
+	{"key parameters", []string{"key/parameters"}, 2, always, probeParams, true},
+	{"key escapes", []string{"key/escapes"}, 2, always, probeEscapes, true},
+	{"two key lines", []string{"key/two-lines"}, 2, always, probeTwoLines, false},
+	{"key list", []string{"key/list"}, 1, always, probeList, false},
+	{"malformed keys", []string{"key/malformed"}, 3, always, probeMalformed, false},
+	{"control characters", []string{"key/control-chars"}, 1, always, probeControl, false},
+	{"non-ASCII key", []string{"key/non-ascii"}, 1, always, probeNonASCII, false},
+	{"empty key", []string{"key/empty"}, 1, always, probeEmpty, false},
+	{"over-long key", []string{"key/over-long"}, 2, always, probeOverLong, true},
+	{"changed payload", []string{"payload/changed", "payload/changed-422"}, 2, needsOtherPayload, probeChanged, true},
+	{"reordered JSON", []string{"payload/reordered-json"}, 2, needsReorderable, probeReordered, true},
+	{"query string", []string{"payload/query"}, 2, always, probeQuery, true},
+	{"concurrent retry", []string{"concurrent/409", "concurrent/once", "concurrent/retry-after", "concurrent/then-replay"}, 3, always, probeConcurrent, false},
+	{"5xx", []string{"failure/not-replayed", "failure/released"}, 2, needsFail, probeFailure, false},
+	{"tenant isolation", []string{"tenant/isolated", "tenant/no-leak"}, 4, needsTenant2, probeTenant, true},
+	{"safe methods", []string{"safe/untouched"}, 3, always, probeSafe, false},
+	{"problem details", []string{"problem/json", "problem/docs-link", "problem/link-header"}, 0, always, probeProblems, false},
 }
 
 func needsOtherPayload(t *target) string {
@@ -124,6 +131,9 @@ func needsTenant2(t *target) string {
 }
 
 // probeReplay sends two requests with their own keys, then retries both.
+// It also finds what the later cases need to know: whether the target
+// keeps keys at all (noKeys), and whether its answers tell one request from
+// another (blind).
 func probeReplay(r *runner, v *verdicts) {
 	l1 := r.fresh()
 	a1 := r.do(r.std(l1), nil)
@@ -140,6 +150,18 @@ func probeReplay(r *runner, v *verdicts) {
 	r1 := r.do(r.std(l1), nil)
 	r2 := r.do(r.std(l2), nil)
 
+	switch {
+	case !a2.ok():
+		r.blind = fmt.Sprintf("a second request with a key of its own got %s, so there are no two answers to tell apart", a2)
+	case !a1.differsFrom(a2):
+		r.blind = fmt.Sprintf("two requests with keys of their own got the same answer (%d %q), so a replay cannot be told from a second execution: check an endpoint whose answer shows which request it is for (an id, or %s in -d echoed back)",
+			a1.status, snippet(a1.body), placeholder)
+	}
+
+	if r.blind == "" && (undecidable(a1, a2) || undecidable(r1, a1) || undecidable(r2, a2)) {
+		r.blind = fmt.Sprintf("the answers are longer than the %d MiB idemcheck reads and agree as far as it reads, so a replay cannot be told from a second execution", maxBodyRead>>20)
+	}
+
 	pairs := []struct{ first, retry *exchange }{{a1, r1}, {a2, r2}}
 	var reran []string
 	marked := 0
@@ -152,8 +174,16 @@ func probeReplay(r *runner, v *verdicts) {
 		}
 	}
 	switch {
+	case len(reran) == len(pairs):
+		r.noKeys = "the target does not appear to implement idempotency keys: both retries with a used key and the same payload ran again, and neither got its first answer"
+		if marked > 0 {
+			r.noKeys += fmt.Sprintf(" (%d of them marked %s: true all the same)", marked, replayedHeader)
+		}
+		v.breach("replay/once", "%s; %s", r.noKeys, reran[0])
 	case len(reran) > 0:
 		v.breach("replay/once", "a retry ran again: %s", reran[0])
+	case r.blind != "":
+		v.skip("replay/once", "cannot tell: %s", r.blind)
 	case r1.replayOf(a1) && r2.replayOf(a2):
 		v.pass("replay/once", "each retry got its first answer")
 	default:
@@ -163,6 +193,8 @@ func probeReplay(r *runner, v *verdicts) {
 	switch {
 	case r1.err != nil || r1.status != a1.status:
 		v.fail("replay/status", "the first request got %d, its retry %s", a1.status, r1)
+	case r.blind != "":
+		v.skip("replay/status", "%s", r.moot())
 	default:
 		v.pass("replay/status", "%d both times", a1.status)
 	}
@@ -172,6 +204,8 @@ func probeReplay(r *runner, v *verdicts) {
 		v.fail("replay/body", "the retry got %s", r1)
 	case !known:
 		v.skip("replay/body", "cannot compare: both answers are longer than the %d MiB idemcheck reads, and agree as far as it reads", maxBodyRead>>20)
+	case exact && r.blind != "":
+		v.skip("replay/body", "%s", r.moot())
 	case exact:
 		v.pass("replay/body", "byte-identical (%d bytes)", a1.size)
 	case same:
@@ -183,6 +217,8 @@ func probeReplay(r *runner, v *verdicts) {
 	switch {
 	case r1.err != nil:
 		v.fail("replay/headers", "the retry got %s", r1)
+	case r.blind != "":
+		v.skip("replay/headers", "%s", r.moot())
 	default:
 		for _, h := range []string{"Content-Type", "Location"} {
 			if got, want := r1.header.Get(h), a1.header.Get(h); got != want {
@@ -206,8 +242,10 @@ func probeReplay(r *runner, v *verdicts) {
 	switch {
 	case !a2.ok():
 		v.skip("replay/own-response", "the second request got %s", a2)
-	case !a1.differsFrom(a2):
-		v.skip("replay/own-response", "two requests got the same answer, so a mix-up cannot be seen (put %s in -d)", placeholder)
+	case len(reran) == len(pairs):
+		v.skip("replay/own-response", "both retries ran again: no answer was replayed, so none can be another request's")
+	case r.blind != "":
+		v.skip("replay/own-response", "%s", r.moot())
 	default:
 		if tookOther(r1, a1, a2, l2.unique) {
 			v.breach("replay/own-response", "the retry of the first key got the second request's answer: %q", snippet(r1.body))
@@ -455,6 +493,9 @@ func probeConcurrent(r *runner, v *verdicts) {
 	case a.ok() && b.ranAgain(a) || b.ok() && a.ranAgain(b):
 		v.breach("concurrent/once", "both ran: %s", rerun(b, a))
 		v.fail("concurrent/409", "the retry ran instead of getting 409")
+	case r.blind != "":
+		v.skip("concurrent/once", "%s", r.moot())
+		v.skip("concurrent/409", "%s", r.moot())
 	case a.ok() && b.replayOf(a) || b.ok() && a.replayOf(b):
 		v.pass("concurrent/once", "one ran, the other got its answer")
 		waited := b
@@ -492,6 +533,8 @@ func probeConcurrent(r *runner, v *verdicts) {
 	case x.is(409):
 		v.fail("concurrent/then-replay", "a later retry still got 409: the key is stuck")
 		r.noteError("concurrent/409", x)
+	case r.blind != "":
+		v.skip("concurrent/then-replay", "%s", r.moot())
 	case x.replayOf(ran):
 		v.pass("concurrent/then-replay", "a later retry got the answer of the request that ran")
 	default:

@@ -96,7 +96,7 @@ func probeTwoLines(r *runner, v *verdicts) {
 		v.pass(id, "refused with 400")
 		return
 	}
-	if !x.ok() {
+	if !x.ok() || r.moot() != "" {
 		v.fail(id, "two field lines %s", wrong)
 		return
 	}

@@ -131,6 +131,13 @@ func sameBody(x, y *exchange) (same, exact, known bool) {
 	return false, false, false
 }
 
+// undecidable reports whether x and y are answers whose bodies cannot be
+// compared.
+func undecidable(x, y *exchange) bool {
+	_, _, known := sameBody(x, y)
+	return x.err == nil && y.err == nil && !known
+}
+
 // kept reports whether x.body is the whole answer.
 func (x *exchange) kept() bool { return x.whole && int64(len(x.body)) == x.size }
 
@@ -163,7 +170,7 @@ func (x *exchange) carries(y *exchange) bool {
 // replayOf reports whether x, sent with first's key, got first's answer:
 // its body, with its status (a success may come back as another 2xx).
 // Where every request gets the same answer this cannot be told from a
-// second execution.
+// second execution; the runner's blind reason says so.
 func (x *exchange) replayOf(first *exchange) bool {
 	return x.err == nil && first.err == nil && (x.status == first.status || x.ok() && first.ok()) && x.carries(first)
 }
@@ -303,6 +310,35 @@ type runner struct {
 	abort    error      // errUnreachable or a usage problem found on the way: stops the run
 	stop     string     // a finding that makes the remaining cases meaningless
 	problems []errorAns // idempotency errors seen, for the problem-details cases
+	markers  int        // answers marked as replays
+
+	// Found by the replay case, they make the cases that compare a retry
+	// with its first answer meaningless (see moot).
+	noKeys string // every retry ran again: the target keeps no keys
+	blind  string // different requests got the same answer: a replay cannot be told from a second execution
+}
+
+// moot is why the cases that ask how the target reads a key cannot be
+// judged, or "". replay/once and the diagnosis say it in full.
+func (r *runner) moot() string {
+	switch {
+	case r.noKeys != "":
+		return "not judged: the target does not appear to implement idempotency keys (see replay/once)"
+	case r.blind != "":
+		return "cannot tell a replay from a second execution (see replay/once)"
+	}
+	return ""
+}
+
+// diagnosis is what the run found about the target as a whole, or "".
+func (r *runner) diagnosis() string {
+	switch {
+	case r.noKeys != "":
+		return r.noKeys
+	case r.blind != "" && len(r.problems) == 0 && r.markers == 0:
+		return "the target shows no sign of implementing idempotency keys: it refused no key, answered no 409 or 422 and marked no answer as a replay; and " + r.blind
+	}
+	return r.blind
 }
 
 // errorAns is an idempotency error answer and the case that provoked it.
@@ -443,6 +479,11 @@ func (r *runner) do(c call, wrote func()) *exchange {
 	if err := x.readBody(resp.Body); err != nil {
 		x.err = shortErr(err)
 	}
+	if x.replayed() {
+		r.mu.Lock()
+		r.markers++
+		r.mu.Unlock()
+	}
 	return x
 }
 
@@ -547,6 +588,12 @@ func (r *runner) run(step func(i, n int, name string)) []result {
 		if reason != "" {
 			for _, id := range p.rules {
 				v.skip(id, "%s", reason)
+			}
+			continue
+		}
+		if p.keyed && r.moot() != "" {
+			for _, id := range p.rules {
+				v.skip(id, "%s", r.moot())
 			}
 			continue
 		}

@@ -152,6 +152,21 @@ func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintf(w, `"id":"obj_%04d","request":%s}`, n, bytes.TrimSpace(echo))
 }
 
+// sameAnswer is an endpoint without idempotency keys whose answer never
+// varies: every request runs, and nothing in the answer shows it.
+func sameAnswer() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		if r.Method == http.MethodGet {
+			io.WriteString(w, `{"object":"list"}`)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, `{"status":"accepted"}`)
+	})
+}
+
 func scope(r *http.Request) string { return r.Header.Get("Authorization") }
 
 // referenceServer is the application behind idemkit's net/http middleware.
@@ -364,6 +379,13 @@ func handMadeServer(t testing.TB, f faults) *httptest.Server {
 func paddedServer(t testing.TB, f faults, pad int) *httptest.Server {
 	g := newGate(f.queue || f.forget || f.markOnly)
 	srv := httptest.NewServer(g.wrap(newHandMade(f, &app{gate: g, pad: pad})))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// httptestServer serves h for the test's duration.
+func httptestServer(t testing.TB, h http.Handler) *httptest.Server {
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv
 }

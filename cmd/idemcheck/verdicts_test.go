@@ -100,4 +100,60 @@ func TestAnswersLongerThanTheReadCap(t *testing.T) {
 			t.Errorf("replay/body: %s %q; want byte-identical over the whole answer, longer than 1 MiB", r.Status, r.Detail)
 		}
 	})
+	t.Run("longer than idemcheck reads", func(t *testing.T) {
+		defer func(n int64) { maxBodyRead = n }(maxBodyRead)
+		maxBodyRead = 2 << 20
+		srv := paddedServer(t, faults{}, 3<<20)
+		byID, rep := check(t, srv.URL, 0)
+		if r := byID["replay/body"]; r.Status != "not run" || !strings.Contains(r.Detail, "cannot compare") {
+			t.Errorf("replay/body: %s %q; want not run: the answers cannot be compared", r.Status, r.Detail)
+		}
+		for _, r := range rep.Targets[0].Results {
+			if r.Status == "fail" && r.Level == "MUST" {
+				t.Errorf("%s: a MUST failure from answers that could not be read whole: %q", r.ID, r.Detail)
+			}
+		}
+	})
+}
+
+// TestNoIdempotency: a target that ignores the key is told so, rather than
+// blamed for cutting keys short or mixing up answers.
+func TestNoIdempotency(t *testing.T) {
+	t.Run("answers that identify the request", func(t *testing.T) {
+		srv := httptestServer(t, &app{}) // no idempotency middleware at all
+		byID, rep := check(t, srv.URL, 1)
+		const want = "does not appear to implement idempotency keys"
+		if r := byID["replay/once"]; r.Status != "fail" || !strings.Contains(r.Detail, want) {
+			t.Errorf("replay/once: %s %q; want a failure saying the target %s", r.Status, r.Detail, want)
+		}
+		if d := rep.Targets[0].Diagnosis; !strings.Contains(d, want) {
+			t.Errorf("diagnosis %q, want one saying the target %s", d, want)
+		}
+		noKeyClaims(t, byID)
+	})
+	t.Run("answers that never vary", func(t *testing.T) {
+		srv := httptestServer(t, sameAnswer())
+		byID, rep := check(t, srv.URL, 0)
+		for _, id := range []string{"replay/once", "concurrent/once"} {
+			if r := byID[id]; r.Status == "pass" {
+				t.Errorf("%s passed (%q) although no answer can tell a replay from a second execution", id, r.Detail)
+			}
+		}
+		if d := rep.Targets[0].Diagnosis; !strings.Contains(d, "no sign of implementing idempotency keys") {
+			t.Errorf("diagnosis %q, want one saying the target shows no sign of implementing idempotency keys", d)
+		}
+		noKeyClaims(t, byID)
+	})
+}
+
+// noKeyClaims checks that a target which keeps no keys is not told how it
+// treats them.
+func noKeyClaims(t *testing.T, byID map[string]jsonResult) {
+	t.Helper()
+	for _, id := range []string{"key/over-long", "key/bare-token", "key/parameters", "tenant/isolated"} {
+		r := byID[id]
+		if r.Status == "fail" || strings.Contains(r.Detail, "cut short") || strings.Contains(r.Detail, "another key") {
+			t.Errorf("%s: %s %q; the target keeps no keys, so it cannot be said how it reads them", id, r.Status, r.Detail)
+		}
+	}
 }
