@@ -91,7 +91,7 @@ var probes = []probe{
 	{"control characters", []string{"key/control-chars"}, 1, always, probeControl, false},
 	{"non-ASCII key", []string{"key/non-ascii"}, 1, always, probeNonASCII, false},
 	{"empty key", []string{"key/empty"}, 1, always, probeEmpty, false},
-	{"over-long key", []string{"key/over-long"}, 2, always, probeOverLong, true},
+	{"over-long key", []string{"key/over-long"}, 3, always, probeOverLong, true},
 	{"changed payload", []string{"payload/changed", "payload/changed-422"}, 2, needsOtherPayload, probeChanged, true},
 	{"reordered JSON", []string{"payload/reordered-json"}, 2, needsReorderable, probeReordered, true},
 	{"query string", []string{"payload/query"}, 2, always, probeQuery, true},

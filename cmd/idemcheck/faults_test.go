@@ -53,6 +53,8 @@ func TestPlantedFaults(t *testing.T) {
 			[]want{{"tenant/isolated", "MUST"}}},
 		{"a second execution for one key", faults{forget: true},
 			[]want{{"replay/once", "MUST"}, {"concurrent/once", "MUST"}}},
+		{"keys cut short, records kept per payload", faults{cutKeys: true},
+			[]want{{"key/over-long", "MUST"}, {"payload/changed", "SHOULD"}, {"payload/changed-422", "SHOULD"}}},
 		{"a second execution marked as a replay", faults{markOnly: true},
 			[]want{{"replay/once", "MUST"}, {"concurrent/once", "MUST"}, {"replay/marker", "MAY"}}},
 		{"errors are neither problem+json nor linked", faults{plainErrors: true},
