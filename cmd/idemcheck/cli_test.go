@@ -92,7 +92,7 @@ func TestDryRun(t *testing.T) {
 	if code != 0 || n.Load() != 0 {
 		t.Fatalf("exit status %d after %d requests, want 0 after none", code, n.Load())
 	}
-	for _, want := range []string{"at most 33 requests\n", "  tenant isolation     not run: needs -tenant2", "  reordered JSON       not run: needs a JSON object", "  missing key          at most 1 request\n"} {
+	for _, want := range []string{"at most 34 requests\n", "  tenant isolation     not run: needs -tenant2", "  reordered JSON       not run: needs a JSON object", "  missing key          at most 1 request\n"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("plan lacks %q:\n%s", want, stdout.String())
 		}

@@ -30,11 +30,11 @@ func TestPlantedFaults(t *testing.T) {
 		fails []want
 	}{
 		{"stored 500s are replayed", faults{replay5xx: true},
-			[]want{{"failure/not-replayed", "SHOULD"}}},
+			[]want{{"failure/not-replayed", "MAY"}}},
 		{"a 5xx leaves the key stuck in 409", faults{stuckOn5xx: true},
 			[]want{{"failure/released", "SHOULD"}}},
 		{"concurrent retries are queued instead of 409", faults{queue: true},
-			[]want{{"concurrent/409", "MUST"}}},
+			[]want{{"concurrent/409", "SHOULD"}}},
 		{"no payload fingerprint", faults{noFingerprint: true},
 			[]want{{"payload/changed", "MUST"}, {"payload/changed-422", "SHOULD"}}},
 		{"quoted and bare spellings are two keys", faults{rawKey: true},
@@ -53,6 +53,10 @@ func TestPlantedFaults(t *testing.T) {
 			[]want{{"tenant/isolated", "MUST"}}},
 		{"a second execution for one key", faults{forget: true},
 			[]want{{"replay/once", "MUST"}, {"concurrent/once", "MUST"}}},
+		{"keys cut short, records kept per payload", faults{cutKeys: true},
+			[]want{{"key/over-long", "MUST"}, {"payload/changed", "SHOULD"}, {"payload/changed-422", "SHOULD"}}},
+		{"a second execution marked as a replay", faults{markOnly: true},
+			[]want{{"replay/once", "MUST"}, {"concurrent/once", "MUST"}, {"replay/marker", "MAY"}}},
 		{"errors are neither problem+json nor linked", faults{plainErrors: true},
 			[]want{{"problem/json", "SHOULD"}, {"problem/docs-link", "SHOULD"}, {"problem/link-header", "MAY"}}},
 		{"safe methods are recorded", faults{guardGet: true},
@@ -90,12 +94,12 @@ func TestPlantedFaults(t *testing.T) {
 // TestStrictCountsShould: with -strict a SHOULD failure makes the exit
 // status 1.
 func TestStrictCountsShould(t *testing.T) {
-	srv := handMadeServer(t, faults{replay5xx: true})
+	srv := handMadeServer(t, faults{stuckOn5xx: true})
 	code, rep, _ := runJSON(t, fullArgs(srv.URL, "-strict")...)
 	if code != 1 || !rep.Strict {
 		t.Fatalf("exit status %d with -strict and a SHOULD failure, want 1%s", code, failures(rep))
 	}
-	if r := resultsByID(t, rep)["failure/not-replayed"]; !r.Counts {
-		t.Errorf("failure/not-replayed does not count under -strict: %+v", r)
+	if r := resultsByID(t, rep)["failure/released"]; !r.Counts {
+		t.Errorf("failure/released does not count under -strict: %+v", r)
 	}
 }

@@ -308,7 +308,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "idemcheck: %s: %v\n", t.name, err)
 			return 2
 		}
-		rep.targets = append(rep.targets, targetReport{name: t.name, prefix: prefix, requests: r.requests(), budget: b, results: results})
+		rep.targets = append(rep.targets, targetReport{name: t.name, prefix: prefix, requests: r.requests(), budget: b, results: results, diagnosis: r.diagnosis()})
 	}
 
 	if o.json {

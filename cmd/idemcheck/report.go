@@ -19,6 +19,9 @@ type targetReport struct {
 	requests int    // requests sent
 	budget   int    // requests announced
 	results  []result
+	// diagnosis is what the run found about the target as a whole (that
+	// it keeps no keys, or that its answers cannot be told apart), or "".
+	diagnosis string
 }
 
 // report is a whole run.
@@ -87,6 +90,9 @@ func (rep *report) writeTable(w io.Writer) error {
 		if err := tw.Flush(); err != nil {
 			return err
 		}
+		if t.diagnosis != "" {
+			fmt.Fprintf(w, "\ndiagnosis: %s\n", t.diagnosis)
+		}
 	}
 	for _, s := range rep.skipped {
 		fmt.Fprintf(w, "\nnot checked: %s", s)
@@ -142,6 +148,7 @@ type jsonTarget struct {
 	Requests  int          `json:"requests"`
 	Announced int          `json:"announced"`
 	Results   []jsonResult `json:"results"`
+	Diagnosis string       `json:"diagnosis,omitempty"`
 }
 
 type jsonResult struct {
@@ -165,7 +172,7 @@ func statusWord(o outcome) string {
 func (rep *report) writeJSON(w io.Writer) error {
 	out := jsonReport{Tool: "idemcheck", Draft: draft, Strict: rep.strict, Exit: rep.exitStatus(), Skipped: rep.skipped, Targets: []jsonTarget{}}
 	for _, t := range rep.targets {
-		jt := jsonTarget{Name: t.name, KeyPrefix: "idemcheck-" + t.prefix + "-", Requests: t.requests, Announced: t.budget}
+		jt := jsonTarget{Name: t.name, KeyPrefix: "idemcheck-" + t.prefix + "-", Requests: t.requests, Announced: t.budget, Diagnosis: t.diagnosis}
 		for _, r := range t.results {
 			jt.Results = append(jt.Results, jsonResult{
 				ID: r.id, Level: r.level.String(), RuleLevel: r.rule.level.String(), Section: r.section, Title: r.title,
@@ -193,11 +200,12 @@ type junitSuites struct {
 }
 
 type junitSuite struct {
-	Name     string      `xml:"name,attr"`
-	Tests    int         `xml:"tests,attr"`
-	Failures int         `xml:"failures,attr"`
-	Skipped  int         `xml:"skipped,attr"`
-	Cases    []junitCase `xml:"testcase"`
+	Name      string      `xml:"name,attr"`
+	Tests     int         `xml:"tests,attr"`
+	Failures  int         `xml:"failures,attr"`
+	Skipped   int         `xml:"skipped,attr"`
+	Cases     []junitCase `xml:"testcase"`
+	SystemOut string      `xml:"system-out,omitempty"` // the diagnosis
 }
 
 type junitCase struct {
@@ -221,7 +229,7 @@ type junitSkipped struct {
 func (rep *report) writeJUnit(w io.Writer) error {
 	out := junitSuites{Name: "idemcheck"}
 	for _, t := range rep.targets {
-		s := junitSuite{Name: t.name}
+		s := junitSuite{Name: t.name, SystemOut: t.diagnosis}
 		for _, r := range t.results {
 			c := junitCase{
 				Name:      fmt.Sprintf("%s %s (%s %s)", r.id, r.title, r.level, r.section),

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math/big"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -21,9 +24,15 @@ import (
 // spelling, and idemkit's).
 const replayedHeader = "Idempotent-Replayed"
 
-// maxResponseBody bounds what is read of one answer: enough for any API
+// maxResponseBody bounds what is kept of one answer: enough for any API
 // object, small enough that a broken target cannot exhaust memory.
 const maxResponseBody = 1 << 20
+
+// maxBodyRead bounds what is read of one answer. Past maxResponseBody the
+// bytes are only hashed, so that long answers are still compared whole;
+// two answers longer than this that agree as far as it reads cannot be
+// compared. A variable so that tests can lower it.
+var maxBodyRead int64 = 64 << 20
 
 // slowSettle is how long the concurrent retry waits after the slow first
 // request was sent, so that the target has taken the first request in hand.
@@ -74,7 +83,10 @@ type exchange struct {
 	call   call
 	status int
 	header http.Header
-	body   []byte
+	body   []byte // the answer's first maxResponseBody bytes
+	size   int64  // bytes read of the answer
+	digest [sha256.Size]byte
+	whole  bool      // the answer ended within maxBodyRead: size and digest are the whole answer's
 	err    error     // no whole answer although the request was sent
 	start  time.Time // just before the request left
 	got    time.Time // when the answer's header arrived
@@ -92,21 +104,167 @@ func (x *exchange) replayed() bool {
 	return x.err == nil && strings.EqualFold(strings.TrimSpace(x.header.Get(replayedHeader)), "true")
 }
 
-// sameAs reports whether x and y got the same status and body.
-func (x *exchange) sameAs(y *exchange) bool {
-	return x.err == nil && y.err == nil && x.status == y.status && bytes.Equal(x.body, y.body)
+// What an answer proves is read from the answer itself, never from the
+// replay marker: a server may send Idempotent-Replayed: true on an answer
+// it produced by running the request again.
+
+// sameBody compares x's body with y's. exact means the same bytes
+// (compared whole, by digest, past what is kept); same without exact means
+// the same JSON value in other bytes (a store that re-encodes JSON). known
+// is false when the bodies cannot be compared: both are longer than
+// idemcheck reads and agree as far as it reads.
+func sameBody(x, y *exchange) (same, exact, known bool) {
+	switch {
+	case x.whole && y.whole:
+		if x.size == y.size && x.digest == y.digest {
+			return true, true, true
+		}
+		if x.kept() && y.kept() && jsonEqual(x.body, y.body) {
+			return true, false, true
+		}
+		return false, false, true
+	case x.whole != y.whole:
+		return false, false, true // one ended within the bound, the other did not
+	case x.digest != y.digest:
+		return false, false, true // both digests cover the same number of bytes
+	}
+	return false, false, false
 }
 
-// replayOf reports whether x looks like a replay of first: marked as one,
-// or the same status and body.
-func (x *exchange) replayOf(first *exchange) bool { return x.replayed() || x.sameAs(first) }
+// undecidable reports whether x and y are answers whose bodies cannot be
+// compared.
+func undecidable(x, y *exchange) bool {
+	_, _, known := sameBody(x, y)
+	return x.err == nil && y.err == nil && !known
+}
 
-// ranAgain reports whether x, a retry of first with the same key, looks like
-// a second execution: a success that is neither marked as a replay nor the
-// same body. (Without a marker, a re-run that produced the same bytes cannot
-// be told from a replay; the report's documentation says so.)
-func (x *exchange) ranAgain(first *exchange) bool {
-	return x.ok() && !x.replayed() && !bytes.Equal(x.body, first.body)
+// kept reports whether x.body is the whole answer.
+func (x *exchange) kept() bool { return x.whole && int64(len(x.body)) == x.size }
+
+// differsFrom reports proof that x is not the answer y got: another body,
+// or another Location.
+func (x *exchange) differsFrom(y *exchange) bool {
+	if x.err != nil || y.err != nil {
+		return false
+	}
+	if lx, ly := x.header.Get("Location"), y.header.Get("Location"); lx != "" && ly != "" && lx != ly {
+		return true
+	}
+	same, _, known := sameBody(x, y)
+	return known && !same
+}
+
+// sameAnswer reports whether x carries y's answer: the same status and
+// body, and no other Location.
+func (x *exchange) sameAnswer(y *exchange) bool {
+	return x.err == nil && y.err == nil && x.status == y.status && x.carries(y)
+}
+
+// carries reports whether x's body is y's (by bytes or as JSON) and its
+// Location is not another.
+func (x *exchange) carries(y *exchange) bool {
+	same, _, known := sameBody(x, y)
+	return known && same && !x.differsFrom(y)
+}
+
+// replayOf reports whether x, sent with first's key, got first's answer:
+// its body, with its status (a success may come back as another 2xx).
+// Where every request gets the same answer this cannot be told from a
+// second execution; the runner's blind reason says so.
+func (x *exchange) replayOf(first *exchange) bool {
+	return x.err == nil && first.err == nil && (x.status == first.status || x.ok() && first.ok()) && x.carries(first)
+}
+
+// ranAgain reports whether x, a retry of first with the same key, shows a
+// second execution: a success whose answer differs from first's, whatever
+// replay marker it carries.
+func (x *exchange) ranAgain(first *exchange) bool { return x.ok() && x.differsFrom(first) }
+
+// contrast describes how x's body differs from y's, for report details.
+func contrast(x, y *exchange) string {
+	n := min(len(x.body), len(y.body))
+	i := 0
+	for i < n && x.body[i] == y.body[i] {
+		i++
+	}
+	if i == n && len(x.body) == len(y.body) && (!x.kept() || !y.kept()) {
+		return fmt.Sprintf("the same first %d bytes, other bytes after them (%d and %d bytes in all)", n, x.size, y.size)
+	}
+	from := max(0, i-24)
+	at := func(b []byte) string {
+		s := snippet(b[from:])
+		if from > 0 {
+			s = "…" + s
+		}
+		return s
+	}
+	return fmt.Sprintf("%q, first %q", at(x.body), at(y.body))
+}
+
+// jsonEqual reports whether a and b are JSON texts of one value. Numbers
+// are compared by value, exactly: 1.0 and 1 are one number, two ids that
+// differ in their last digit are not.
+func jsonEqual(a, b []byte) bool {
+	va, ok := decodeJSON(a)
+	if !ok {
+		return false
+	}
+	vb, ok := decodeJSON(b)
+	return ok && sameJSON(va, vb)
+}
+
+func decodeJSON(b []byte) (any, bool) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, false
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, false // trailing data
+	}
+	return v, true
+}
+
+func sameJSON(a, b any) bool {
+	switch a := a.(type) {
+	case map[string]any:
+		b, ok := b.(map[string]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for k, va := range a {
+			vb, ok := b[k]
+			if !ok || !sameJSON(va, vb) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		b, ok := b.([]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for i := range a {
+			if !sameJSON(a[i], b[i]) {
+				return false
+			}
+		}
+		return true
+	case json.Number:
+		b, ok := b.(json.Number)
+		if !ok {
+			return false
+		}
+		if a == b {
+			return true
+		}
+		ra, oka := new(big.Rat).SetString(string(a))
+		rb, okb := new(big.Rat).SetString(string(b))
+		return oka && okb && ra.Cmp(rb) == 0
+	default:
+		return a == b // string, bool, nil
+	}
 }
 
 // String describes the answer in a few words, for report details.
@@ -152,6 +310,35 @@ type runner struct {
 	abort    error      // errUnreachable or a usage problem found on the way: stops the run
 	stop     string     // a finding that makes the remaining cases meaningless
 	problems []errorAns // idempotency errors seen, for the problem-details cases
+	markers  int        // answers marked as replays
+
+	// Found by the replay case, they make the cases that compare a retry
+	// with its first answer meaningless (see moot).
+	noKeys string // every retry ran again: the target keeps no keys
+	blind  string // different requests got the same answer: a replay cannot be told from a second execution
+}
+
+// moot is why the cases that ask how the target reads a key cannot be
+// judged, or "". replay/once and the diagnosis say it in full.
+func (r *runner) moot() string {
+	switch {
+	case r.noKeys != "":
+		return "not judged: the target does not appear to implement idempotency keys (see replay/once)"
+	case r.blind != "":
+		return "cannot tell a replay from a second execution (see replay/once)"
+	}
+	return ""
+}
+
+// diagnosis is what the run found about the target as a whole, or "".
+func (r *runner) diagnosis() string {
+	switch {
+	case r.noKeys != "":
+		return r.noKeys
+	case r.blind != "" && len(r.problems) == 0 && r.markers == 0:
+		return "the target shows no sign of implementing idempotency keys: it refused no key, answered no 409 or 422 and marked no answer as a replay; and " + r.blind
+	}
+	return r.blind
 }
 
 // errorAns is an idempotency error answer and the case that provoked it.
@@ -289,11 +476,40 @@ func (r *runner) do(c call, wrote func()) *exchange {
 	x.got = time.Now()
 	x.status = resp.StatusCode
 	x.header = resp.Header
-	x.body, err = io.ReadAll(io.LimitReader(resp.Body, maxResponseBody))
-	if err != nil {
+	if err := x.readBody(resp.Body); err != nil {
 		x.err = shortErr(err)
 	}
+	if x.replayed() {
+		r.mu.Lock()
+		r.markers++
+		r.mu.Unlock()
+	}
 	return x
+}
+
+// readBody reads the answer's body: it keeps the first maxResponseBody
+// bytes and hashes up to maxBodyRead, so that no comparison ever rests on
+// a body cut short.
+func (x *exchange) readBody(body io.Reader) error {
+	h := sha256.New()
+	k := &keeper{max: maxResponseBody}
+	n, err := io.Copy(io.MultiWriter(h, k), io.LimitReader(body, maxBodyRead+1))
+	x.body, x.size, x.whole = k.buf, n, n <= maxBodyRead
+	h.Sum(x.digest[:0])
+	return err
+}
+
+// keeper keeps the first max bytes written to it and drops the rest.
+type keeper struct {
+	buf []byte
+	max int
+}
+
+func (k *keeper) Write(p []byte) (int, error) {
+	if room := k.max - len(k.buf); room > 0 {
+		k.buf = append(k.buf, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
 }
 
 // shortErr drops the method and URL Go puts in front of transport errors:
@@ -372,6 +588,12 @@ func (r *runner) run(step func(i, n int, name string)) []result {
 		if reason != "" {
 			for _, id := range p.rules {
 				v.skip(id, "%s", reason)
+			}
+			continue
+		}
+		if p.keyed && r.moot() != "" {
+			for _, id := range p.rules {
+				v.skip(id, "%s", r.moot())
 			}
 			continue
 		}

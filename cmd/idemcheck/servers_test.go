@@ -105,6 +105,7 @@ func (g *gate) wait(r *http.Request) {
 // echoes the request, GET lists.
 type app struct {
 	gate    *gate
+	pad     int // bytes of padding put before the answer's id, to make answers longer than idemcheck's read cap
 	created atomic.Int64
 }
 
@@ -141,7 +142,29 @@ func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Location", fmt.Sprintf("/things/obj_%04d", n))
 	w.WriteHeader(http.StatusCreated)
-	fmt.Fprintf(w, `{"id":"obj_%04d","request":%s}`, n, bytes.TrimSpace(echo))
+	if a.pad > 0 {
+		// The padding comes first, so that answers that differ only in
+		// their id agree on their first bytes.
+		fmt.Fprintf(w, `{"pad":"%s",`, strings.Repeat("x", a.pad))
+	} else {
+		io.WriteString(w, "{")
+	}
+	fmt.Fprintf(w, `"id":"obj_%04d","request":%s}`, n, bytes.TrimSpace(echo))
+}
+
+// sameAnswer is an endpoint without idempotency keys whose answer never
+// varies: every request runs, and nothing in the answer shows it.
+func sameAnswer() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		if r.Method == http.MethodGet {
+			io.WriteString(w, `{"object":"list"}`)
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, `{"status":"accepted"}`)
+	})
 }
 
 func scope(r *http.Request) string { return r.Header.Get("Authorization") }
@@ -163,7 +186,7 @@ func referenceServer(t testing.TB) *httptest.Server {
 type faults struct {
 	replay5xx     bool // stores 5xx answers and replays them
 	stuckOn5xx    bool // a 5xx leaves the key locked: retries get 409
-	queue         bool // a concurrent retry waits for the first request and gets its answer
+	queue         bool // a concurrent retry waits for the first request and gets its answer (allowed: 409 is a SHOULD)
 	noFingerprint bool // another payload with a used key gets the first answer
 	rawKey        bool // the header text is the key: "k" and k are two keys
 	bare500       bool // anything but a valid sf-string makes it fail with 500
@@ -175,6 +198,9 @@ type faults struct {
 	guardGet      bool // GET requests are recorded too
 	quoted500     bool // a quoted key makes it fail with 500 (it only knows bare keys)
 	bareAbort     bool // a bare key crashes the handler: the connection drops without an answer
+	markOnly      bool // a used key's request runs again, its answer marked Idempotent-Replayed: true
+	reencode      bool // a replay's JSON body is encoded anew: the same value, other bytes (allowed: byte for byte is a SHOULD)
+	cutKeys       bool // keys are cut to 255 characters, and records are kept per key and payload
 }
 
 // handMade is a small idempotency middleware written the way many are,
@@ -233,6 +259,10 @@ func (m *handMade) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			panic(http.ErrAbortHandler)
 		}
 	}
+	if m.f.cutKeys && len(lines) == 1 && len(lines[0]) > 2+255 {
+		// A key column of 255 characters: the quoted key loses its end.
+		lines = []string{lines[0][:1+255] + `"`}
+	}
 	if m.f.firstLine && len(lines) > 1 {
 		lines = lines[:1]
 	}
@@ -261,6 +291,10 @@ func (m *handMade) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fp = idem.DefaultFingerprint(idem.Request{Method: r.Method, Path: r.URL.RequestURI(), ContentType: r.Header.Get("Content-Type"), Body: body})
 	}
 
+	if m.f.cutKeys {
+		id += "\x00" + fp.String()
+	}
+
 	if m.f.queue {
 		m.mu.Lock()
 		l, ok := m.locks[id]
@@ -274,6 +308,13 @@ func (m *handMade) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 
 	m.mu.Lock()
+	if rec := m.recs[id]; rec != nil && m.f.markOnly {
+		m.mu.Unlock()
+		w.Header().Set("Idempotent-Replayed", "true")
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		m.next.ServeHTTP(w, r)
+		return
+	}
 	if rec := m.recs[id]; rec != nil && !m.f.forget {
 		seen := *rec // a copy taken under the lock: records change when requests finish
 		seen.body = bytes.Clone(rec.body)
@@ -289,6 +330,12 @@ func (m *handMade) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			}
 			w.Header().Set("Idempotent-Replayed", "true")
 			w.WriteHeader(seen.status)
+			if m.f.reencode {
+				var v any
+				if json.Unmarshal(seen.body, &v) == nil {
+					seen.body, _ = json.MarshalIndent(v, "", "  ")
+				}
+			}
 			w.Write(seen.body)
 		}
 		return
@@ -333,8 +380,21 @@ func (m *handMade) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // handMadeServer is the application behind the hand-written middleware with
 // the faults f planted.
 func handMadeServer(t testing.TB, f faults) *httptest.Server {
-	g := newGate(f.queue || f.forget)
-	srv := httptest.NewServer(g.wrap(newHandMade(f, &app{gate: g})))
+	return paddedServer(t, f, 0)
+}
+
+// paddedServer is handMadeServer whose answers carry pad bytes of padding
+// before their id.
+func paddedServer(t testing.TB, f faults, pad int) *httptest.Server {
+	g := newGate(f.queue || f.forget || f.markOnly)
+	srv := httptest.NewServer(g.wrap(newHandMade(f, &app{gate: g, pad: pad})))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// httptestServer serves h for the test's duration.
+func httptestServer(t testing.TB, h http.Handler) *httptest.Server {
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv
 }
