@@ -12,15 +12,16 @@ import (
 // Engine runs nothing and needs no Close. Registering a lock is a list
 // insertion.
 //
-// A pass never waits for the store. It hands the due renewals to the store
-// in one RenewBatch call when the store has that capability (one call in
-// flight at a time), and otherwise queues them for at most maxRenewCalls
-// workers, each of which makes one Renew call after another until the
-// queue is empty; each call runs under a deadline of its own. So a pass
-// costs about one store round trip with batches, and n/maxRenewCalls of
-// them without, whatever the tick: the renewals keep pace with the store's
-// speed. A store that hangs delays no lock's check, and holds up one
-// worker, not the others. A pass also cancels the handler of
+// A pass never waits for the store. It queues the due renewals for at most
+// maxRenewCalls workers, each of which makes one renewal call after another
+// until the queue is empty: a RenewBatch call per maxBatchRenewal leases
+// when the store has that capability, and a Renew call per lease
+// otherwise. Each call runs under a deadline of its own. So the renewals
+// keep pace with the store's speed, not with the tick: a pass costs about
+// one store round trip with batches, as long as n/maxBatchRenewal calls
+// fit the workers (and the store's connections), and n/maxRenewCalls
+// round trips without. A store that hangs delays no lock's check, and
+// holds up one worker, not the others. A pass also cancels the handler of
 // every lock whose lease is about to run out unrenewed (renewals failed or
 // are stuck): from the lease's end another request may take the key over,
 // and the handler must have been told to stop at least one tick before
@@ -32,18 +33,22 @@ type renewer struct {
 	batch BatchRenewer  // the store's capability, or nil
 	spawn Spawner       // the clock's capability, or nil: start renewals with go
 
-	mu        sync.Mutex
-	head      *Lock     // intrusive list of the locks held
-	timer     Timer     // the next pass; nil when idle
-	queue     []renewal // due renewals waiting for a worker (without batch)
-	workers   int       // workers making Renew calls (without batch)
-	batchBusy bool      // a RenewBatch call is under way
-	due       []*Lock
+	mu      sync.Mutex
+	head    *Lock     // intrusive list of the locks held
+	timer   Timer     // the next pass; nil when idle
+	queue   []renewal // due renewals waiting for a worker
+	workers int       // workers making renewal calls
+	due     []*Lock
 }
 
-// maxRenewCalls bounds the concurrent Renew calls of one Engine whose
-// store cannot renew in batches: the number of its renewal workers.
+// maxRenewCalls bounds the concurrent renewal calls of one Engine: the
+// number of its renewal workers.
 const maxRenewCalls = 32
+
+// maxBatchRenewal bounds the leases one RenewBatch call renews, so that a
+// call stays well within its deadline however many handlers run, and the
+// calls for many of them share the workers (and the store's connections).
+const maxBatchRenewal = 256
 
 func newRenewer(e *Engine) *renewer {
 	every := e.cfg.RenewEvery
@@ -126,26 +131,22 @@ func (r *renewer) pass() {
 		}
 	}
 	leaseUntil := now.Add(r.e.cfg.Lease)
-	switch {
-	case len(due) == 0:
-	case r.batch != nil:
-		if !r.batchBusy {
-			r.batchBusy = true
-			for _, l := range due {
-				l.renewing = true
-			}
-			locks := append([]*Lock(nil), due...)
-			r.start(func() { r.renewBatch(locks, now, leaseUntil) })
+	for _, l := range due {
+		l.renewing = true
+	}
+	if r.batch != nil {
+		for start := 0; start < len(due); start += maxBatchRenewal {
+			batch := append([]*Lock(nil), due[start:min(start+maxBatchRenewal, len(due))]...)
+			r.queue = append(r.queue, renewal{batch: batch, start: now, leaseUntil: leaseUntil})
 		}
-	default:
+	} else {
 		for _, l := range due {
-			l.renewing = true
-			r.queue = append(r.queue, renewal{l, now, leaseUntil})
+			r.queue = append(r.queue, renewal{l: l, start: now, leaseUntil: leaseUntil})
 		}
-		for r.workers < maxRenewCalls && r.workers < len(r.queue) {
-			r.workers++
-			r.start(r.work)
-		}
+	}
+	for r.workers < maxRenewCalls && r.workers < len(r.queue) {
+		r.workers++
+		r.start(r.work)
 	}
 	r.timer = r.e.clock.AfterFunc(r.tick, r.pass)
 	clear(due)
@@ -176,28 +177,46 @@ func (leaseRanOutError) Error() string {
 	return "the lease is about to run out: renewals failed or did not answer in time"
 }
 
-// renewal is a queued Renew call: the lock, when the pass that found it
-// due ran, and the lease it asks for.
+// renewal is a queued renewal call: one lock for Renew, or a batch of them
+// for RenewBatch; when the pass that found them due ran, and the lease it
+// asks for.
 type renewal struct {
 	l                 *Lock
+	batch             []*Lock
 	start, leaseUntil time.Time
 }
 
-// work makes the queued Renew calls one after another until the queue is
-// empty, then ends. Locks that ended while queued are skipped.
+// work makes the queued renewal calls one after another until the queue is
+// empty, then ends. Locks that ended while queued are left out.
 func (r *renewer) work() {
 	r.mu.Lock()
 	for len(r.queue) > 0 {
 		q := r.queue[0]
 		r.queue[0] = renewal{}
 		r.queue = r.queue[1:]
-		if !q.l.held {
-			q.l.renewing = false
+		if q.batch == nil {
+			if !q.l.held {
+				q.l.renewing = false
+				continue
+			}
+			r.mu.Unlock()
+			r.renewOne(q.l, q.start, q.leaseUntil)
+			r.mu.Lock()
 			continue
 		}
-		r.mu.Unlock()
-		r.renewOne(q.l, q.start, q.leaseUntil)
-		r.mu.Lock()
+		locks := q.batch[:0]
+		for _, l := range q.batch {
+			if l.held {
+				locks = append(locks, l)
+			} else {
+				l.renewing = false
+			}
+		}
+		if len(locks) > 0 {
+			r.mu.Unlock()
+			r.renewBatch(locks, q.start, q.leaseUntil)
+			r.mu.Lock()
+		}
 	}
 	r.queue = r.queue[:0:0] // let the backing array go once drained
 	r.workers--
@@ -229,7 +248,6 @@ func (r *renewer) renewBatch(locks []*Lock, start, leaseUntil time.Time) {
 	cancel()
 	errs := make([]error, len(locks))
 	r.mu.Lock()
-	r.batchBusy = false
 	for i, l := range locks {
 		switch {
 		case err != nil:
