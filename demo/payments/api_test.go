@@ -400,8 +400,11 @@ var apiCases = []struct {
 	}},
 	{"Charge/ListPages", func(t *testing.T, d *demo) {
 		acct := newAccount()
-		for range 5 { // within a second or two: ties in creation time are the rule
-			d.do(t, http.MethodPost, "/v1/charges", acct, newKey(), chargeBody)
+		// Within a second or two: their times tie, and their ids are
+		// random, yet they list newest first.
+		var made []string
+		for range 5 {
+			made = append([]string{d.do(t, http.MethodPost, "/v1/charges", acct, newKey(), chargeBody).json(t)["id"].(string)}, made...)
 		}
 		page := func(query string) ([]string, bool) {
 			t.Helper()
@@ -420,8 +423,8 @@ var apiCases = []struct {
 			return ids, l.HasMore
 		}
 		all, more := page("")
-		if len(all) != 5 || more {
-			t.Fatalf("one page of all: %d charges, has_more=%v", len(all), more)
+		if strings.Join(all, ",") != strings.Join(made, ",") || more {
+			t.Fatalf("one page of all: %v, has_more=%v; want newest first: %v", all, more, made)
 		}
 		var paged []string
 		for query := "?limit=2"; ; {

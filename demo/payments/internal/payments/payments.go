@@ -18,14 +18,19 @@ import (
 // Charge is a payment taken from a customer.
 type Charge struct {
 	ID          string    `gorm:"primaryKey;size:40"` // idSize
-	Account     string    `gorm:"size:200;not null;index:idx_charges_account_created,priority:1"`
+	Account     string    `gorm:"size:200;not null"`
 	Amount      int64     `gorm:"not null"`
 	Refunded    int64     `gorm:"not null;default:0"`
 	Currency    string    `gorm:"size:3;not null"`
 	Customer    string    `gorm:"size:200;not null"`
 	Description string    `gorm:"size:1000;not null;default:''"`
 	Status      string    `gorm:"size:20;not null"`
-	Created     time.Time `gorm:"not null;index:idx_charges_account_created,priority:2"`
+	Created     time.Time `gorm:"not null"`
+	// Seq orders the charges: the database numbers each one as it takes
+	// it, higher than every charge before (see migrateSeq), so a list of
+	// charges is newest first whatever their times, to the nanosecond or
+	// not. Read only: the database writes it.
+	Seq int64 `gorm:"->;-:migration"`
 	// RequestKey is the scoped idempotency key of the request that wrote
 	// the charge, hashed (see CreateChargeOnce); nil for charges written
 	// with their idempotency record in the same transaction, which need
@@ -75,13 +80,17 @@ const DeclinedCustomer = "cus_declined"
 // server default of latin1 refuses most non-Latin text, and a
 // case-insensitive collation would let account "ACCT_1" read the charges
 // of "acct_1". Tables created earlier keep their options, and get the
-// columns and indexes added since (request_key, with its unique index).
+// columns and indexes added since (request_key and key_expires, with
+// request_key's unique index, and the charges' seq, see migrateSeq).
 func Migrate(ctx context.Context, db *gorm.DB) error {
 	db = db.WithContext(ctx)
 	if db.Dialector.Name() == "mysql" {
 		db = db.Set("gorm:table_options", "DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin")
 	}
-	return db.AutoMigrate(&Charge{}, &Refund{})
+	if err := db.AutoMigrate(&Charge{}, &Refund{}); err != nil {
+		return err
+	}
+	return migrateSeq(db)
 }
 
 // CreateCharge authorizes the payment with the provider, then records the
@@ -226,8 +235,8 @@ func GetCharge(ctx context.Context, db *gorm.DB, account, id string) (Charge, er
 	return c, err
 }
 
-// ListCharges returns up to limit of account's charges, newest first
-// (ties in creation time broken by id), and whether more follow. With
+// ListCharges returns up to limit of account's charges, newest first (in
+// the order the database took them, Charge.Seq), and whether more follow. With
 // startingAfter, the id of one of account's charges, it returns the
 // charges that come after that one in this order: a client pages through
 // every charge by passing the last id of each page.
@@ -245,9 +254,9 @@ func ListCharges(ctx context.Context, db *gorm.DB, account string, limit int, st
 		if err != nil {
 			return charges, false, err
 		}
-		q = q.Where("(created < ? OR (created = ? AND id < ?))", cursor.Created, cursor.Created, cursor.ID)
+		q = q.Where("seq < ?", cursor.Seq)
 	}
-	err := q.Order("created DESC, id DESC").Limit(limit + 1).Find(&charges).Error
+	err := q.Order("seq DESC").Limit(limit + 1).Find(&charges).Error
 	if more := len(charges) > limit; more {
 		return charges[:limit], true, err
 	}
