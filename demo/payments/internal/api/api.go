@@ -33,8 +33,13 @@ const DocsPath = "/docs/idempotency"
 type API struct {
 	DB       *gorm.DB
 	Provider payments.Authorizer
-	Now      func() time.Time
-	Logger   *slog.Logger
+	// Now is the idempotency Engine's clock (idem.Config.Now).
+	Now func() time.Time
+	// TTL is the Engine's: how long a completed request's record is kept.
+	// With KeyedRows, a row whose key's record has expired by then no
+	// longer answers for the key (payments.RowKey).
+	TTL    time.Duration
+	Logger *slog.Logger
 	// ProblemBase prefixes problem type names, e.g. "http://127.0.0.1:8080/docs/idempotency/".
 	ProblemBase string
 	// KeyedRows is set when the idempotency records are kept apart from
@@ -156,7 +161,7 @@ func (a *API) createCharge(w http.ResponseWriter, r *http.Request) {
 	var err error
 	if a.KeyedRows {
 		var existing bool
-		c, existing, err = payments.CreateChargeOnce(r.Context(), a.DB, a.Provider, account(r), ProviderKey(held.ID), req, a.Now())
+		c, existing, err = payments.CreateChargeOnce(r.Context(), a.DB, a.Provider, account(r), a.rowKey(held), req)
 		a.countExisting(r, existing)
 	} else {
 		c, err = payments.CreateCharge(r.Context(), a.tx(r.Context()), a.Provider, account(r), ProviderKey(held.ID), req, a.Now())
@@ -184,7 +189,7 @@ func (a *API) createRefund(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var existing bool
-		ref, existing, err = payments.CreateRefundOnce(r.Context(), a.DB, account(r), ProviderKey(held.ID), req, a.Now())
+		ref, existing, err = payments.CreateRefundOnce(r.Context(), a.DB, account(r), a.rowKey(held), req)
 		a.countExisting(r, existing)
 	} else {
 		ref, err = payments.CreateRefund(r.Context(), a.tx(r.Context()), account(r), req, a.Now())
@@ -197,6 +202,12 @@ func (a *API) createRefund(w http.ResponseWriter, r *http.Request) {
 		"id": ref.ID, "object": "refund", "charge": ref.Charge, "amount": ref.Amount,
 		"status": ref.Status, "created": ref.Created.UTC().Format(time.RFC3339),
 	})
+}
+
+// rowKey is the key the rows of the request holding held are written
+// under (KeyedRows), at the time of the Engine's clock.
+func (a *API) rowKey(held idem.Held) payments.RowKey {
+	return payments.RowKey{Key: ProviderKey(held.ID), Now: a.Now(), TTL: a.TTL}
 }
 
 // countExisting counts and logs a request answered with the row written

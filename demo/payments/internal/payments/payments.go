@@ -34,9 +34,13 @@ type Charge struct {
 	// RequestKey is the scoped idempotency key of the request that wrote
 	// the charge, hashed (see CreateChargeOnce); nil for charges written
 	// with their idempotency record in the same transaction, which need
-	// none. Its unique index is what keeps a lost record from charging
-	// twice.
+	// none, and for a charge whose key expired and went to a newer charge.
+	// Its unique index is what keeps a lost record from charging twice.
 	RequestKey *string `gorm:"size:80;uniqueIndex"`
+	// KeyExpires is when the idempotency record of RequestKey expires at
+	// the earliest (RowKey.Expires); nil with RequestKey nil, and on rows
+	// written before the column, whose Created stands in for it.
+	KeyExpires *time.Time
 }
 
 // Refund returns part or all of a charge.
@@ -47,8 +51,9 @@ type Refund struct {
 	Amount  int64     `gorm:"not null"`
 	Status  string    `gorm:"size:20;not null"`
 	Created time.Time `gorm:"not null"`
-	// RequestKey is as Charge's (see CreateRefundOnce).
+	// RequestKey and KeyExpires are as Charge's (see CreateRefundOnce).
 	RequestKey *string `gorm:"size:80;uniqueIndex"`
+	KeyExpires *time.Time
 }
 
 // Balance sums an account's money movements.
@@ -174,9 +179,9 @@ func CreateRefund(ctx context.Context, tx func() (*gorm.DB, error), account stri
 	return createRefund(ctx, tx, account, r, now, nil)
 }
 
-// createRefund is CreateRefund, writing requestKey (nil: none) on the
-// refund's row.
-func createRefund(ctx context.Context, tx func() (*gorm.DB, error), account string, r RefundRequest, now time.Time, requestKey *string) (Refund, error) {
+// createRefund is CreateRefund, writing the refund's row under key if it
+// is not nil.
+func createRefund(ctx context.Context, tx func() (*gorm.DB, error), account string, r RefundRequest, now time.Time, key *RowKey) (Refund, error) {
 	if err := ValidAccount(account); err != nil {
 		return Refund{}, err
 	}
@@ -211,7 +216,10 @@ func createRefund(ctx context.Context, tx func() (*gorm.DB, error), account stri
 		return Refund{}, ErrOverRefund
 	}
 	ref := Refund{ID: newID("re_"), Account: account, Charge: r.Charge, Amount: r.Amount, Status: "succeeded",
-		Created: now.UTC().Truncate(time.Second), RequestKey: requestKey}
+		Created: now.UTC().Truncate(time.Second)}
+	if key != nil {
+		ref.RequestKey, ref.KeyExpires = key.columns()
+	}
 	if err := db.Create(&ref).Error; err != nil {
 		return Refund{}, err
 	}
