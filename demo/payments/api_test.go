@@ -300,6 +300,64 @@ var apiCases = []struct {
 			t.Fatalf("balance %v", b)
 		}
 	}},
+	{"Invalid/NamesWhatIsWrongNeverGoTypes", func(t *testing.T, d *demo) {
+		// Each refusal is an invalid-request problem whose "errors" name
+		// the members, query parameters or header at fault (JSON
+		// Pointers as in RFC 9457's example), in JSON's terms: nothing
+		// of the Go types the body is decoded into.
+		acct := newAccount()
+		goNames := regexp.MustCompile(`Go |payments\.|ChargeRequest|RefundRequest|int64|json:|struct`)
+		check := func(t *testing.T, r reply, want ...string) {
+			t.Helper()
+			r.problem(t, 400, "invalid-request")
+			if goNames.Match(r.body) {
+				t.Fatalf("the problem speaks of Go types: %s", r.body)
+			}
+			var p struct {
+				Errors []map[string]string `json:"errors"`
+			}
+			if err := json.Unmarshal(r.body, &p); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, e := range p.Errors {
+				if e["detail"] == "" || len(e) != 2 {
+					t.Fatalf("errors entry %v: want one of pointer, parameter or header, and a detail: %s", e, r.body)
+				}
+				got = append(got, e["pointer"]+e["parameter"]+e["header"])
+			}
+			if strings.Join(got, " ") != strings.Join(want, " ") {
+				t.Fatalf("errors name %q, want %q: %s", got, want, r.body)
+			}
+		}
+		for _, c := range []struct {
+			path, body string
+			want       []string
+		}{
+			{"/v1/charges", `[]`, []string{"#"}},
+			{"/v1/charges", `"a charge"`, []string{"#"}},
+			{"/v1/charges", ``, []string{"#"}},
+			{"/v1/charges", `not json`, []string{"#"}},
+			{"/v1/charges", `{"amount":12,"currency":"usd"`, []string{"#"}},
+			{"/v1/charges", `{"amount":12,"currency":"usd","customer":"c"} {}`, []string{"#"}},
+			{"/v1/charges", `{"amount":12,"currency":"usd","customer":"c"}}`, []string{"#"}},
+			{"/v1/charges", `{"description":"` + strings.Repeat("x", 70_000) + `"}`, []string{"#"}},
+			{"/v1/charges", `{"amount":"12","currency":"usd","customer":"c"}`, []string{"#/amount"}},
+			{"/v1/charges", `{"amount":12.5,"currency":"usd","customer":"c"}`, []string{"#/amount"}},
+			{"/v1/charges", `{"amount":12,"currency":["usd"],"customer":"c"}`, []string{"#/currency"}},
+			{"/v1/charges", `{"amount":12,"currency":"usd","customer":{"id":"c"}}`, []string{"#/customer"}},
+			{"/v1/charges", `{"amount":12,"currency":"usd","customer":"c","colour":"red"}`, []string{"#/colour"}},
+			{"/v1/charges", `{"amount":12,"currency":"usd","customer":"c","a/b~":1}`, []string{"#/a~1b~0"}},
+			{"/v1/charges", `{"amount":0,"currency":"USD","customer":" "}`, []string{"#/amount", "#/currency", "#/customer"}},
+			{"/v1/refunds", `{"charge":5,"amount":1}`, []string{"#/charge"}},
+			{"/v1/refunds", `{"amount":-1}`, []string{"#/charge", "#/amount"}},
+		} {
+			check(t, d.do(t, http.MethodPost, c.path, acct, newKey(), c.body), c.want...)
+		}
+		check(t, d.do(t, http.MethodGet, "/v1/charges?limit=many", acct, "", ""), "limit")
+		check(t, d.do(t, http.MethodGet, "/v1/charges?starting_after=ch_nope", acct, "", ""), "starting_after")
+		check(t, d.do(t, http.MethodGet, "/v1/balance", newAccount()+"\xff\xfe", "", ""), "Authorization")
+	}},
 	{"Charge/UnstorableInputRefusedBeforeTheProvider", func(t *testing.T, d *demo) {
 		// Each passes a naive check but cannot be written on some database
 		// (PostgreSQL refuses NUL and invalid UTF-8, the columns hold 200

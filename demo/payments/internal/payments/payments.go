@@ -185,8 +185,15 @@ func createRefund(ctx context.Context, tx func() (*gorm.DB, error), account stri
 	if err := ValidAccount(account); err != nil {
 		return Refund{}, err
 	}
-	if r.Charge == "" || r.Amount <= 0 {
-		return Refund{}, fmt.Errorf("%w: charge must be a charge id and amount a positive integer", ErrInvalid)
+	var problems []FieldError
+	if r.Charge == "" {
+		problems = append(problems, FieldError{Pointer: "#/charge", Detail: "must be the id of one of the account's charges"})
+	}
+	if r.Amount <= 0 {
+		problems = append(problems, FieldError{Pointer: "#/amount", Detail: "must be a positive integer number of cents"})
+	}
+	if problems != nil {
+		return Refund{}, Invalid(problems...)
 	}
 	if !storable(r.Charge, idSize) {
 		return Refund{}, ErrNotFound // no charge has such an id, and the database may not take it
@@ -257,7 +264,7 @@ func ListCharges(ctx context.Context, db *gorm.DB, account string, limit int, st
 	if startingAfter != "" {
 		cursor, err := GetCharge(ctx, db, account, startingAfter)
 		if errors.Is(err, ErrNotFound) {
-			return charges, false, fmt.Errorf("%w: starting_after must be the id of one of the account's charges", ErrInvalid)
+			return charges, false, Invalid(FieldError{Parameter: "starting_after", Detail: "must be the id of one of the account's charges"})
 		}
 		if err != nil {
 			return charges, false, err
