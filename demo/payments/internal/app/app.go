@@ -49,6 +49,12 @@ type Config struct {
 	// URL, with each charge and refund row carrying its request's key under
 	// a unique index instead (api.API.KeyedRows).
 	Records string
+	// FaultInjection lets a request ask for the checkout page's flaky
+	// network (the header Demo-Network: flaky, package flaky): its attempts
+	// held 4 s and their answers broken off. Off, the header is ignored,
+	// and the page says the switch is off; it is a demonstration, not
+	// something any client of a running demo should be able to set off.
+	FaultInjection bool
 	// Now is the clock of the idempotency Engine and of the API, which
 	// tells by it whether a row's key has expired (nil: time.Now). Tests
 	// move it instead of waiting for a TTL; it has no flag.
@@ -195,6 +201,10 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 		OnEvent:        m.onEvent,
 	})
 	provider := &payments.Provider{Latency: cfg.ProviderLatency, FailureRate: cfg.ProviderFailureRate}
+	var network *flaky.Network // nil: no fault injected
+	if cfg.FaultInjection {
+		network = flaky.New(log)
+	}
 	a := &api.API{
 		DB:          db,
 		Provider:    provider,
@@ -212,8 +222,8 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 		Docs:          docs.Handler(docs.Policy{TTL: cfg.TTL, Lease: cfg.Lease, Path: api.DocsPath, NotFound: http.HandlerFunc(a.NotFound)}),
 		Debug:         a.ProviderDebug(provider),
 		SeparateAdmin: cfg.AdminAddr != "",
-		Checkout:      checkout.Handler(http.HandlerFunc(a.NotFound)),
-		Network:       flaky.New(log),
+		Checkout:      checkout.Handler(http.HandlerFunc(a.NotFound), cfg.FaultInjection),
+		Network:       network,
 		Logger:        log,
 	}
 	srv, err := server.New(scfg)
