@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -609,18 +610,18 @@ var apiCases = []struct {
 	{"Routes/WrongMethodIs405WithAllow", func(t *testing.T, d *demo) {
 		acct := newAccount()
 		for path, allow := range map[string]string{
-			"/v1/charges":                  "GET, POST",
-			"/v1/charges/ch_X":             "GET",
+			"/v1/charges":                  "GET, HEAD, POST",
+			"/v1/charges/ch_X":             "GET, HEAD",
 			"/v1/refunds":                  "POST",
-			"/v1/balance":                  "GET",
-			"/healthz":                     "GET",
-			"/metrics":                     "GET",
-			"/debug/provider":              "GET",
-			"/docs/idempotency":            "GET",
-			"/docs/idempotency/key-reused": "GET",
-			"/":                            "GET",
-			"/checkout.js":                 "GET",
-			"/checkout.css":                "GET",
+			"/v1/balance":                  "GET, HEAD",
+			"/healthz":                     "GET, HEAD",
+			"/metrics":                     "GET, HEAD",
+			"/debug/provider":              "GET, HEAD",
+			"/docs/idempotency":            "GET, HEAD",
+			"/docs/idempotency/key-reused": "GET, HEAD",
+			"/":                            "GET, HEAD",
+			"/checkout.js":                 "GET, HEAD",
+			"/checkout.css":                "GET, HEAD",
 		} {
 			for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodHead, http.MethodOptions} {
 				if strings.Contains(", "+allow+", ", ", "+method+", ") {
@@ -645,6 +646,32 @@ var apiCases = []struct {
 		d.do(t, http.MethodPost, "/v1/balance", acct, key, chargeBody).problem(t, 405, "method-not-allowed")
 		if r := d.do(t, http.MethodPost, "/v1/charges", acct, key, chargeBody); r.status != 201 || r.replayed() {
 			t.Fatalf("a charge with the key of a refused request: %d %s", r.status, r.body)
+		}
+	}},
+	{"Routes/HeadIsGetWithoutABody", func(t *testing.T, d *demo) {
+		// Every path that answers GET answers HEAD the same way, without
+		// the body: the checkout page's files, the policy page, and the
+		// API's own GET endpoints.
+		acct := newAccount()
+		id := d.do(t, http.MethodPost, "/v1/charges", acct, newKey(), chargeBody).json(t)["id"].(string)
+		noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		for _, path := range []string{"/", "/checkout.js", "/checkout.css", "/healthz", "/docs/idempotency", "/docs/idempotency/key-reused",
+			"/docs/idempotency/nope", "/metrics", "/debug/provider", "/v1/balance", "/v1/charges", "/v1/charges/" + id} {
+			for _, account := range []string{acct, ""} {
+				send := func(method string) reply {
+					t.Helper()
+					return (&demo{url: d.url, app: d.app, client: noFollow}).do(t, method, path, account, "", "")
+				}
+				get, head := send(http.MethodGet), send(http.MethodHead)
+				if head.status != get.status || head.header.Get("Content-Type") != get.header.Get("Content-Type") ||
+					head.header.Get("Location") != get.header.Get("Location") || len(head.body) != 0 {
+					t.Fatalf("HEAD %s (account %q): %d %q, %d bytes; GET: %d %q", path, account,
+						head.status, head.header.Get("Content-Type"), len(head.body), get.status, get.header.Get("Content-Type"))
+				}
+				if n := head.header.Get("Content-Length"); path != "/metrics" && n != "" && n != strconv.Itoa(len(get.body)) {
+					t.Fatalf("HEAD %s: Content-Length %s, GET's body has %d bytes", path, n, len(get.body))
+				}
+			}
 		}
 	}},
 	{"Routes/UnknownPathIs404", func(t *testing.T, d *demo) {
