@@ -1,6 +1,7 @@
 package app
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
@@ -33,6 +34,59 @@ func redisAddr(t *testing.T) string {
 	return addr
 }
 
+// serve opens the demo with cfg and serves it until the test ends. It
+// returns the App and the server's base URL.
+func serve(t *testing.T, cfg Config) (*App, string) {
+	t.Helper()
+	a, err := Open(t.Context(), cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		a.Close()
+		t.Fatal(err)
+	}
+	go a.Server.Serve(ln)
+	t.Cleanup(func() {
+		a.Server.Shutdown(context.Background())
+		a.Close()
+	})
+	return a, "http://" + ln.Addr().String()
+}
+
+// answer is what a charge request got.
+type answer struct {
+	status   int
+	id       string
+	amount   int64
+	replayed bool
+}
+
+// postCharge sends a charge of amount cents for account with the
+// Idempotency-Key key.
+func postCharge(t *testing.T, base, account, key string, amount int) answer {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/charges",
+		strings.NewReader(fmt.Sprintf(`{"amount":%d,"currency":"usd","customer":"cus_1"}`, amount)))
+	req.Header.Set("Authorization", "Bearer "+account)
+	req.Header.Set("Idempotency-Key", `"`+key+`"`)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var c struct {
+		ID     string `json:"id"`
+		Amount int64  `json:"amount"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&c); err != nil {
+		t.Fatal(err)
+	}
+	return answer{resp.StatusCode, c.ID, c.Amount, resp.Header.Get("Idempotent-Replayed") == "true"}
+}
+
 // TestRecordsInRedis: with Records naming a Redis, a charge's idempotency
 // record is written there, under the demo's prefix, and none in the
 // database, whose charge row carries the request's scoped key instead; a
@@ -44,40 +98,17 @@ func TestRecordsInRedis(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.DB, cfg.Records, cfg.ProviderLatency = filepath.Join(t.TempDir(), "p.db"), "redis://"+addr+"/0", 0
-	a, err := Open(t.Context(), cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a, base := serve(t, cfg)
 	if a.Store != nil || !a.API.KeyedRows {
 		t.Fatalf("records in Redis: GORM store %v, keyed rows %v", a.Store, a.API.KeyedRows)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go a.Server.Serve(ln)
-	defer a.Server.Shutdown(t.Context())
 
 	acct := "acct_" + rand.Text()[:10]
-	post := func() *http.Response {
-		req, _ := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/v1/charges",
-			strings.NewReader(`{"amount":1999,"currency":"usd","customer":"cus_1"}`))
-		req.Header.Set("Authorization", "Bearer "+acct)
-		req.Header.Set("Idempotency-Key", `"redis-1"`)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp
+	if r := postCharge(t, base, acct, "redis-1", 1999); r.status != http.StatusCreated {
+		t.Fatalf("charge: %+v", r)
 	}
-	if resp := post(); resp.StatusCode != http.StatusCreated {
-		t.Fatalf("charge: %s", resp.Status)
-	}
-	if resp := post(); resp.StatusCode != http.StatusCreated || resp.Header.Get("Idempotent-Replayed") != "true" {
-		t.Fatalf("retry: %s, replayed %q", resp.Status, resp.Header.Get("Idempotent-Replayed"))
+	if r := postCharge(t, base, acct, "redis-1", 1999); r.status != http.StatusCreated || !r.replayed {
+		t.Fatalf("retry: %+v, want a replay", r)
 	}
 
 	var c payments.Charge
@@ -116,46 +147,10 @@ func TestExpiredKeyIsNewWithRecordsInRedis(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.DB, cfg.Records, cfg.ProviderLatency = filepath.Join(t.TempDir(), "p.db"), "redis://"+addr+"/0", 0
 	cfg.TTL, cfg.Now = time.Minute, clock.Now
-	a, err := Open(t.Context(), cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go a.Server.Serve(ln)
-	defer a.Server.Shutdown(t.Context())
+	a, base := serve(t, cfg)
 
 	acct, key := "acct_"+rand.Text()[:10], "expiring-"+rand.Text()
-	type answer struct {
-		status   int
-		id       string
-		amount   int64
-		replayed bool
-	}
-	post := func(amount int) answer {
-		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, "http://"+ln.Addr().String()+"/v1/charges",
-			strings.NewReader(fmt.Sprintf(`{"amount":%d,"currency":"usd","customer":"cus_1"}`, amount)))
-		req.Header.Set("Authorization", "Bearer "+acct)
-		req.Header.Set("Idempotency-Key", `"`+key+`"`)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var c struct {
-			ID     string `json:"id"`
-			Amount int64  `json:"amount"`
-		}
-		if err := json.NewDecoder(resp.Body).Decode(&c); err != nil {
-			t.Fatal(err)
-		}
-		return answer{resp.StatusCode, c.ID, c.Amount, resp.Header.Get("Idempotent-Replayed") == "true"}
-	}
+	post := func(amount int) answer { t.Helper(); return postCharge(t, base, acct, key, amount) }
 	want := func(what string, got answer, status int, id string, replayed bool) {
 		t.Helper()
 		if got.status != status || (id != "" && got.id != id) || got.replayed != replayed {

@@ -50,6 +50,50 @@ func countRows(t *testing.T, db *gorm.DB, model any, account string) int64 {
 	return n
 }
 
+// chargeAtOnce runs n attempts of one charge at once, all past the lookup
+// of their key before any writes (a barrier in front of provider), and
+// checks that they are answered with one charge of r, which one of them
+// wrote. It returns the charge's id.
+func chargeAtOnce(t *testing.T, db *gorm.DB, provider *Provider, n int, account string, k RowKey, r ChargeRequest) string {
+	t.Helper()
+	b := &barrier{n: n, provider: provider, open: make(chan struct{})}
+	type result struct {
+		c        Charge
+		existing bool
+		err      error
+	}
+	results := make(chan result, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			c, existing, err := CreateChargeOnce(t.Context(), db, b, account, k, r)
+			results <- result{c, existing, err}
+		})
+	}
+	wg.Wait()
+	close(results)
+	var id string
+	fresh := 0
+	for res := range results {
+		if res.err != nil {
+			t.Fatalf("attempt: %v", res.err)
+		}
+		if id == "" {
+			id = res.c.ID
+		}
+		if res.c.ID != id || res.c.Amount != r.Amount {
+			t.Fatalf("attempts answered with charges %s and %s (%d): want one charge of %d", id, res.c.ID, res.c.Amount, r.Amount)
+		}
+		if !res.existing {
+			fresh++
+		}
+	}
+	if fresh != 1 {
+		t.Fatalf("%d attempts wrote a charge, want 1", fresh)
+	}
+	return id
+}
+
 // TestChargeOnceUnderOneKey: attempts of one charge whose idempotency
 // record was lost, one after the other or all at once, write one charge
 // and are all answered with it; the provider takes the money once.
@@ -62,41 +106,7 @@ func TestChargeOnceUnderOneKey(t *testing.T) {
 			req := ChargeRequest{Amount: 700, Currency: "usd", Customer: "cus_1", Description: "once"}
 			provider := &Provider{}
 
-			b := &barrier{n: attempts, provider: provider, open: make(chan struct{})}
-			type result struct {
-				c        Charge
-				existing bool
-				err      error
-			}
-			results := make(chan result, attempts)
-			var wg sync.WaitGroup
-			for range attempts {
-				wg.Go(func() {
-					c, existing, err := CreateChargeOnce(ctx, db, b, acct, key("k-together"), req)
-					results <- result{c, existing, err}
-				})
-			}
-			wg.Wait()
-			close(results)
-			var id string
-			fresh := 0
-			for r := range results {
-				if r.err != nil {
-					t.Fatalf("attempt: %v", r.err)
-				}
-				if id == "" {
-					id = r.c.ID
-				}
-				if r.c.ID != id || r.c.Amount != req.Amount {
-					t.Fatalf("attempts answered with charges %s and %s (%d): want one charge", id, r.c.ID, r.c.Amount)
-				}
-				if !r.existing {
-					fresh++
-				}
-			}
-			if fresh != 1 {
-				t.Fatalf("%d attempts wrote a charge, want 1", fresh)
-			}
+			chargeAtOnce(t, db, provider, attempts, acct, key("k-together"), req)
 
 			// One after the other: the second finds the first's charge
 			// before asking the provider.
@@ -221,41 +231,9 @@ func TestExpiredKeyIsNewAgain(t *testing.T) {
 			// its attempts all at once.
 			next := req
 			next.Amount = 2500
-			b := &barrier{n: attempts, provider: provider, open: make(chan struct{})}
-			type result struct {
-				c        Charge
-				existing bool
-				err      error
-			}
-			results := make(chan result, attempts)
-			var wg sync.WaitGroup
-			for range attempts {
-				wg.Go(func() {
-					c, existing, err := CreateChargeOnce(ctx, db, b, acct, at(ttl), next)
-					results <- result{c, existing, err}
-				})
-			}
-			wg.Wait()
-			close(results)
-			var second string
-			fresh := 0
-			for r := range results {
-				if r.err != nil {
-					t.Fatalf("attempt after the key expired: %v", r.err)
-				}
-				if second == "" {
-					second = r.c.ID
-				}
-				if r.c.ID != second || r.c.ID == first.ID || r.c.Amount != next.Amount {
-					t.Fatalf("attempts after expiry answered with %s and %s (%d), the expired key's charge is %s: want one new charge",
-						second, r.c.ID, r.c.Amount, first.ID)
-				}
-				if !r.existing {
-					fresh++
-				}
-			}
-			if fresh != 1 {
-				t.Fatalf("%d attempts wrote a charge, want 1", fresh)
+			second := chargeAtOnce(t, db, provider, attempts, acct, at(ttl), next)
+			if second == first.ID {
+				t.Fatalf("attempts after the key expired were answered with its old charge %s: want a new charge", first.ID)
 			}
 			if again, existing, err := CreateChargeOnce(ctx, db, provider, acct, at(2*ttl-time.Millisecond), next); err != nil || !existing || again.ID != second {
 				t.Fatalf("the new charge's retry: %s existing %v (%v), want %s", again.ID, existing, err, second)
