@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -300,6 +301,64 @@ var apiCases = []struct {
 			t.Fatalf("balance %v", b)
 		}
 	}},
+	{"Invalid/NamesWhatIsWrongNeverGoTypes", func(t *testing.T, d *demo) {
+		// Each refusal is an invalid-request problem whose "errors" name
+		// the members, query parameters or header at fault (JSON
+		// Pointers as in RFC 9457's example), in JSON's terms: nothing
+		// of the Go types the body is decoded into.
+		acct := newAccount()
+		goNames := regexp.MustCompile(`Go |payments\.|ChargeRequest|RefundRequest|int64|json:|struct`)
+		check := func(t *testing.T, r reply, want ...string) {
+			t.Helper()
+			r.problem(t, 400, "invalid-request")
+			if goNames.Match(r.body) {
+				t.Fatalf("the problem speaks of Go types: %s", r.body)
+			}
+			var p struct {
+				Errors []map[string]string `json:"errors"`
+			}
+			if err := json.Unmarshal(r.body, &p); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, e := range p.Errors {
+				if e["detail"] == "" || len(e) != 2 {
+					t.Fatalf("errors entry %v: want one of pointer, parameter or header, and a detail: %s", e, r.body)
+				}
+				got = append(got, e["pointer"]+e["parameter"]+e["header"])
+			}
+			if strings.Join(got, " ") != strings.Join(want, " ") {
+				t.Fatalf("errors name %q, want %q: %s", got, want, r.body)
+			}
+		}
+		for _, c := range []struct {
+			path, body string
+			want       []string
+		}{
+			{"/v1/charges", `[]`, []string{"#"}},
+			{"/v1/charges", `"a charge"`, []string{"#"}},
+			{"/v1/charges", ``, []string{"#"}},
+			{"/v1/charges", `not json`, []string{"#"}},
+			{"/v1/charges", `{"amount":12,"currency":"usd"`, []string{"#"}},
+			{"/v1/charges", `{"amount":12,"currency":"usd","customer":"c"} {}`, []string{"#"}},
+			{"/v1/charges", `{"amount":12,"currency":"usd","customer":"c"}}`, []string{"#"}},
+			{"/v1/charges", `{"description":"` + strings.Repeat("x", 70_000) + `"}`, []string{"#"}},
+			{"/v1/charges", `{"amount":"12","currency":"usd","customer":"c"}`, []string{"#/amount"}},
+			{"/v1/charges", `{"amount":12.5,"currency":"usd","customer":"c"}`, []string{"#/amount"}},
+			{"/v1/charges", `{"amount":12,"currency":["usd"],"customer":"c"}`, []string{"#/currency"}},
+			{"/v1/charges", `{"amount":12,"currency":"usd","customer":{"id":"c"}}`, []string{"#/customer"}},
+			{"/v1/charges", `{"amount":12,"currency":"usd","customer":"c","colour":"red"}`, []string{"#/colour"}},
+			{"/v1/charges", `{"amount":12,"currency":"usd","customer":"c","a/b~":1}`, []string{"#/a~1b~0"}},
+			{"/v1/charges", `{"amount":0,"currency":"USD","customer":" "}`, []string{"#/amount", "#/currency", "#/customer"}},
+			{"/v1/refunds", `{"charge":5,"amount":1}`, []string{"#/charge"}},
+			{"/v1/refunds", `{"amount":-1}`, []string{"#/charge", "#/amount"}},
+		} {
+			check(t, d.do(t, http.MethodPost, c.path, acct, newKey(), c.body), c.want...)
+		}
+		check(t, d.do(t, http.MethodGet, "/v1/charges?limit=many", acct, "", ""), "limit")
+		check(t, d.do(t, http.MethodGet, "/v1/charges?starting_after=ch_nope", acct, "", ""), "starting_after")
+		check(t, d.do(t, http.MethodGet, "/v1/balance", newAccount()+"\xff\xfe", "", ""), "Authorization")
+	}},
 	{"Charge/UnstorableInputRefusedBeforeTheProvider", func(t *testing.T, d *demo) {
 		// Each passes a naive check but cannot be written on some database
 		// (PostgreSQL refuses NUL and invalid UTF-8, the columns hold 200
@@ -400,8 +459,11 @@ var apiCases = []struct {
 	}},
 	{"Charge/ListPages", func(t *testing.T, d *demo) {
 		acct := newAccount()
-		for range 5 { // within a second or two: ties in creation time are the rule
-			d.do(t, http.MethodPost, "/v1/charges", acct, newKey(), chargeBody)
+		// Within a second or two: their times tie, and their ids are
+		// random, yet they list newest first.
+		var made []string
+		for range 5 {
+			made = append([]string{d.do(t, http.MethodPost, "/v1/charges", acct, newKey(), chargeBody).json(t)["id"].(string)}, made...)
 		}
 		page := func(query string) ([]string, bool) {
 			t.Helper()
@@ -420,8 +482,8 @@ var apiCases = []struct {
 			return ids, l.HasMore
 		}
 		all, more := page("")
-		if len(all) != 5 || more {
-			t.Fatalf("one page of all: %d charges, has_more=%v", len(all), more)
+		if strings.Join(all, ",") != strings.Join(made, ",") || more {
+			t.Fatalf("one page of all: %v, has_more=%v; want newest first: %v", all, more, made)
 		}
 		var paged []string
 		for query := "?limit=2"; ; {
@@ -548,18 +610,18 @@ var apiCases = []struct {
 	{"Routes/WrongMethodIs405WithAllow", func(t *testing.T, d *demo) {
 		acct := newAccount()
 		for path, allow := range map[string]string{
-			"/v1/charges":                  "GET, POST",
-			"/v1/charges/ch_X":             "GET",
+			"/v1/charges":                  "GET, HEAD, POST",
+			"/v1/charges/ch_X":             "GET, HEAD",
 			"/v1/refunds":                  "POST",
-			"/v1/balance":                  "GET",
-			"/healthz":                     "GET",
-			"/metrics":                     "GET",
-			"/debug/provider":              "GET",
-			"/docs/idempotency":            "GET",
-			"/docs/idempotency/key-reused": "GET",
-			"/":                            "GET",
-			"/checkout.js":                 "GET",
-			"/checkout.css":                "GET",
+			"/v1/balance":                  "GET, HEAD",
+			"/healthz":                     "GET, HEAD",
+			"/metrics":                     "GET, HEAD",
+			"/debug/provider":              "GET, HEAD",
+			"/docs/idempotency":            "GET, HEAD",
+			"/docs/idempotency/key-reused": "GET, HEAD",
+			"/":                            "GET, HEAD",
+			"/checkout.js":                 "GET, HEAD",
+			"/checkout.css":                "GET, HEAD",
 		} {
 			for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete, http.MethodHead, http.MethodOptions} {
 				if strings.Contains(", "+allow+", ", ", "+method+", ") {
@@ -584,6 +646,32 @@ var apiCases = []struct {
 		d.do(t, http.MethodPost, "/v1/balance", acct, key, chargeBody).problem(t, 405, "method-not-allowed")
 		if r := d.do(t, http.MethodPost, "/v1/charges", acct, key, chargeBody); r.status != 201 || r.replayed() {
 			t.Fatalf("a charge with the key of a refused request: %d %s", r.status, r.body)
+		}
+	}},
+	{"Routes/HeadIsGetWithoutABody", func(t *testing.T, d *demo) {
+		// Every path that answers GET answers HEAD the same way, without
+		// the body: the checkout page's files, the policy page, and the
+		// API's own GET endpoints.
+		acct := newAccount()
+		id := d.do(t, http.MethodPost, "/v1/charges", acct, newKey(), chargeBody).json(t)["id"].(string)
+		noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		for _, path := range []string{"/", "/checkout.js", "/checkout.css", "/healthz", "/docs/idempotency", "/docs/idempotency/key-reused",
+			"/docs/idempotency/nope", "/metrics", "/debug/provider", "/v1/balance", "/v1/charges", "/v1/charges/" + id} {
+			for _, account := range []string{acct, ""} {
+				send := func(method string) reply {
+					t.Helper()
+					return (&demo{url: d.url, app: d.app, client: noFollow}).do(t, method, path, account, "", "")
+				}
+				get, head := send(http.MethodGet), send(http.MethodHead)
+				if head.status != get.status || head.header.Get("Content-Type") != get.header.Get("Content-Type") ||
+					head.header.Get("Location") != get.header.Get("Location") || len(head.body) != 0 {
+					t.Fatalf("HEAD %s (account %q): %d %q, %d bytes; GET: %d %q", path, account,
+						head.status, head.header.Get("Content-Type"), len(head.body), get.status, get.header.Get("Content-Type"))
+				}
+				if n := head.header.Get("Content-Length"); path != "/metrics" && n != "" && n != strconv.Itoa(len(get.body)) {
+					t.Fatalf("HEAD %s: Content-Length %s, GET's body has %d bytes", path, n, len(get.body))
+				}
+			}
 		}
 	}},
 	{"Routes/UnknownPathIs404", func(t *testing.T, d *demo) {

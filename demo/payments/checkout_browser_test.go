@@ -101,10 +101,12 @@ const readTimeline = `(() => ({
 // pressed again afterwards, from the keyboard, gets the recorded answer
 // and charges nothing more; a declined card is not retried. It leaves a
 // screenshot of the page after the flaky checkout in
-// docs/img/checkout.png.
+// docs/img/checkout.png. On a demo without fault injection, the switch is
+// off and disabled, the page says so, and a payment goes out unfaulted.
 func TestCheckoutInBrowser(t *testing.T) {
 	cfg := app.DefaultConfig()
 	cfg.DB, cfg.ProviderLatency = filepath.Join(t.TempDir(), "p.db"), 20*time.Millisecond
+	cfg.FaultInjection = true
 	d := start(t, cfg)
 	ctx := browser(t)
 	acct := newAccount()
@@ -229,6 +231,59 @@ func TestCheckoutInBrowser(t *testing.T) {
 	}
 
 	checkPhoneWidth(t, ctx)
+	checkFaultInjectionOff(t, ctx)
+}
+
+// checkFaultInjectionOff: on a demo started without fault injection, the
+// page's flaky-network switch is disabled and off, even in a browser that
+// kept it on, the page says how the operator turns it on, and Pay sends
+// the payment unfaulted: one attempt, charged.
+func checkFaultInjectionOff(t *testing.T, ctx context.Context) {
+	t.Helper()
+	cfg := app.DefaultConfig()
+	cfg.DB, cfg.ProviderLatency = filepath.Join(t.TempDir(), "off.db"), 0
+	d := start(t, cfg)
+	acct := newAccount()
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(d.url+"/"),
+		chromedp.WaitVisible(`html[data-ready="true"] #pay`),
+		// This browser had the switch on.
+		chromedp.Evaluate[chromedp.Void](`localStorage.setItem("payments-demo.flaky", "on")`),
+		chromedp.Reload(),
+		chromedp.WaitVisible(`html[data-ready="true"] #pay`),
+	); err != nil {
+		t.Fatal(err)
+	}
+	type state struct {
+		Disabled, Checked bool
+		Hint              string
+	}
+	s, err := chromedp.Run(ctx, chromedp.Evaluate[state](`(() => {
+		const f = document.getElementById("flaky");
+		return {Disabled: f.disabled, Checked: f.checked, Hint: document.getElementById("flaky-hint").textContent};
+	})()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !s.Disabled || s.Checked || !strings.Contains(s.Hint, "Off on this server") || !strings.Contains(s.Hint, "-fault-injection") {
+		t.Fatalf("without fault injection the switch is %+v; want it disabled, off, and its hint to say how to turn it on", s)
+	}
+	checkAccessible(t, ctx)
+	if err := chromedp.Do(ctx,
+		chromedp.SetValue(`#account`, acct),
+		chromedp.Evaluate[chromedp.Void](`document.getElementById("account").dispatchEvent(new Event("change"))`),
+		chromedp.Click(`#pay`),
+		chromedp.WaitVisible(`#timeline li.outcome`),
+	); err != nil {
+		t.Fatalf("Pay without fault injection: %v", err)
+	}
+	tl, err := chromedp.Run(ctx, chromedp.Evaluate[timeline](readTimeline))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tl.Attempts) != 1 || tl.Attempts[0].Status != "201" || len(tl.Outcomes) != 1 || tl.Outcomes[0] != "succeeded" {
+		t.Fatalf("a payment without fault injection: %+v; want one attempt, charged", tl)
+	}
 }
 
 // checkAccessible holds the page to what a keyboard or screen-reader user

@@ -39,6 +39,7 @@ Flags:
 	fs.DurationVar(&cfg.Lease, "lease", cfg.Lease, "in-flight lease of a running request")
 	fs.DurationVar(&cfg.ProviderLatency, "provider-latency", cfg.ProviderLatency, "simulated payment-provider latency")
 	fs.Float64Var(&cfg.ProviderFailureRate, "provider-failure-rate", cfg.ProviderFailureRate, "probability 0..1 of a transient provider failure")
+	fs.BoolVar(&cfg.FaultInjection, "fault-injection", cfg.FaultInjection, "let requests ask for injected network faults with the header Demo-Network: flaky (attempts held 4 s, answers broken off), for the checkout page's flaky-network switch; off, the header is ignored")
 	fs.StringVar(&cfg.Records, "records", cfg.Records, "where idempotency records are kept: empty for the -db database, committed with the charges; or a redis:// URL, with each charge carrying its key under a unique constraint")
 
 	if err := setFromEnvironment(fs); err != nil {

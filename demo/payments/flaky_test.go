@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -27,6 +28,7 @@ func TestFlakyNetworkEveryFramework(t *testing.T) {
 			t.Parallel()
 			cfg := app.DefaultConfig()
 			cfg.Framework, cfg.DB, cfg.ProviderLatency = fw, filepath.Join(t.TempDir(), "p.db"), 0
+			cfg.FaultInjection = true
 			d := start(t, cfg)
 			acct, key := newAccount(), newKey()
 			send := func(timeout time.Duration) (int, http.Header, error) {
@@ -76,5 +78,41 @@ func TestFlakyNetworkEveryFramework(t *testing.T) {
 				t.Fatalf("a charge without the fault mode: %d %s", r.status, r.body)
 			}
 		})
+	}
+}
+
+// TestFaultInjectionOffByDefault: unless the operator turns fault
+// injection on, Demo-Network: flaky is ignored: a payment's attempts that
+// send it are neither held nor broken off (the third, which the fault mode
+// breaks off, is replayed whole), and the checkout page shows its switch
+// disabled and says why.
+func TestFaultInjectionOffByDefault(t *testing.T) {
+	for _, fw := range server.Frameworks {
+		t.Run(fw, func(t *testing.T) {
+			t.Parallel()
+			cfg := app.DefaultConfig()
+			cfg.Framework, cfg.DB, cfg.ProviderLatency = fw, filepath.Join(t.TempDir(), "p.db"), 0
+			d := start(t, cfg)
+			acct, key := newAccount(), newKey()
+			h := http.Header{"Authorization": {"Bearer " + acct}, flaky.Header: {flaky.Value}}
+			for attempt := 1; attempt <= 3; attempt++ {
+				r := d.doHeader(t, http.MethodPost, "/v1/charges", h, key, chargeBody)
+				if r.status != 201 || r.replayed() != (attempt > 1) {
+					t.Fatalf("attempt %d with %s: %s: %d replayed=%v %s", attempt, flaky.Header, flaky.Value, r.status, r.replayed(), r.body)
+				}
+			}
+			page := d.do(t, http.MethodGet, "/", "", "", "")
+			if !bytes.Contains(page.body, []byte(`id="flaky" name="flaky" type="checkbox" role="switch" aria-describedby="flaky-hint" disabled>`)) ||
+				!bytes.Contains(page.body, []byte(`data-fault-injection="off"`)) || !bytes.Contains(page.body, []byte("-fault-injection")) {
+				t.Fatalf("the checkout page does not say that its flaky-network switch is off:\n%s", page.body)
+			}
+		})
+	}
+	// On, the page's switch works.
+	cfg := app.DefaultConfig()
+	cfg.DB, cfg.FaultInjection = filepath.Join(t.TempDir(), "p.db"), true
+	page := start(t, cfg).do(t, http.MethodGet, "/", "", "", "")
+	if bytes.Contains(page.body, []byte("disabled")) || bytes.Contains(page.body, []byte(`data-fault-injection="off"`)) {
+		t.Fatalf("with fault injection on, the page disables its switch:\n%s", page.body)
 	}
 }

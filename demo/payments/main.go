@@ -7,6 +7,7 @@
 //	go run ./demo/payments                          # SQLite file payments.db, Gin, 127.0.0.1:8080
 //	go run ./demo/payments -framework fiber -db postgres://user@127.0.0.1:5432/payments
 //	go run ./demo/payments -records redis://127.0.0.1:6379/0   # records in Redis, charges in payments.db
+//	go run ./demo/payments -fault-injection         # the checkout page's flaky-network switch works
 //
 // Every flag can also be set with an environment variable PAYMENTS_<FLAG>
 // (upper case, dashes as underscores), e.g. PAYMENTS_PROVIDER_LATENCY=10ms.

@@ -62,7 +62,7 @@ func TestHelpExitsZero(t *testing.T) {
 			t.Errorf("payments %s: %v, want exit status 0:\n%s", arg, err, out.String())
 			continue
 		}
-		for _, want := range []string{"-addr", "-lease", "PAYMENTS_"} {
+		for _, want := range []string{"-addr", "-lease", "-fault-injection", "PAYMENTS_"} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("payments %s: the usage lacks %q:\n%s", arg, want, out.String())
 			}
@@ -83,8 +83,18 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	}
 	if cfg.ProviderLatency != 7*time.Millisecond || cfg.Framework != "fiber" || cfg.TTL != time.Hour ||
 		cfg.ProviderFailureRate != 0.5 || cfg.Addr != "127.0.0.1:8080" || cfg.DB != "payments.db" || cfg.Lease != 30*time.Second ||
-		cfg.AdminAddr != "127.0.0.1:9090" || cfg.Records != "" {
+		cfg.AdminAddr != "127.0.0.1:9090" || cfg.Records != "" || cfg.FaultInjection {
 		t.Fatalf("config %+v", cfg)
+	}
+	if cfg, err := parseFlags([]string{"-fault-injection"}, io.Discard); err != nil || !cfg.FaultInjection {
+		t.Errorf("-fault-injection: %+v (%v), want fault injection on", cfg, err)
+	}
+	t.Setenv("PAYMENTS_FAULT_INJECTION", "true")
+	if cfg, err := parseFlags(nil, io.Discard); err != nil || !cfg.FaultInjection {
+		t.Errorf("PAYMENTS_FAULT_INJECTION=true: %+v (%v), want fault injection on", cfg, err)
+	}
+	if cfg, err := parseFlags([]string{"-fault-injection=false"}, io.Discard); err != nil || cfg.FaultInjection {
+		t.Errorf("-fault-injection=false over PAYMENTS_FAULT_INJECTION=true: %+v (%v), want it off", cfg, err)
 	}
 	if cfg, err := parseFlags([]string{"-records", "redis://:secret@127.0.0.1:6379/0"}, io.Discard); err != nil ||
 		cfg.Records != "redis://:secret@127.0.0.1:6379/0" || strings.Contains(cfg.RecordsLabel(), "secret") {

@@ -9,7 +9,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -33,8 +32,13 @@ const DocsPath = "/docs/idempotency"
 type API struct {
 	DB       *gorm.DB
 	Provider payments.Authorizer
-	Now      func() time.Time
-	Logger   *slog.Logger
+	// Now is the idempotency Engine's clock (idem.Config.Now).
+	Now func() time.Time
+	// TTL is the Engine's: how long a completed request's record is kept.
+	// With KeyedRows, a row whose key's record has expired by then no
+	// longer answers for the key (payments.RowKey).
+	TTL    time.Duration
+	Logger *slog.Logger
 	// ProblemBase prefixes problem type names, e.g. "http://127.0.0.1:8080/docs/idempotency/".
 	ProblemBase string
 	// KeyedRows is set when the idempotency records are kept apart from
@@ -108,20 +112,6 @@ func (a *API) tx(ctx context.Context) func() (*gorm.DB, error) {
 	return func() (*gorm.DB, error) { return gormstore.Tx(ctx, a.DB) }
 }
 
-const maxBody = 64 << 10
-
-func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(io.LimitReader(r.Body, maxBody))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if dec.More() {
-		return errors.New("trailing data after the JSON object")
-	}
-	return nil
-}
-
 type chargeView struct {
 	ID          string `json:"id"`
 	Object      string `json:"object"`
@@ -142,7 +132,7 @@ func viewCharge(c payments.Charge) chargeView {
 func (a *API) createCharge(w http.ResponseWriter, r *http.Request) {
 	var req payments.ChargeRequest
 	if err := decode(r, &req); err != nil {
-		a.writeProblem(w, 400, ProblemInvalidRequest, "Invalid request", "The body must be a JSON object with amount, currency, customer and an optional description: "+err.Error())
+		a.fail(w, r, err)
 		return
 	}
 	// The provider gets an idempotency key of its own for this charge: the
@@ -156,7 +146,7 @@ func (a *API) createCharge(w http.ResponseWriter, r *http.Request) {
 	var err error
 	if a.KeyedRows {
 		var existing bool
-		c, existing, err = payments.CreateChargeOnce(r.Context(), a.DB, a.Provider, account(r), ProviderKey(held.ID), req, a.Now())
+		c, existing, err = payments.CreateChargeOnce(r.Context(), a.DB, a.Provider, account(r), a.rowKey(held), req)
 		a.countExisting(r, existing)
 	} else {
 		c, err = payments.CreateCharge(r.Context(), a.tx(r.Context()), a.Provider, account(r), ProviderKey(held.ID), req, a.Now())
@@ -172,7 +162,7 @@ func (a *API) createCharge(w http.ResponseWriter, r *http.Request) {
 func (a *API) createRefund(w http.ResponseWriter, r *http.Request) {
 	var req payments.RefundRequest
 	if err := decode(r, &req); err != nil {
-		a.writeProblem(w, 400, ProblemInvalidRequest, "Invalid request", "The body must be a JSON object with charge and amount: "+err.Error())
+		a.fail(w, r, err)
 		return
 	}
 	var ref payments.Refund
@@ -184,7 +174,7 @@ func (a *API) createRefund(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var existing bool
-		ref, existing, err = payments.CreateRefundOnce(r.Context(), a.DB, account(r), ProviderKey(held.ID), req, a.Now())
+		ref, existing, err = payments.CreateRefundOnce(r.Context(), a.DB, account(r), a.rowKey(held), req)
 		a.countExisting(r, existing)
 	} else {
 		ref, err = payments.CreateRefund(r.Context(), a.tx(r.Context()), account(r), req, a.Now())
@@ -197,6 +187,12 @@ func (a *API) createRefund(w http.ResponseWriter, r *http.Request) {
 		"id": ref.ID, "object": "refund", "charge": ref.Charge, "amount": ref.Amount,
 		"status": ref.Status, "created": ref.Created.UTC().Format(time.RFC3339),
 	})
+}
+
+// rowKey is the key the rows of the request holding held are written
+// under (KeyedRows), at the time of the Engine's clock.
+func (a *API) rowKey(held idem.Held) payments.RowKey {
+	return payments.RowKey{Key: ProviderKey(held.ID), Now: a.Now(), TTL: a.TTL}
 }
 
 // countExisting counts and logs a request answered with the row written
@@ -226,7 +222,7 @@ func (a *API) listCharges(w http.ResponseWriter, r *http.Request) {
 	if v := r.URL.Query().Get("limit"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxPage {
-			a.writeProblem(w, 400, ProblemInvalidRequest, "Invalid request", "limit must be an integer from 1 to "+strconv.Itoa(maxPage)+".")
+			a.fail(w, r, payments.Invalid(payments.FieldError{Parameter: "limit", Detail: "must be an integer from 1 to " + strconv.Itoa(maxPage)}))
 			return
 		}
 		limit = n
@@ -273,7 +269,7 @@ func (a *API) ProviderDebug(p *payments.Provider) http.Handler {
 func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, payments.ErrInvalid):
-		a.writeProblem(w, 400, ProblemInvalidRequest, "Invalid request", err.Error())
+		WriteResponse(w, a.invalid(err))
 	case errors.Is(err, payments.ErrDeclined):
 		a.writeProblem(w, 402, ProblemCardDeclined, "Card declined", "The customer's card was declined. No charge was made.")
 	case errors.Is(err, payments.ErrKeyReused):
@@ -327,6 +323,32 @@ func (a *API) Problem(status int, name, title, detail string) idem.Response {
 func (a *API) Unauthorized() idem.Response {
 	resp := a.Problem(401, ProblemUnauthorized, "Unauthorized", "Send an Authorization: Bearer <token> header; any non-empty token names an account.")
 	resp.Header = append(resp.Header, idem.HeaderField{Name: "WWW-Authenticate", Values: []string{`Bearer realm="payments demo"`}})
+	return resp
+}
+
+// invalid is the 400 invalid-request problem for err, which wraps
+// payments.ErrInvalid. Its member "errors" lists what is wrong, each entry
+// naming the part of the request at fault (RFC 9457 section 3's example:
+// a "pointer" into the body, or a query "parameter" or a "header") and
+// saying what it must be in "detail"; the problem's own detail says it all
+// in one sentence.
+func (a *API) invalid(err error) idem.Response {
+	var inv *payments.InvalidError
+	if !errors.As(err, &inv) {
+		inv = &payments.InvalidError{}
+	}
+	if len(inv.Errors) == 0 {
+		return a.Problem(http.StatusBadRequest, ProblemInvalidRequest, "Invalid request", "The request is invalid; nothing was done.")
+	}
+	resp := a.Problem(http.StatusBadRequest, ProblemInvalidRequest, "Invalid request",
+		"The request is invalid: "+inv.Summary()+". Nothing was done.")
+	list, merr := json.Marshal(inv.Errors)
+	if merr != nil {
+		panic(merr) // a slice of plain structs of strings
+	}
+	// The problem's object, with one member more.
+	body := append(resp.Body[:len(resp.Body)-1:len(resp.Body)-1], `,"errors":`...)
+	resp.Body = append(append(body, list...), '}')
 	return resp
 }
 

@@ -49,6 +49,16 @@ type Config struct {
 	// URL, with each charge and refund row carrying its request's key under
 	// a unique index instead (api.API.KeyedRows).
 	Records string
+	// FaultInjection lets a request ask for the checkout page's flaky
+	// network (the header Demo-Network: flaky, package flaky): its attempts
+	// held 4 s and their answers broken off. Off, the header is ignored,
+	// and the page says the switch is off; it is a demonstration, not
+	// something any client of a running demo should be able to set off.
+	FaultInjection bool
+	// Now is the clock of the idempotency Engine and of the API, which
+	// tells by it whether a row's key has expired (nil: time.Now). Tests
+	// move it instead of waiting for a TTL; it has no flag.
+	Now func() time.Time
 }
 
 // ShutdownGrace is how long a shutdown waits for the requests running
@@ -166,10 +176,22 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 		return nil, err
 	}
 	problemBase := api.DocsPath + "/"
+	// Left nil for the Engine, whose default system clock serves each
+	// record's time and its latency with one reading.
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	// The Engine's default, which the API must agree with: it tells the
+	// rows whose key expired by the same TTL.
+	if cfg.TTL <= 0 {
+		cfg.TTL = idem.DefaultTTL
+	}
 	engine := idem.New(idem.Config{
 		Store: rec.store,
 		TTL:   cfg.TTL,
 		Lease: cfg.Lease,
+		Now:   cfg.Now,
 		// A charge or refund that has run a whole lease is stuck (a
 		// provider that does not answer): it is abandoned, so that it never
 		// outlasts the shutdown grace.
@@ -179,10 +201,15 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 		OnEvent:        m.onEvent,
 	})
 	provider := &payments.Provider{Latency: cfg.ProviderLatency, FailureRate: cfg.ProviderFailureRate}
+	var network *flaky.Network // nil: no fault injected
+	if cfg.FaultInjection {
+		network = flaky.New(log)
+	}
 	a := &api.API{
 		DB:          db,
 		Provider:    provider,
-		Now:         time.Now,
+		Now:         now,
+		TTL:         cfg.TTL,
 		Logger:      log,
 		ProblemBase: problemBase,
 		KeyedRows:   rec.gorm == nil,
@@ -195,8 +222,8 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 		Docs:          docs.Handler(docs.Policy{TTL: cfg.TTL, Lease: cfg.Lease, Path: api.DocsPath, NotFound: http.HandlerFunc(a.NotFound)}),
 		Debug:         a.ProviderDebug(provider),
 		SeparateAdmin: cfg.AdminAddr != "",
-		Checkout:      checkout.Handler(http.HandlerFunc(a.NotFound)),
-		Network:       flaky.New(log),
+		Checkout:      checkout.Handler(http.HandlerFunc(a.NotFound), cfg.FaultInjection),
+		Network:       network,
 		Logger:        log,
 	}
 	srv, err := server.New(scfg)

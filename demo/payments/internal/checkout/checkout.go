@@ -6,7 +6,9 @@
 package checkout
 
 import (
+	"bytes"
 	"embed"
+	"html/template"
 	"net/http"
 )
 
@@ -28,25 +30,39 @@ const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 
 	"base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 
 // Handler serves the page's files at Paths, and 404 through notFound for
-// any other path.
-func Handler(notFound http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctype, ok := types[r.URL.Path]
-		if !ok {
-			notFound.ServeHTTP(w, r)
-			return
-		}
-		name := r.URL.Path[1:]
+// any other path. faultInjection says whether the server injects the
+// faults the page's "Flaky network" switch asks for (app.Config's
+// FaultInjection): if not, the page shows the switch disabled and says
+// that the operator turns it on.
+func Handler(notFound http.Handler, faultInjection bool) http.Handler {
+	bodies := map[string][]byte{}
+	for path := range types {
+		name := path[1:]
 		if name == "" {
 			name = "index.html"
 		}
 		body, err := files.ReadFile(name)
 		if err != nil {
+			panic(err) // embedded: only a broken build lacks it
+		}
+		if path == "/" {
+			var page bytes.Buffer
+			err := template.Must(template.New(name).Parse(string(body))).Execute(&page, struct{ FaultInjection bool }{faultInjection})
+			if err != nil {
+				panic(err)
+			}
+			body = page.Bytes()
+		}
+		bodies[path] = body
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, ok := bodies[r.URL.Path]
+		if !ok {
 			notFound.ServeHTTP(w, r)
 			return
 		}
 		h := w.Header()
-		h.Set("Content-Type", ctype)
+		h.Set("Content-Type", types[r.URL.Path])
 		h.Set("Cache-Control", "no-cache")
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")

@@ -40,7 +40,9 @@
  *
  * The "Flaky network" switch adds the header "Demo-Network: flaky" to the
  * payments; the demo then fails their attempts on purpose (see the demo's
- * README). It is a feature of the demo, not of the client.
+ * README), if its operator turned fault injection on: otherwise the page
+ * comes with the switch disabled, and sends no such header. It is a
+ * feature of the demo, not of the client.
  */
 "use strict";
 
@@ -356,7 +358,7 @@ async function pay() {
   $("pay").setAttribute("aria-busy", "true");
   setStatus(`Paying ${formatAmount(order)}…`);
   const headers = { Authorization: `Bearer ${order.account}` };
-  if ($("flaky").checked) headers["Demo-Network"] = "flaky";
+  if ($("flaky").checked && !$("flaky").disabled) headers["Demo-Network"] = "flaky";
   try {
     const result = await postIdempotent({
       url: "/v1/charges",
@@ -402,7 +404,8 @@ function start() {
   let saved = null;
   try {
     account.value = localStorage.getItem(STORE_ACCOUNT) || "acct_demo";
-    $("flaky").checked = localStorage.getItem(STORE_FLAKY) === "on";
+    // A switch the server disabled stays off, whatever this browser kept.
+    $("flaky").checked = !$("flaky").disabled && localStorage.getItem(STORE_FLAKY) === "on";
     saved = JSON.parse(sessionStorage.getItem(STORE_PAYMENT) || "null");
   } catch {
     account.value = account.value || "acct_demo";

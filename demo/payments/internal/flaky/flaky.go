@@ -27,7 +27,9 @@
 //     connection they reused closes without a byte;
 //   - later attempts are untouched: they get the payment's answer, replayed.
 //
-// Requests without the header are never touched. A held or dropped
+// Requests without the header are never touched, and none at all unless
+// the operator turned fault injection on (the demo's -fault-injection):
+// otherwise the demo has no Network (nil), and the header is ignored. A held or dropped
 // request runs to its end even though its client has gone, as it would if
 // the network, not the client, had lost the exchange.
 package flaky

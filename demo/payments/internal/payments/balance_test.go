@@ -25,6 +25,13 @@ import (
 // server never share rows or migrations.
 func testDBs(t *testing.T) map[string]*gorm.DB {
 	t.Helper()
+	return openTestDBs(t, Migrate)
+}
+
+// openTestDBs is testDBs with the tables made by prepare instead of
+// Migrate.
+func openTestDBs(t *testing.T, prepare func(context.Context, *gorm.DB) error) map[string]*gorm.DB {
+	t.Helper()
 	prefix := "t" + strings.ToLower(rand.Text()[:8]) + "_"
 	cfg := func() *gorm.Config {
 		return &gorm.Config{Logger: logger.Discard, NamingStrategy: schema.NamingStrategy{TablePrefix: prefix}}
@@ -35,7 +42,7 @@ func testDBs(t *testing.T) map[string]*gorm.DB {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if err := Migrate(t.Context(), db); err != nil {
+		if err := prepare(t.Context(), db); err != nil {
 			t.Fatalf("%s: migrate: %v", name, err)
 		}
 		t.Cleanup(func() {

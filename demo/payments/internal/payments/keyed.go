@@ -2,6 +2,8 @@ package payments
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -23,67 +25,150 @@ var ErrKeyReused = errors.New("the idempotency key was already used for another 
 // harmless: every row carries the request's scoped idempotency key under a
 // unique index, so the database itself refuses a second row for one key,
 // and the retry is answered with the row that exists.
+//
+// A record that expires is not lost: the policy makes its key new again.
+// So each row also carries when its key's record expires at the earliest,
+// and only a row whose key has not expired answers for it. A key that
+// comes back after that makes a new row, which takes the key over from the
+// old one in the transaction that writes it.
+
+// RowKey is the key a row is written under, and the time it is written.
+type RowKey struct {
+	// Key is the hash of the request's scope and idempotency key, which
+	// the payment provider also gets as its idempotency key.
+	Key string
+	// Now is the time on the idempotency Engine's clock, and TTL the
+	// Engine's: a record completed at Now expires at Now + TTL, and the
+	// record of a request that wrote a row at Now completes later still.
+	Now time.Time
+	TTL time.Duration
+}
+
+// Expires is when the record of a request that writes its row at k.Now
+// expires at the earliest. The record completes after the row is written
+// (within the rest of the request, well under a lease): until Expires its
+// key is certainly live, and a retry that finds no record then has lost
+// it; from Expires on, a retry is taken for a new request, as it would be
+// moments later anyway.
+func (k RowKey) Expires() time.Time { return k.Now.Add(k.TTL) }
+
+// columns returns the values of a row's RequestKey and KeyExpires. The
+// time is cut to milliseconds, which every database keeps exactly (MySQL's
+// DATETIME(3) would round a finer time, possibly up).
+func (k RowKey) columns() (*string, *time.Time) {
+	key, expires := k.Key, k.Expires().UTC().Truncate(time.Millisecond)
+	return &key, &expires
+}
+
+// live reports whether a row written under k.Key, whose key expires at
+// expires (nil on rows from before the column: created and the TTL), still
+// answers for the key at k.Now.
+func (k RowKey) live(expires *time.Time, created time.Time) bool {
+	at := created.Add(k.TTL)
+	if expires != nil {
+		at = *expires
+	}
+	return k.Now.Before(at)
+}
+
+// successorKey is the payment provider's idempotency key for the charge
+// made under requestKey after the key expired on charge prev: every
+// attempt of the new charge finds prev under the key until one of them
+// writes it, so they all give the provider this key, and the provider,
+// which may remember requestKey longer than the TTL, takes the money for
+// it anew.
+func successorKey(requestKey, prev string) string {
+	h := sha256.New()
+	h.Write([]byte(requestKey))
+	h.Write([]byte{0})
+	h.Write([]byte(prev))
+	return "idem_" + hex.EncodeToString(h.Sum(nil))
+}
+
+// retireKey takes key off model's row id, if it still carries it: the key
+// expired there, and the row written under it next takes it over.
+func retireKey(tx *gorm.DB, model any, id, key string) error {
+	return tx.Model(model).Where("id = ? AND request_key = ?", id, key).Update("request_key", nil).Error
+}
 
 // CreateChargeOnce is CreateCharge for records kept outside db: the charge
-// is written on its own (no transaction waits for a record to commit with
-// it), carrying requestKey, the hash of the request's scope and
-// idempotency key, which is also the provider's idempotency key. If a
-// charge with requestKey exists, from an attempt whose record was lost or
+// is written without waiting for a record to commit with it, carrying
+// k.Key, the hash of the request's scope and idempotency key, which is
+// also the provider's idempotency key. If a charge under k.Key exists
+// whose key has not expired, from an attempt whose record was lost or
 // whose lease was taken over, it is returned, and no second charge is
 // written, whichever attempt reaches the database first: existing is then
-// true. A charge under requestKey with another body fails with
-// ErrKeyReused.
-func CreateChargeOnce(ctx context.Context, db *gorm.DB, p Authorizer, account, requestKey string, r ChargeRequest, now time.Time) (c Charge, existing bool, err error) {
+// true. Such a charge with another body fails with ErrKeyReused. A charge
+// under an expired key is history: a new charge is made, and takes the key
+// over.
+func CreateChargeOnce(ctx context.Context, db *gorm.DB, p Authorizer, account string, k RowKey, r ChargeRequest) (c Charge, existing bool, err error) {
 	if err := ValidAccount(account); err != nil {
 		return Charge{}, false, err
 	}
 	if err := r.Validate(); err != nil {
 		return Charge{}, false, err
 	}
-	if requestKey == "" {
+	if k.Key == "" {
 		return Charge{}, false, errors.New("no idempotency key to write the charge under")
 	}
 	db = db.WithContext(context.WithoutCancel(ctx))
 	// Found first, so that a charge made once is answered without asking
 	// the provider again.
-	if c, ok, err := chargeByKey(db, account, requestKey, r); ok || err != nil {
-		return c, ok, err
+	prev, live, err := chargeByKey(db, account, k, r)
+	if live || err != nil {
+		return prev, live, err
 	}
-	err = p.Authorize(ctx, Authorization{IdempotencyKey: requestKey, Account: account, Customer: r.Customer, Amount: r.Amount, Currency: r.Currency})
+	providerKey := k.Key
+	if prev.ID != "" {
+		providerKey = successorKey(k.Key, prev.ID)
+	}
+	err = p.Authorize(ctx, Authorization{IdempotencyKey: providerKey, Account: account, Customer: r.Customer, Amount: r.Amount, Currency: r.Currency})
 	if leaseLost(ctx) {
 		return Charge{}, false, fmt.Errorf("%w: %w", ErrLeaseLost, context.Cause(ctx))
 	}
 	if err != nil {
 		return Charge{}, false, err
 	}
-	key := requestKey
 	c = Charge{
 		ID: newID("ch_"), Account: account, Amount: r.Amount, Currency: r.Currency,
-		Customer: r.Customer, Description: r.Description, Status: "succeeded", Created: now.UTC().Truncate(time.Second),
-		RequestKey: &key,
+		Customer: r.Customer, Description: r.Description, Status: "succeeded", Created: k.Now.UTC().Truncate(time.Second),
 	}
-	if err := db.Create(&c).Error; err != nil {
+	c.RequestKey, c.KeyExpires = k.columns()
+	if prev.ID == "" {
+		err = db.Create(&c).Error
+	} else {
+		err = db.Transaction(func(tx *gorm.DB) error {
+			if err := retireKey(tx, &Charge{}, prev.ID, k.Key); err != nil {
+				return err
+			}
+			return tx.Create(&c).Error
+		})
+	}
+	if err != nil {
 		// Another attempt of this request wrote its charge first: the
 		// unique index refused this one. Whatever the driver calls that
 		// error, the charge under the key is the answer.
-		if c, ok, ferr := chargeByKey(db, account, requestKey, r); ok || ferr != nil {
-			return c, ok, ferr
+		if c, live, ferr := chargeByKey(db, account, k, r); live || ferr != nil {
+			return c, live, ferr
 		}
 		return Charge{}, false, err
 	}
 	return c, false, nil
 }
 
-// chargeByKey finds the charge written under requestKey. ok reports that
-// one exists and records r; one that records another request is
-// ErrKeyReused.
-func chargeByKey(db *gorm.DB, account, requestKey string, r ChargeRequest) (c Charge, ok bool, err error) {
-	err = db.Where("request_key = ?", requestKey).Take(&c).Error
+// chargeByKey finds the charge written under k.Key. live reports that one
+// exists whose key has not expired, and that it records r; one that
+// records another request is ErrKeyReused. A charge whose key expired is
+// returned with live false.
+func chargeByKey(db *gorm.DB, account string, k RowKey, r ChargeRequest) (c Charge, live bool, err error) {
+	err = db.Where("request_key = ?", k.Key).Take(&c).Error
 	switch {
 	case errors.Is(err, gorm.ErrRecordNotFound):
 		return Charge{}, false, nil
 	case err != nil:
 		return Charge{}, false, err
+	case !k.live(c.KeyExpires, c.Created):
+		return c, false, nil
 	case c.Account != account || c.Amount != r.Amount || c.Currency != r.Currency || c.Customer != r.Customer || c.Description != r.Description:
 		return Charge{}, false, ErrKeyReused
 	}
@@ -93,33 +178,40 @@ func chargeByKey(db *gorm.DB, account, requestKey string, r ChargeRequest) (c Ch
 // CreateRefundOnce is CreateRefund for records kept outside db, as
 // CreateChargeOnce is for charges: the refund and the charge's refunded
 // total commit in a transaction of the function's own, the refund carrying
-// requestKey under its unique index. A refund under requestKey that exists
-// is returned (existing true), whether it is found before the transaction
-// or the transaction fails because another attempt wrote it meanwhile (the
-// unique index, or the charge's room already taken by that refund).
-func CreateRefundOnce(ctx context.Context, db *gorm.DB, account, requestKey string, r RefundRequest, now time.Time) (ref Refund, existing bool, err error) {
+// k.Key under its unique index. A refund under k.Key whose key has not
+// expired is returned (existing true), whether it is found before the
+// transaction or the transaction fails because another attempt wrote it
+// meanwhile (the unique index, or the charge's room already taken by that
+// refund). A refund under an expired key is history: a new refund is
+// made, and takes the key over.
+func CreateRefundOnce(ctx context.Context, db *gorm.DB, account string, k RowKey, r RefundRequest) (ref Refund, existing bool, err error) {
 	if err := ValidAccount(account); err != nil {
 		return Refund{}, false, err
 	}
-	if requestKey == "" {
+	if k.Key == "" {
 		return Refund{}, false, errors.New("no idempotency key to write the refund under")
 	}
 	db = db.WithContext(context.WithoutCancel(ctx))
-	if ref, ok, err := refundByKey(db, account, requestKey, r); ok || err != nil {
-		return ref, ok, err
+	prev, live, err := refundByKey(db, account, k, r)
+	if live || err != nil {
+		return prev, live, err
 	}
 	err = db.Transaction(func(tx *gorm.DB) error {
+		if prev.ID != "" {
+			if err := retireKey(tx, &Refund{}, prev.ID, k.Key); err != nil {
+				return err
+			}
+		}
 		var err error
-		key := requestKey
-		ref, err = createRefund(ctx, func() (*gorm.DB, error) { return tx, nil }, account, r, now, &key)
+		ref, err = createRefund(ctx, func() (*gorm.DB, error) { return tx, nil }, account, r, k.Now, &k)
 		return err
 	})
 	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			return Refund{}, false, err
 		}
-		if ref, ok, ferr := refundByKey(db, account, requestKey, r); ok || ferr != nil {
-			return ref, ok, ferr
+		if ref, live, ferr := refundByKey(db, account, k, r); live || ferr != nil {
+			return ref, live, ferr
 		}
 		return Refund{}, false, err
 	}
@@ -127,13 +219,15 @@ func CreateRefundOnce(ctx context.Context, db *gorm.DB, account, requestKey stri
 }
 
 // refundByKey is chargeByKey for refunds.
-func refundByKey(db *gorm.DB, account, requestKey string, r RefundRequest) (ref Refund, ok bool, err error) {
-	err = db.Where("request_key = ?", requestKey).Take(&ref).Error
+func refundByKey(db *gorm.DB, account string, k RowKey, r RefundRequest) (ref Refund, live bool, err error) {
+	err = db.Where("request_key = ?", k.Key).Take(&ref).Error
 	switch {
 	case errors.Is(err, gorm.ErrRecordNotFound):
 		return Refund{}, false, nil
 	case err != nil:
 		return Refund{}, false, err
+	case !k.live(ref.KeyExpires, ref.Created):
+		return ref, false, nil
 	case ref.Account != account || ref.Charge != r.Charge || ref.Amount != r.Amount:
 		return Refund{}, false, ErrKeyReused
 	}

@@ -38,6 +38,9 @@ func (b *barrier) Authorize(ctx context.Context, a Authorization) error {
 	return b.provider.Authorize(ctx, a)
 }
 
+// key is a RowKey written now, whose records are kept an hour.
+func key(k string) RowKey { return RowKey{Key: k, Now: time.Now(), TTL: time.Hour} }
+
 func countRows(t *testing.T, db *gorm.DB, model any, account string) int64 {
 	t.Helper()
 	var n int64
@@ -45,6 +48,50 @@ func countRows(t *testing.T, db *gorm.DB, model any, account string) int64 {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// chargeAtOnce runs n attempts of one charge at once, all past the lookup
+// of their key before any writes (a barrier in front of provider), and
+// checks that they are answered with one charge of r, which one of them
+// wrote. It returns the charge's id.
+func chargeAtOnce(t *testing.T, db *gorm.DB, provider *Provider, n int, account string, k RowKey, r ChargeRequest) string {
+	t.Helper()
+	b := &barrier{n: n, provider: provider, open: make(chan struct{})}
+	type result struct {
+		c        Charge
+		existing bool
+		err      error
+	}
+	results := make(chan result, n)
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			c, existing, err := CreateChargeOnce(t.Context(), db, b, account, k, r)
+			results <- result{c, existing, err}
+		})
+	}
+	wg.Wait()
+	close(results)
+	var id string
+	fresh := 0
+	for res := range results {
+		if res.err != nil {
+			t.Fatalf("attempt: %v", res.err)
+		}
+		if id == "" {
+			id = res.c.ID
+		}
+		if res.c.ID != id || res.c.Amount != r.Amount {
+			t.Fatalf("attempts answered with charges %s and %s (%d): want one charge of %d", id, res.c.ID, res.c.Amount, r.Amount)
+		}
+		if !res.existing {
+			fresh++
+		}
+	}
+	if fresh != 1 {
+		t.Fatalf("%d attempts wrote a charge, want 1", fresh)
+	}
+	return id
 }
 
 // TestChargeOnceUnderOneKey: attempts of one charge whose idempotency
@@ -59,49 +106,15 @@ func TestChargeOnceUnderOneKey(t *testing.T) {
 			req := ChargeRequest{Amount: 700, Currency: "usd", Customer: "cus_1", Description: "once"}
 			provider := &Provider{}
 
-			b := &barrier{n: attempts, provider: provider, open: make(chan struct{})}
-			type result struct {
-				c        Charge
-				existing bool
-				err      error
-			}
-			results := make(chan result, attempts)
-			var wg sync.WaitGroup
-			for range attempts {
-				wg.Go(func() {
-					c, existing, err := CreateChargeOnce(ctx, db, b, acct, "k-together", req, time.Now())
-					results <- result{c, existing, err}
-				})
-			}
-			wg.Wait()
-			close(results)
-			var id string
-			fresh := 0
-			for r := range results {
-				if r.err != nil {
-					t.Fatalf("attempt: %v", r.err)
-				}
-				if id == "" {
-					id = r.c.ID
-				}
-				if r.c.ID != id || r.c.Amount != req.Amount {
-					t.Fatalf("attempts answered with charges %s and %s (%d): want one charge", id, r.c.ID, r.c.Amount)
-				}
-				if !r.existing {
-					fresh++
-				}
-			}
-			if fresh != 1 {
-				t.Fatalf("%d attempts wrote a charge, want 1", fresh)
-			}
+			chargeAtOnce(t, db, provider, attempts, acct, key("k-together"), req)
 
 			// One after the other: the second finds the first's charge
 			// before asking the provider.
-			first, existing, err := CreateChargeOnce(ctx, db, provider, acct, "k-sequential", req, time.Now())
+			first, existing, err := CreateChargeOnce(ctx, db, provider, acct, key("k-sequential"), req)
 			if err != nil || existing {
 				t.Fatalf("first attempt: existing %v, %v", existing, err)
 			}
-			again, existing, err := CreateChargeOnce(ctx, db, provider, acct, "k-sequential", req, time.Now())
+			again, existing, err := CreateChargeOnce(ctx, db, provider, acct, key("k-sequential"), req)
 			if err != nil || !existing || again.ID != first.ID {
 				t.Fatalf("retry: %s existing %v (%v), want %s", again.ID, existing, err, first.ID)
 			}
@@ -115,10 +128,10 @@ func TestChargeOnceUnderOneKey(t *testing.T) {
 			// The key with another charge: refused, nothing written.
 			other := req
 			other.Amount++
-			if _, _, err := CreateChargeOnce(ctx, db, provider, acct, "k-sequential", other, time.Now()); !errors.Is(err, ErrKeyReused) {
+			if _, _, err := CreateChargeOnce(ctx, db, provider, acct, key("k-sequential"), other); !errors.Is(err, ErrKeyReused) {
 				t.Fatalf("the key with another amount: %v, want ErrKeyReused", err)
 			}
-			if _, _, err := CreateChargeOnce(ctx, db, provider, acct+"x", "k-sequential", req, time.Now()); !errors.Is(err, ErrKeyReused) {
+			if _, _, err := CreateChargeOnce(ctx, db, provider, acct+"x", key("k-sequential"), req); !errors.Is(err, ErrKeyReused) {
 				t.Fatalf("the key from another account: %v, want ErrKeyReused", err)
 			}
 			if n := countRows(t, db, &Charge{}, acct); n != 2 {
@@ -135,22 +148,22 @@ func TestRefundOnceUnderOneKey(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
 			acct := "acct_" + rand.Text()[:10]
-			c, _, err := CreateChargeOnce(ctx, db, &Provider{}, acct, "charge", ChargeRequest{Amount: 1000, Currency: "usd", Customer: "cus_1"}, time.Now())
+			c, _, err := CreateChargeOnce(ctx, db, &Provider{}, acct, key("charge"), ChargeRequest{Amount: 1000, Currency: "usd", Customer: "cus_1"})
 			if err != nil {
 				t.Fatal(err)
 			}
 			req := RefundRequest{Charge: c.ID, Amount: 600}
-			first, existing, err := CreateRefundOnce(ctx, db, acct, "refund", req, time.Now())
+			first, existing, err := CreateRefundOnce(ctx, db, acct, key("refund"), req)
 			if err != nil || existing {
 				t.Fatalf("refund: existing %v, %v", existing, err)
 			}
 			// 600 of 1000 is refunded: a second refund of 600 would be too
 			// large, and must not be what the retry answers.
-			again, existing, err := CreateRefundOnce(ctx, db, acct, "refund", req, time.Now())
+			again, existing, err := CreateRefundOnce(ctx, db, acct, key("refund"), req)
 			if err != nil || !existing || again.ID != first.ID {
 				t.Fatalf("retry: %s existing %v (%v), want %s", again.ID, existing, err, first.ID)
 			}
-			if _, _, err := CreateRefundOnce(ctx, db, acct, "refund", RefundRequest{Charge: c.ID, Amount: 100}, time.Now()); !errors.Is(err, ErrKeyReused) {
+			if _, _, err := CreateRefundOnce(ctx, db, acct, key("refund"), RefundRequest{Charge: c.ID, Amount: 100}); !errors.Is(err, ErrKeyReused) {
 				t.Fatalf("the key with another amount: %v, want ErrKeyReused", err)
 			}
 			if b, err := GetBalance(ctx, db, acct); err != nil || b.Refunded != 600 || b.Refunds != 1 {
@@ -183,6 +196,70 @@ func TestRequestKeyIsOptional(t *testing.T) {
 			}
 			if n := countRows(t, db, &Charge{}, acct); n != 5 {
 				t.Fatalf("%d charges, want 5", n)
+			}
+		})
+	}
+}
+
+// TestExpiredKeyIsNewAgain: a key whose record expired is a new key (the
+// policy's rule), even though its row is still there: attempts of it,
+// however many at once and whatever their body, write one new charge, the
+// provider takes the money for it anew, and the new charge answers for the
+// key until it expires in turn. Until its expiry, the old charge answered.
+// Refunds likewise.
+func TestExpiredKeyIsNewAgain(t *testing.T) {
+	const attempts = 4
+	const ttl = time.Minute
+	for name, db := range testDBs(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			acct, k := "acct_"+rand.Text()[:10], "k-"+rand.Text()
+			t0 := time.Now()
+			at := func(d time.Duration) RowKey { return RowKey{Key: k, Now: t0.Add(d), TTL: ttl} }
+			req := ChargeRequest{Amount: 1000, Currency: "usd", Customer: "cus_1"}
+			provider := &Provider{}
+
+			first, existing, err := CreateChargeOnce(ctx, db, provider, acct, at(0), req)
+			if err != nil || existing {
+				t.Fatalf("first charge: existing %v, %v", existing, err)
+			}
+			if again, existing, err := CreateChargeOnce(ctx, db, provider, acct, at(ttl-time.Millisecond), req); err != nil || !existing || again.ID != first.ID {
+				t.Fatalf("just before the key expired: %s existing %v (%v), want %s", again.ID, existing, err, first.ID)
+			}
+
+			// Expired: a new request under the key, with another amount,
+			// its attempts all at once.
+			next := req
+			next.Amount = 2500
+			second := chargeAtOnce(t, db, provider, attempts, acct, at(ttl), next)
+			if second == first.ID {
+				t.Fatalf("attempts after the key expired were answered with its old charge %s: want a new charge", first.ID)
+			}
+			if again, existing, err := CreateChargeOnce(ctx, db, provider, acct, at(2*ttl-time.Millisecond), next); err != nil || !existing || again.ID != second {
+				t.Fatalf("the new charge's retry: %s existing %v (%v), want %s", again.ID, existing, err, second)
+			}
+			if n := countRows(t, db, &Charge{}, acct); n != 2 {
+				t.Fatalf("%d charges, want the expired key's and the new one", n)
+			}
+			if c := provider.Counts(acct); c.Authorizations != 2 {
+				t.Fatalf("provider %+v: want the money taken for both charges", c)
+			}
+
+			// A refund of the new charge, and the same refund again once
+			// its key expired: two refunds.
+			rk := RowKey{Key: "r-" + rand.Text(), Now: t0, TTL: ttl}
+			refund := RefundRequest{Charge: second, Amount: 1000}
+			r1, existing, err := CreateRefundOnce(ctx, db, acct, rk, refund)
+			if err != nil || existing {
+				t.Fatalf("refund: existing %v, %v", existing, err)
+			}
+			rk.Now = t0.Add(ttl)
+			r2, existing, err := CreateRefundOnce(ctx, db, acct, rk, refund)
+			if err != nil || existing || r2.ID == r1.ID {
+				t.Fatalf("the refund's key after it expired: %s existing %v (%v), the first refund %s: want a new refund", r2.ID, existing, err, r1.ID)
+			}
+			if b, err := GetBalance(ctx, db, acct); err != nil || b.Refunded != 2000 || b.Refunds != 2 {
+				t.Fatalf("balance %+v (%v), want two refunds of 1000", b, err)
 			}
 		})
 	}

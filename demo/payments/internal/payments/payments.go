@@ -18,20 +18,29 @@ import (
 // Charge is a payment taken from a customer.
 type Charge struct {
 	ID          string    `gorm:"primaryKey;size:40"` // idSize
-	Account     string    `gorm:"size:200;not null;index:idx_charges_account_created,priority:1"`
+	Account     string    `gorm:"size:200;not null"`
 	Amount      int64     `gorm:"not null"`
 	Refunded    int64     `gorm:"not null;default:0"`
 	Currency    string    `gorm:"size:3;not null"`
 	Customer    string    `gorm:"size:200;not null"`
 	Description string    `gorm:"size:1000;not null;default:''"`
 	Status      string    `gorm:"size:20;not null"`
-	Created     time.Time `gorm:"not null;index:idx_charges_account_created,priority:2"`
+	Created     time.Time `gorm:"not null"`
+	// Seq orders the charges: the database numbers each one as it takes
+	// it, higher than every charge before (see migrateSeq), so a list of
+	// charges is newest first whatever their times, to the nanosecond or
+	// not. Read only: the database writes it.
+	Seq int64 `gorm:"->;-:migration"`
 	// RequestKey is the scoped idempotency key of the request that wrote
 	// the charge, hashed (see CreateChargeOnce); nil for charges written
 	// with their idempotency record in the same transaction, which need
-	// none. Its unique index is what keeps a lost record from charging
-	// twice.
+	// none, and for a charge whose key expired and went to a newer charge.
+	// Its unique index is what keeps a lost record from charging twice.
 	RequestKey *string `gorm:"size:80;uniqueIndex"`
+	// KeyExpires is when the idempotency record of RequestKey expires at
+	// the earliest (RowKey.Expires); nil with RequestKey nil, and on rows
+	// written before the column, whose Created stands in for it.
+	KeyExpires *time.Time
 }
 
 // Refund returns part or all of a charge.
@@ -42,8 +51,9 @@ type Refund struct {
 	Amount  int64     `gorm:"not null"`
 	Status  string    `gorm:"size:20;not null"`
 	Created time.Time `gorm:"not null"`
-	// RequestKey is as Charge's (see CreateRefundOnce).
+	// RequestKey and KeyExpires are as Charge's (see CreateRefundOnce).
 	RequestKey *string `gorm:"size:80;uniqueIndex"`
+	KeyExpires *time.Time
 }
 
 // Balance sums an account's money movements.
@@ -75,13 +85,17 @@ const DeclinedCustomer = "cus_declined"
 // server default of latin1 refuses most non-Latin text, and a
 // case-insensitive collation would let account "ACCT_1" read the charges
 // of "acct_1". Tables created earlier keep their options, and get the
-// columns and indexes added since (request_key, with its unique index).
+// columns and indexes added since (request_key and key_expires, with
+// request_key's unique index, and the charges' seq, see migrateSeq).
 func Migrate(ctx context.Context, db *gorm.DB) error {
 	db = db.WithContext(ctx)
 	if db.Dialector.Name() == "mysql" {
 		db = db.Set("gorm:table_options", "DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin")
 	}
-	return db.AutoMigrate(&Charge{}, &Refund{})
+	if err := db.AutoMigrate(&Charge{}, &Refund{}); err != nil {
+		return err
+	}
+	return migrateSeq(db)
 }
 
 // CreateCharge authorizes the payment with the provider, then records the
@@ -165,14 +179,21 @@ func CreateRefund(ctx context.Context, tx func() (*gorm.DB, error), account stri
 	return createRefund(ctx, tx, account, r, now, nil)
 }
 
-// createRefund is CreateRefund, writing requestKey (nil: none) on the
-// refund's row.
-func createRefund(ctx context.Context, tx func() (*gorm.DB, error), account string, r RefundRequest, now time.Time, requestKey *string) (Refund, error) {
+// createRefund is CreateRefund, writing the refund's row under key if it
+// is not nil.
+func createRefund(ctx context.Context, tx func() (*gorm.DB, error), account string, r RefundRequest, now time.Time, key *RowKey) (Refund, error) {
 	if err := ValidAccount(account); err != nil {
 		return Refund{}, err
 	}
-	if r.Charge == "" || r.Amount <= 0 {
-		return Refund{}, fmt.Errorf("%w: charge must be a charge id and amount a positive integer", ErrInvalid)
+	var problems []FieldError
+	if r.Charge == "" {
+		problems = append(problems, FieldError{Pointer: "#/charge", Detail: "must be the id of one of the account's charges"})
+	}
+	if r.Amount <= 0 {
+		problems = append(problems, FieldError{Pointer: "#/amount", Detail: "must be a positive integer number of cents"})
+	}
+	if problems != nil {
+		return Refund{}, Invalid(problems...)
 	}
 	if !storable(r.Charge, idSize) {
 		return Refund{}, ErrNotFound // no charge has such an id, and the database may not take it
@@ -202,7 +223,10 @@ func createRefund(ctx context.Context, tx func() (*gorm.DB, error), account stri
 		return Refund{}, ErrOverRefund
 	}
 	ref := Refund{ID: newID("re_"), Account: account, Charge: r.Charge, Amount: r.Amount, Status: "succeeded",
-		Created: now.UTC().Truncate(time.Second), RequestKey: requestKey}
+		Created: now.UTC().Truncate(time.Second)}
+	if key != nil {
+		ref.RequestKey, ref.KeyExpires = key.columns()
+	}
 	if err := db.Create(&ref).Error; err != nil {
 		return Refund{}, err
 	}
@@ -226,8 +250,8 @@ func GetCharge(ctx context.Context, db *gorm.DB, account, id string) (Charge, er
 	return c, err
 }
 
-// ListCharges returns up to limit of account's charges, newest first
-// (ties in creation time broken by id), and whether more follow. With
+// ListCharges returns up to limit of account's charges, newest first (in
+// the order the database took them, Charge.Seq), and whether more follow. With
 // startingAfter, the id of one of account's charges, it returns the
 // charges that come after that one in this order: a client pages through
 // every charge by passing the last id of each page.
@@ -240,14 +264,14 @@ func ListCharges(ctx context.Context, db *gorm.DB, account string, limit int, st
 	if startingAfter != "" {
 		cursor, err := GetCharge(ctx, db, account, startingAfter)
 		if errors.Is(err, ErrNotFound) {
-			return charges, false, fmt.Errorf("%w: starting_after must be the id of one of the account's charges", ErrInvalid)
+			return charges, false, Invalid(FieldError{Parameter: "starting_after", Detail: "must be the id of one of the account's charges"})
 		}
 		if err != nil {
 			return charges, false, err
 		}
-		q = q.Where("(created < ? OR (created = ? AND id < ?))", cursor.Created, cursor.Created, cursor.ID)
+		q = q.Where("seq < ?", cursor.Seq)
 	}
-	err := q.Order("created DESC, id DESC").Limit(limit + 1).Find(&charges).Error
+	err := q.Order("seq DESC").Limit(limit + 1).Find(&charges).Error
 	if more := len(charges) > limit; more {
 		return charges[:limit], true, err
 	}

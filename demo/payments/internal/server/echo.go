@@ -26,16 +26,20 @@ func newEcho(cfg Config) http.Handler {
 		}
 		api.WriteResponse(c.Response(), frameworkError(cfg.API, status))
 	}
-	e.GET("/healthz", echo.WrapHandler(http.HandlerFunc(healthz)))
+	// Echo routes HEAD only where it is registered.
+	get := func(path string, h http.Handler) {
+		e.Match([]string{http.MethodGet, http.MethodHead}, path, echo.WrapHandler(h))
+	}
+	get("/healthz", http.HandlerFunc(healthz))
 	for _, path := range checkout.Paths {
-		e.GET(path, echo.WrapHandler(cfg.Checkout))
+		get(path, cfg.Checkout)
 	}
 	if !cfg.SeparateAdmin {
-		e.GET("/metrics", echo.WrapHandler(cfg.Metrics))
-		e.GET(DebugPath, echo.WrapHandler(cfg.Debug))
+		get("/metrics", cfg.Metrics)
+		get(DebugPath, cfg.Debug)
 	}
-	e.GET(api.DocsPath, echo.WrapHandler(cfg.Docs))
-	e.GET(api.DocsPath+"/:name", echo.WrapHandler(cfg.Docs))
+	get(api.DocsPath, cfg.Docs)
+	get(api.DocsPath+"/:name", cfg.Docs)
 
 	v1 := e.Group("/v1",
 		func(next echo.HandlerFunc) echo.HandlerFunc {

@@ -18,16 +18,20 @@ func newGin(cfg Config) http.Handler {
 	r.Use(gin.CustomRecovery(func(c *gin.Context, _ any) {
 		writeGin(c, frameworkError(cfg.API, 500))
 	}))
-	r.GET("/healthz", gin.WrapF(healthz))
+	// Gin routes HEAD only where it is registered.
+	get := func(path string, h http.Handler) {
+		r.Match([]string{http.MethodGet, http.MethodHead}, path, gin.WrapH(h))
+	}
+	get("/healthz", http.HandlerFunc(healthz))
 	for _, path := range checkout.Paths {
-		r.GET(path, gin.WrapH(cfg.Checkout))
+		get(path, cfg.Checkout)
 	}
 	if !cfg.SeparateAdmin {
-		r.GET("/metrics", gin.WrapH(cfg.Metrics))
+		get("/metrics", cfg.Metrics)
 	}
-	r.GET(api.DocsPath, gin.WrapH(cfg.Docs))
-	r.GET(api.DocsPath+"/:name", gin.WrapH(cfg.Docs))
-	r.GET(DebugPath, gin.WrapH(cfg.Debug))
+	get(api.DocsPath, cfg.Docs)
+	get(api.DocsPath+"/:name", cfg.Docs)
+	get(DebugPath, cfg.Debug)
 
 	v1 := r.Group("/v1",
 		func(c *gin.Context) {

@@ -26,8 +26,10 @@ type route struct {
 // authentication or idemkit, and records nothing, whatever its key.
 type routes []route
 
+// Wherever a route answers GET it answers HEAD, as GET without a body
+// (RFC 9110, section 9.3.2).
 var (
-	getOnly  = []string{http.MethodGet}
+	getOnly  = []string{http.MethodGet, http.MethodHead}
 	postOnly = []string{http.MethodPost}
 )
 
@@ -37,7 +39,7 @@ func apiRoutes(cfg Config) routes {
 		{"/healthz", getOnly},
 		{api.DocsPath, getOnly},
 		{api.DocsPath + "/{name}", getOnly},
-		{"/v1/charges", []string{http.MethodGet, http.MethodPost}},
+		{"/v1/charges", []string{http.MethodGet, http.MethodHead, http.MethodPost}},
 		{"/v1/charges/{id}", getOnly},
 		{"/v1/refunds", postOnly},
 		{"/v1/balance", getOnly},

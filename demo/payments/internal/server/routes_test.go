@@ -26,15 +26,17 @@ func TestMatchPath(t *testing.T) {
 }
 
 func TestRoutesCheck(t *testing.T) {
-	rs := routes{{"/v1/charges", []string{"GET", "POST"}}, {"/v1/balance", getOnly}}
+	rs := routes{{"/v1/charges", []string{"GET", "HEAD", "POST"}}, {"/v1/balance", getOnly}, {"/v1/refunds", postOnly}}
 	for _, c := range []struct {
 		method, path string
 		status       int
 		allow        string
 	}{
 		{"POST", "/v1/charges", 200, ""},
-		{"DELETE", "/v1/charges", 405, "GET, POST"},
-		{"HEAD", "/v1/balance", 405, "GET"},
+		{"DELETE", "/v1/charges", 405, "GET, HEAD, POST"},
+		{"HEAD", "/v1/balance", 200, ""},
+		{"HEAD", "/v1/refunds", 405, "POST"},
+		{"POST", "/v1/balance", 405, "GET, HEAD"},
 		{"GET", "/v1/nope", 404, ""},
 	} {
 		if status, allow := rs.check(c.method, c.path); status != c.status || allow != c.allow {

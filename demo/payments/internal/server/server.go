@@ -44,7 +44,9 @@ type Config struct {
 	// Checkout serves the checkout page's files, GET at checkout.Paths.
 	Checkout http.Handler
 	// Network is the "flaky network" fault mode the checkout page asks
-	// for: outermost, and around the API where the key is held.
+	// for: outermost, and around the API where the key is held. Nil when
+	// the operator has not turned fault injection on: no request is
+	// faulted then, whatever it asks.
 	Network *flaky.Network
 	Logger  *slog.Logger
 }
