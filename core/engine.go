@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -98,16 +97,26 @@ type Request struct {
 type Action uint8
 
 const (
-	// Pass: run the handler as if idemkit were not there; nothing is recorded.
-	Pass Action = iota
-	// Respond: send Decision.Response as it is; do not run the handler. It is
-	// a replay when Decision.Replayed is set (add ReplayedHeader: true), and a
-	// problem otherwise.
-	Respond
-	// Run: run the handler, copy its response body into Decision.Lock as it
-	// is written, then call Lock.Finish, or Lock.Abandon if the handler
-	// panicked or streamed its response.
-	Run
+	// ActionPass: run the handler as if idemkit were not there; nothing is
+	// recorded.
+	ActionPass Action = iota
+	// ActionRespond: send Decision.Response as it is; do not run the
+	// handler. It is a replay when Decision.Replayed is set (add
+	// ReplayedHeader: true), and a problem otherwise.
+	ActionRespond
+	// ActionRun: run the handler, copy its response body into
+	// Decision.Lock as it is written, then call Lock.Finish, or
+	// Lock.Abandon if the handler panicked or streamed its response.
+	ActionRun
+)
+
+// The names of the Actions before they had their type's name in front.
+//
+// Deprecated: use ActionPass, ActionRespond and ActionRun.
+const (
+	Pass    = ActionPass
+	Respond = ActionRespond
+	Run     = ActionRun
 )
 
 // Decision is the Engine's answer to Begin.
@@ -124,121 +133,122 @@ type Decision struct {
 
 // Begin decides what to do with a request. It never returns an error: every
 // failure becomes a problem response (or, with FailOpen, a pass-through).
+// The decision itself is decideRequest's and decide's; Begin gathers what
+// they need and carries it out.
 func (e *Engine) Begin(ctx context.Context, r *Request) Decision {
 	if !e.Guards(r.Method) {
 		return Decision{}
 	}
 	began := elapsed(e.epoch)
-	key, err := ParseKey(r.KeyLines, e.cfg.StrictKeys)
-	if err != nil {
-		if errors.Is(err, ErrKeyMissing) {
-			if e.cfg.KeyOptional {
-				return Decision{}
-			}
-			return e.reject(ctx, r, "", EventKeyMissing, began,
-				e.problem(ProblemKeyMissing, "This request requires an "+e.cfg.HeaderName+" header."))
-		}
-		return e.reject(ctx, r, "", EventKeyInvalid, began, e.problem(ProblemKeyInvalid, err.Error()))
-	}
-
+	key, keyErr := ParseKey(r.KeyLines, e.cfg.StrictKeys)
 	var read []byte
+	var bodyErr error
+	if keyErr == nil {
+		read, bodyErr = e.takeBody(r)
+	}
+	if v, final := decideRequest(keyErr, bodyErr, e.cfg.KeyOptional); final {
+		return e.carryOut(ctx, r, key, v, keyErr, nil, &outcomeOf{}, began, elapsed(began))
+	}
+	a, start := e.acquisition(r.Scope, key, e.cfg.Fingerprint(*r))
+	got := e.acquire(ctx, &a, start)
+	v := decide(&got.rec, got.outcome, got.err, a.Fingerprint, e.cfg.FailOpen)
+	d := e.carryOut(ctx, r, key, v, nil, &a, &got, began, got.done)
+	d.Body = read
+	return d
+}
+
+// takeBody reads the request body within Config.MaxRequestBody, unless the
+// adapter gave it in memory: read is what Begin read (nil otherwise).
+func (e *Engine) takeBody(r *Request) (read []byte, err error) {
 	if r.Body == nil && r.BodyReader != nil {
 		read, err = readBody(r.BodyReader, r.ContentLength, e.cfg.MaxRequestBody)
 		r.Body = read
-	} else if int64(len(r.Body)) > e.cfg.MaxRequestBody {
-		err = ErrBodyTooLarge
+		return read, err
 	}
-	if err != nil {
-		if errors.Is(err, ErrBodyTooLarge) {
-			return e.reject(ctx, r, key, EventTooLarge, began, e.BodyTooLarge(e.cfg.MaxRequestBody))
-		}
-		return e.reject(ctx, r, key, EventBodyUnreadable, began,
-			e.problem(ProblemBodyUnreadable, "The request body could not be read."))
+	if int64(len(r.Body)) > e.cfg.MaxRequestBody {
+		return nil, ErrBodyTooLarge
 	}
+	return nil, nil
+}
 
-	fp := e.cfg.Fingerprint(*r)
-	// One clock reading serves as the record's time and the start of the
-	// store call; one more, after it, ends both the store latency and the
-	// event's duration.
-	storeStart := time.Now()
-	now := storeStart
+// acquisition is the Acquire for a request, as of now on the Engine's
+// clock. start is the same moment on the monotonic clock: it starts both
+// the store call's latency and, with the reading after it, the event's
+// duration, so that one reading of the time serves all three.
+func (e *Engine) acquisition(scope, key string, fp Fingerprint) (a Acquire, start time.Time) {
+	start = time.Now()
+	now := start
 	if !e.realClock {
 		now = e.clock.Now()
 	}
-	a := Acquire{
-		ID:          ID{Scope: r.Scope, Key: key},
+	return Acquire{
+		ID:          ID{Scope: scope, Key: key},
 		Fingerprint: fp,
 		Token:       e.newToken(),
 		Now:         now,
 		LeaseUntil:  now.Add(e.cfg.Lease),
 		ExpiresAt:   now.Add(e.cfg.TTL),
-	}
-	err = ctx.Err() // a client already gone is not worth a store call
-	var rec Record
-	var outcome AcquireOutcome
-	storeDone := storeStart
-	if err == nil {
-		actx, cancel := e.storeContext(ctx)
-		rec, outcome, err = e.cfg.Store.Acquire(actx, a)
-		cancel()
-		storeDone = elapsed(storeStart)
-		if err == nil && (outcome == Created || outcome == TookOver) && e.renewer.tooLate(a.LeaseUntil, e.clockAt(storeDone)) {
-			err = errAcquireTooLate
-		}
-		if err != nil && !errors.Is(err, ErrStoreFull) {
-			e.releaseOrphan(ctx, a)
-			storeDone = elapsed(storeStart)
-		}
-	}
-	storeLatency := storeDone.Sub(storeStart)
-	if errors.Is(err, ErrStoreFull) {
-		return e.storeFull(ctx, r, key, began, storeDone, storeLatency)
-	}
-	if err != nil {
-		ev := e.event(EventStoreError, r.Method, r.Path, key, began, storeDone)
-		ev.Err, ev.StoreLatency = err, storeLatency
-		if e.cfg.FailOpen {
-			e.emit(ctx, &ev, slog.LevelError)
-			return Decision{Body: read}
-		}
-		ev.Status = 503
-		e.emit(ctx, &ev, slog.LevelError)
-		return Decision{Action: Respond, Response: e.problem(ProblemStoreUnavailable,
-			"The idempotency store could not be reached, so the request was not processed. Retry later.")}
-	}
+	}, start
+}
 
-	switch outcome {
-	case Created, TookOver:
-		kind, level := EventFirst, slog.LevelDebug
-		if outcome == TookOver {
-			kind, level = EventTakeover, slog.LevelWarn
-		}
-		ev := e.event(kind, r.Method, r.Path, key, began, storeDone)
-		ev.StoreLatency = storeLatency
-		e.emit(ctx, &ev, level)
-		return Decision{Action: Run, Lock: e.newLock(ctx, r, a, began), Body: read}
-	}
+// outcomeOf is what came of the Acquire call for a request.
+type outcomeOf struct {
+	rec         Record
+	outcome     AcquireOutcome
+	err         error
+	start, done time.Time // the store call's, on the monotonic clock
+}
 
-	// Another request holds the key. The fingerprint is compared before the
-	// state, so a reused key is reported as such even while it runs.
-	d := Decision{Action: Respond, Body: read}
-	var kind EventKind
+// acquire calls Store.Acquire within StoreTimeout, unless the client has
+// already gone. A key taken too late to be run safely counts as a store
+// error, and a failed call releases what it may have written.
+func (e *Engine) acquire(ctx context.Context, a *Acquire, start time.Time) outcomeOf {
+	o := outcomeOf{start: start, done: start, err: ctx.Err()} // a client already gone is not worth a store call
+	if o.err != nil {
+		return o
+	}
+	actx, cancel := e.storeContext(ctx)
+	o.rec, o.outcome, o.err = e.cfg.Store.Acquire(actx, *a)
+	cancel()
+	o.done = elapsed(start)
+	if o.err == nil && o.outcome != AcquireExisting && e.renewer.tooLate(a.LeaseUntil, e.clockAt(o.done)) {
+		o.err = errAcquireTooLate
+	}
+	if o.err != nil && !errors.Is(o.err, ErrStoreFull) {
+		e.releaseOrphan(ctx, *a)
+		o.done = elapsed(start)
+	}
+	return o
+}
+
+// carryOut turns a verdict into the Decision an adapter carries out, and
+// reports it as an event (as of at). a and o are the store's part, when it
+// was asked.
+func (e *Engine) carryOut(ctx context.Context, r *Request, key string, v verdict, keyErr error, a *Acquire, o *outcomeOf, began, at time.Time) Decision {
+	d := Decision{Action: v.action}
 	switch {
-	case rec.Fingerprint != fp:
-		kind = EventMismatch
-		d.Response = e.problem(ProblemKeyReused,
-			"This "+e.cfg.HeaderName+" was already used with a different request (method, path or body).")
-	case rec.State != Completed:
-		kind = EventConflict
-		d.Response = e.problem(ProblemInProgress,
-			"A request with this "+e.cfg.HeaderName+" is still being processed. Retry after the Retry-After delay.")
-	default:
-		kind = EventReplay
-		d.Response, d.Replayed = rec.Response, true
+	case v.action == ActionRun:
+		d.Lock = e.newLock(ctx, r, *a, began)
+	case v.replay:
+		d.Response, d.Replayed = o.rec.Response, true
+	case v.problem == ProblemPayloadTooLarge:
+		d.Response = e.BodyTooLarge(e.cfg.MaxRequestBody)
+	case v.problem != "":
+		d.Response = e.problem(v.problem, e.detail(v.problem, keyErr))
 	}
-	ev := e.event(kind, r.Method, r.Path, key, began, storeDone)
-	ev.Status, ev.StoreLatency = d.Response.Status, storeLatency
-	e.emit(ctx, &ev, slog.LevelDebug)
+	if v.event == 0 {
+		return d
+	}
+	ev := e.event(v.event, r.Method, r.Path, key, began, at)
+	ev.Status, ev.StoreLatency = d.Response.Status, o.done.Sub(o.start)
+	if v.event == EventStoreError {
+		ev.Err = o.err
+	}
+	level := v.level
+	if v.limited {
+		level = e.limitedWarn(warnStoreFull, at)
+	}
+	e.emit(ctx, &ev, level)
 	return d
 }
 
@@ -259,19 +269,6 @@ func (e *Engine) releaseOrphan(ctx context.Context, a Acquire) {
 	ctx, cancel := e.timeoutContext(context.WithoutCancel(ctx), min(e.cfg.RenewEvery, e.cfg.StoreTimeout, time.Second))
 	defer cancel()
 	_ = e.cfg.Store.Release(ctx, a.ID, a.Token)
-}
-
-// storeFull answers a new key that a bounded store had no room for (the
-// tenant's share, or the whole store, is full): 429 store-full with
-// Retry-After, not the 503 of a store that cannot be reached. Every refusal
-// is an event; the log gets one WARN line a minute, not one per request.
-func (e *Engine) storeFull(ctx context.Context, r *Request, key string, began, at time.Time, latency time.Duration) Decision {
-	d := Decision{Action: Respond, Response: e.problem(ProblemStoreFull,
-		"The idempotency store holds as many records as it may for this tenant, so no new key is accepted now. Retry later.")}
-	ev := e.event(EventStoreFull, r.Method, r.Path, key, began, at)
-	ev.Status, ev.StoreLatency = d.Response.Status, latency
-	e.emit(ctx, &ev, e.limitedWarn(warnStoreFull, at))
-	return d
 }
 
 // elapsed returns now as ref plus the time elapsed since ref on the
@@ -351,14 +348,6 @@ func Storable(status int) bool {
 
 // reject answers r with problem, a response of the Engine's own, and
 // reports it as an event of kind.
-func (e *Engine) reject(ctx context.Context, r *Request, key string, kind EventKind, began time.Time, problem Response) Decision {
-	d := Decision{Action: Respond, Response: problem}
-	ev := e.event(kind, r.Method, r.Path, key, began, elapsed(began))
-	ev.Status = d.Response.Status
-	e.emit(ctx, &ev, slog.LevelDebug)
-	return d
-}
-
 // problem renders one of the Engine's own problems.
 func (e *Engine) problem(name, detail string) Response {
 	for i := range e.problems {

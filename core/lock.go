@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
@@ -43,35 +42,25 @@ type Lock struct {
 	body     []byte
 	bodyBuf  *[]byte // pooled backing of body, returned when the lock ends
 	overflow bool
-	leftRun  bool // ended by leaveToLease: the handler may still be running
 	// timeoutInside names the timeout middleware inside idemkit that wrote
 	// a status that is not stored (see WritingStatus), or is "".
 	timeoutInside string
 
-	// mu orders the handler's end (Finish, Abandon) against the renewer
-	// cancelling its context: once the outcome is being recorded, the
-	// context must stay as it is, since a transactional completion may be
-	// committing a transaction bound to it.
-	mu        sync.Mutex
-	phase     lockPhase
-	leaseGone bool        // the handler was told its lease is lost (once)
-	lost      atomic.Bool // the store said another request holds the key: renewing is pointless
+	// mu guards state (see lockState): it orders the handler's end
+	// (Finish, Abandon) against the renewer cancelling its context, which
+	// must stay as it is once the outcome is being recorded, since a
+	// transactional completion may be committing a transaction bound to it.
+	mu    sync.Mutex
+	state lockState
 
-	// Guarded by the renewer's mutex.
+	// The renewal schedule, guarded by the renewer's mutex.
 	renewAt    time.Time // when the next renewal is due
 	leaseEnd   time.Time // when the lease runs out unless renewed, as the store reckons it
 	renewing   bool      // a renewal of this lock is queued or under way
 	held       bool      // registered with the renewer
+	disowned   bool      // the store said another request holds the key: renewing is pointless
 	prev, next *Lock
 }
-
-type lockPhase uint8
-
-const (
-	running   lockPhase = iota // the handler runs
-	finishing                  // its outcome is being recorded; the lease is still renewed
-	ended                      // recorded or released; nothing more to renew
-)
 
 func (e *Engine) newLock(ctx context.Context, r *Request, a Acquire, began time.Time) *Lock {
 	l := &Lock{e: e, method: r.Method, path: r.Path, id: a.ID, token: a.Token, began: began}
@@ -94,7 +83,7 @@ func (l *Lock) Context() context.Context { return &l.ctx }
 // handler has already returned.
 func (l *Lock) stopHandler(cause error) {
 	l.mu.Lock()
-	if l.phase == running {
+	if l.state.handlerRuns() {
 		l.ctx.stop(cause)
 	}
 	l.mu.Unlock()
@@ -243,12 +232,12 @@ func (l *Lock) Abandon(ctx context.Context, reason Reason) error {
 // the handler must stop and not commit its work.
 func (l *Lock) leaveToLease(ctx context.Context, status int) {
 	l.ctx.stop(ErrLeaseLost) // first, while nothing else can have ended it
-	if !l.finishing() {
+	if _, ok := l.move(lockLeftRunning); !ok {
 		return
 	}
-	l.leftRun = true
+	l.stopTimeout()
 	l.recycleBody()
-	l.end()
+	l.e.renewer.remove(l)
 	now := time.Now()
 	ev := l.e.event(EventNotStored, l.method, l.path, l.id.Key, l.began, now)
 	ev.Status, ev.Reason = status, ReasonTimeoutInside
@@ -264,7 +253,11 @@ func (l *Lock) leaveToLease(ctx context.Context, status int) {
 // An adapter must then leave the request and the framework's context as
 // that goroutine may still be using them. It may be called after the Lock
 // ended, from the goroutine that ended it.
-func (l *Lock) HandlerMayRun() bool { return l.leftRun }
+func (l *Lock) HandlerMayRun() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state == lockLeftToLease
+}
 
 // detach keeps ctx's values but not its cancellation: the outcome of a
 // request that ran must be recorded even if its client has gone. It is
@@ -319,16 +312,18 @@ func (l *Lock) recycleBody() {
 // cancelled for a lost lease (a transactional completion may be committing
 // a transaction bound to it), but the lease is still renewed.
 func (l *Lock) finishing() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.phase != running {
+	if _, ok := l.move(lockReturned); !ok {
 		return false
 	}
-	l.phase = finishing
+	l.stopTimeout()
+	return true
+}
+
+// stopTimeout stops the handler timeout, once the handler has returned.
+func (l *Lock) stopTimeout() {
 	if l.timeout != nil {
 		l.timeout.Stop()
 	}
-	return true
 }
 
 // end stops the renewals once the outcome is recorded, and frees the
@@ -338,9 +333,7 @@ func (l *Lock) finishing() bool {
 // writer is this very request (SQLite, committing a transactional
 // completion).
 func (l *Lock) end() {
-	l.mu.Lock()
-	l.phase = ended
-	l.mu.Unlock()
+	l.move(lockRecorded)
 	l.e.renewer.remove(l)
 	l.ctx.stop(context.Canceled)
 }
@@ -353,14 +346,13 @@ func (l *Lock) renewed(err error, start, done time.Time) {
 		return
 	}
 	l.mu.Lock()
-	phase := l.phase
+	runs := l.state.handlerRuns()
 	l.mu.Unlock()
-	if phase != running {
+	if !runs {
 		return // the outcome is being recorded: Finish will learn what the store knows
 	}
 	e := l.e
 	if errors.Is(err, ErrLockLost) {
-		l.lost.Store(true)
 		l.loseLease(nil)
 		return
 	}
@@ -374,9 +366,8 @@ func (l *Lock) renewed(err error, start, done time.Time) {
 // while renewals failed (err says why).
 func (l *Lock) loseLease(err error) {
 	l.mu.Lock()
-	first := l.phase == running && !l.leaseGone
-	if first {
-		l.leaseGone = true
+	var first bool
+	if l.state, first = l.state.next(lockLeaseLost); first {
 		l.ctx.stop(ErrLeaseLost)
 	}
 	l.mu.Unlock()

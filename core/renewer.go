@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -120,7 +121,7 @@ func (r *renewer) pass() {
 	due := r.due[:0]
 	var risky []*Lock
 	for l := r.head; l != nil; l = l.next {
-		if l.lost.Load() {
+		if l.disowned {
 			continue
 		}
 		if !now.Before(l.leaseEnd.Add(-r.guard)) {
@@ -268,6 +269,9 @@ func (r *renewer) renewBatch(locks []*Lock, start, leaseUntil time.Time) {
 // that failed is tried again at the next pass.
 func (r *renewer) settle(l *Lock, err error, start, leaseUntil time.Time) {
 	l.renewing = false
+	if errors.Is(err, ErrLockLost) {
+		l.disowned = true
+	}
 	if err == nil {
 		l.renewAt = start.Add(r.e.cfg.RenewEvery)
 		if leaseUntil.After(l.leaseEnd) {

@@ -167,24 +167,33 @@ type Acquire struct {
 type AcquireOutcome uint8
 
 const (
-	// Existing: a live record holds the ID; the returned record is that one,
-	// unchanged.
-	Existing AcquireOutcome = iota
-	// Created: the caller now holds a new in-flight record.
-	Created
-	// TookOver: the caller now holds an in-flight record whose previous
-	// holder's lease had run out.
-	TookOver
+	// AcquireExisting: a live record holds the ID; the returned record is
+	// that one, unchanged.
+	AcquireExisting AcquireOutcome = iota
+	// AcquireCreated: the caller now holds a new in-flight record.
+	AcquireCreated
+	// AcquireTookOver: the caller now holds an in-flight record whose
+	// previous holder's lease had run out.
+	AcquireTookOver
+)
+
+// The names of the outcomes before they had their type's name in front.
+//
+// Deprecated: use AcquireExisting, AcquireCreated and AcquireTookOver.
+const (
+	Existing = AcquireExisting
+	Created  = AcquireCreated
+	TookOver = AcquireTookOver
 )
 
 // String returns the lower-case name of the outcome.
 func (o AcquireOutcome) String() string {
 	switch o {
-	case Existing:
+	case AcquireExisting:
 		return "existing"
-	case Created:
+	case AcquireCreated:
 		return "created"
-	case TookOver:
+	case AcquireTookOver:
 		return "took-over"
 	}
 	return "unknown"

@@ -1,0 +1,87 @@
+package idem
+
+import (
+	"errors"
+	"log/slog"
+)
+
+// verdict is what the Engine decides for a guarded request: the policy's
+// outcome, independent of how it is carried out.
+type verdict struct {
+	action  Action
+	event   EventKind  // 0 for a request that is none of idemkit's business (no key, optional)
+	level   slog.Level // of the event's log line
+	limited bool       // the line is logged at level once a minute, at DEBUG otherwise
+	problem string     // the problem to answer with; "" for a run, a pass or a replay
+	replay  bool       // answer with the stored response
+}
+
+// decideRequest decides a request from its key and body alone, before the
+// store is asked: final is false when the store must decide.
+func decideRequest(keyErr, bodyErr error, keyOptional bool) (v verdict, final bool) {
+	switch {
+	case errors.Is(keyErr, ErrKeyMissing) && keyOptional:
+		return verdict{action: ActionPass}, true
+	case errors.Is(keyErr, ErrKeyMissing):
+		return rejected(EventKeyMissing, ProblemKeyMissing), true
+	case keyErr != nil:
+		return rejected(EventKeyInvalid, ProblemKeyInvalid), true
+	case errors.Is(bodyErr, ErrBodyTooLarge):
+		return rejected(EventTooLarge, ProblemPayloadTooLarge), true
+	case bodyErr != nil:
+		return rejected(EventBodyUnreadable, ProblemBodyUnreadable), true
+	}
+	return verdict{}, false
+}
+
+func rejected(kind EventKind, problem string) verdict {
+	return verdict{action: ActionRespond, event: kind, level: slog.LevelDebug, problem: problem}
+}
+
+// decide is the policy's table for a request with a valid key and body,
+// given what Store.Acquire answered: the record it found (for
+// AcquireExisting), the outcome, or an error. The fingerprint is compared
+// before the state, so a key reused with another payload is reported as
+// such even while its first request runs.
+func decide(rec *Record, outcome AcquireOutcome, err error, fp Fingerprint, failOpen bool) verdict {
+	switch {
+	case errors.Is(err, ErrStoreFull):
+		return verdict{action: ActionRespond, event: EventStoreFull, level: slog.LevelWarn, limited: true, problem: ProblemStoreFull}
+	case err != nil && failOpen:
+		return verdict{action: ActionPass, event: EventStoreError, level: slog.LevelError}
+	case err != nil:
+		return verdict{action: ActionRespond, event: EventStoreError, level: slog.LevelError, problem: ProblemStoreUnavailable}
+	case outcome == AcquireCreated:
+		return verdict{action: ActionRun, event: EventFirst, level: slog.LevelDebug}
+	case outcome == AcquireTookOver:
+		return verdict{action: ActionRun, event: EventTakeover, level: slog.LevelWarn}
+	case rec.Fingerprint != fp:
+		return verdict{action: ActionRespond, event: EventMismatch, level: slog.LevelDebug, problem: ProblemKeyReused}
+	case rec.State != Completed:
+		return verdict{action: ActionRespond, event: EventConflict, level: slog.LevelDebug, problem: ProblemInProgress}
+	}
+	return verdict{action: ActionRespond, event: EventReplay, level: slog.LevelDebug, replay: true}
+}
+
+// detail is the detail of one of the Engine's own problems for a request
+// whose key or body was refused with err.
+func (e *Engine) detail(problem string, err error) string {
+	h := e.cfg.HeaderName
+	switch problem {
+	case ProblemKeyMissing:
+		return "This request requires an " + h + " header."
+	case ProblemKeyInvalid:
+		return err.Error()
+	case ProblemBodyUnreadable:
+		return "The request body could not be read."
+	case ProblemStoreUnavailable:
+		return "The idempotency store could not be reached, so the request was not processed. Retry later."
+	case ProblemStoreFull:
+		return "The idempotency store holds as many records as it may for this tenant, so no new key is accepted now. Retry later."
+	case ProblemKeyReused:
+		return "This " + h + " was already used with a different request (method, path or body)."
+	case ProblemInProgress:
+		return "A request with this " + h + " is still being processed. Retry after the Retry-After delay."
+	}
+	panic("idem: no detail for problem " + problem)
+}

@@ -1,0 +1,72 @@
+package idem
+
+import (
+	"errors"
+	"testing"
+)
+
+// TestDecide has one row per row of the policy's table of outcomes
+// (docs/policy.md), with what the store answered for it.
+func TestDecide(t *testing.T) {
+	fp, other := Fingerprint{1}, Fingerprint{2}
+	running := &Record{Fingerprint: fp, State: InFlight}
+	done := &Record{Fingerprint: fp, State: Completed}
+	unreachable := errors.New("dial tcp: connection refused")
+	type want struct {
+		action  Action
+		event   EventKind
+		problem string
+		replay  bool
+	}
+	for _, c := range []struct {
+		situation string
+		// before the store: the key's and the body's errors
+		keyErr, bodyErr error
+		keyOptional     bool
+		// the store's answer
+		rec      *Record
+		outcome  AcquireOutcome
+		err      error
+		failOpen bool
+		want     want
+	}{
+		{situation: "new key", outcome: AcquireCreated, want: want{ActionRun, EventFirst, "", false}},
+		{situation: "same key, same fingerprint, completed", rec: done, want: want{ActionRespond, EventReplay, "", true}},
+		{situation: "same key, same fingerprint, still running", rec: running, want: want{ActionRespond, EventConflict, ProblemInProgress, false}},
+		{situation: "same key, other fingerprint, running", rec: &Record{Fingerprint: other, State: InFlight}, want: want{ActionRespond, EventMismatch, ProblemKeyReused, false}},
+		{situation: "same key, other fingerprint, completed", rec: &Record{Fingerprint: other, State: Completed}, want: want{ActionRespond, EventMismatch, ProblemKeyReused, false}},
+		{situation: "guarded route, no key", keyErr: ErrKeyMissing, want: want{ActionRespond, EventKeyMissing, ProblemKeyMissing, false}},
+		{situation: "guarded route, no key, optional mode", keyErr: ErrKeyMissing, keyOptional: true, want: want{ActionPass, 0, "", false}},
+		{situation: "malformed key", keyErr: ErrKeyInvalid, want: want{ActionRespond, EventKeyInvalid, ProblemKeyInvalid, false}},
+		{situation: "malformed key, optional mode", keyErr: ErrKeyInvalid, keyOptional: true, want: want{ActionRespond, EventKeyInvalid, ProblemKeyInvalid, false}},
+		{situation: "request body over the limit", bodyErr: ErrBodyTooLarge, want: want{ActionRespond, EventTooLarge, ProblemPayloadTooLarge, false}},
+		{situation: "request body unreadable", bodyErr: errors.New("unexpected EOF"), want: want{ActionRespond, EventBodyUnreadable, ProblemBodyUnreadable, false}},
+		{situation: "key expired (the store creates a new record)", outcome: AcquireCreated, want: want{ActionRun, EventFirst, "", false}},
+		{situation: "crashed holder's lease ran out, same fingerprint", outcome: AcquireTookOver, want: want{ActionRun, EventTakeover, "", false}},
+		{situation: "store unreachable", err: unreachable, want: want{ActionRespond, EventStoreError, ProblemStoreUnavailable, false}},
+		{situation: "store unreachable, fail open", err: unreachable, failOpen: true, want: want{ActionPass, EventStoreError, "", false}},
+		{situation: "store full", err: ErrStoreFull, want: want{ActionRespond, EventStoreFull, ProblemStoreFull, false}},
+		{situation: "store full, fail open (a full store is no outage)", err: ErrStoreFull, failOpen: true, want: want{ActionRespond, EventStoreFull, ProblemStoreFull, false}},
+	} {
+		t.Run(c.situation, func(t *testing.T) {
+			v, final := decideRequest(c.keyErr, c.bodyErr, c.keyOptional)
+			if final != (c.keyErr != nil || c.bodyErr != nil) {
+				t.Fatalf("decideRequest final = %v", final)
+			}
+			if !final {
+				rec := c.rec
+				if rec == nil {
+					rec = &Record{}
+				}
+				outcome := c.outcome
+				if c.rec != nil {
+					outcome = AcquireExisting
+				}
+				v = decide(rec, outcome, c.err, fp, c.failOpen)
+			}
+			if got := (want{v.action, v.event, v.problem, v.replay}); got != c.want {
+				t.Fatalf("verdict %+v, want %+v", got, c.want)
+			}
+		})
+	}
+}
