@@ -19,11 +19,8 @@
 package idemecho
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"reflect"
 
@@ -52,17 +49,13 @@ func Middleware(e *idem.Engine, opts ...Option) echo.MiddlewareFunc {
 			}
 			d := e.Begin(r.Context(), &req)
 			switch d.Action {
-			case idem.Respond:
+			case idem.ActionRespond:
 				d.WriteTo(c.Response())
 				return nil
-			case idem.Run:
+			case idem.ActionRun:
 				return serveLocked(c, next, d)
 			default:
-				if d.Body != nil {
-					body := new(bodyReader)
-					body.Reset(d.Body)
-					r.Body = body
-				}
+				d.SetBody(r)
 				return next(c)
 			}
 		}
@@ -99,31 +92,26 @@ func (r bodyLimitReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// bodyReader hands the body Begin read back to the handler, so c.Bind
-// reads it as usual.
-type bodyReader struct{ bytes.Reader }
-
-func (*bodyReader) Close() error { return nil }
-
 // locked is what serveLocked needs per request, in one allocation.
 type locked struct {
-	captureWriter
-	body bodyReader
+	idem.ResponseCapture
+	body idem.BodyReader
 }
 
 func serveLocked(c echo.Context, next echo.HandlerFunc, d idem.Decision) error {
 	lock, ctx, res, orig := d.Lock, c.Request().Context(), c.Response(), c.Response().Writer
-	x := &locked{captureWriter: captureWriter{ResponseWriter: orig, lock: lock, status: http.StatusOK}}
-	cw := &x.captureWriter
+	x := new(locked)
+	x.Reset(orig, lock)
 	if d.Body != nil {
 		x.body.Reset(d.Body)
 		c.Request().Body = &x.body
 	}
 	// Below echo.Response, so its Committed, Before and After hooks and the
 	// middleware registered before idemkit see the response as usual.
-	res.Writer = cw
+	res.Writer = &x.ResponseCapture
 	req := c.Request()
 	c.SetRequest(req.WithContext(lock.Context()))
+	defer lock.AbandonOnPanic(ctx)
 	defer func() {
 		if !lock.HandlerMayRun() {
 			// Writes after ours, such as Recover's 500, are not captured,
@@ -133,68 +121,12 @@ func serveLocked(c echo.Context, next echo.HandlerFunc, d idem.Decision) error {
 			res.Writer = orig
 			c.SetRequest(req)
 		}
-		if p := recover(); p != nil {
-			_ = lock.Abandon(ctx, idem.ReasonPanic)
-			panic(p) // middleware.Recover or net/http decides what the client sees
-		}
 	}()
 	if err := next(c); err != nil {
 		// Rendered here, the error response is captured like any other.
 		// The error is then handled: returning it would render it twice.
 		c.Error(err)
 	}
-	if cw.streamed {
-		_ = lock.Abandon(ctx, idem.ReasonStreamed)
-		return nil
-	}
-	lock.FinishHTTP(ctx, orig, cw.status, orig.Header())
+	x.End(ctx, x.Status())
 	return nil
 }
-
-// captureWriter passes the response through to the client and copies its
-// body into the lock. Flush and Hijack work as usual but mark the response
-// as streamed, which is never stored.
-type captureWriter struct {
-	http.ResponseWriter
-	lock        *idem.Lock
-	status      int
-	wroteHeader bool
-	streamed    bool
-	delivery    idem.Delivery
-}
-
-// WriteHeader records the final status: informational 1xx responses such as
-// 103 Early Hints come before it (101 is final, and never stored).
-func (w *captureWriter) WriteHeader(code int) {
-	if !w.wroteHeader && (code >= 200 || code == http.StatusSwitchingProtocols) {
-		w.status, w.wroteHeader = code, true
-		w.lock.WritingStatus(code)
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-// Write sends p and keeps all of it (see idem.Delivery): what is stored is
-// what the handler wrote, whether or not the client took it.
-func (w *captureWriter) Write(p []byte) (int, error) {
-	w.wroteHeader = true // the status stays 200, as net/http sends it
-	return w.delivery.Write(w.ResponseWriter, w.lock, p)
-}
-
-// FlushError is what http.ResponseController, and so c.Response().Flush,
-// calls; an unsupported flush still reports http.ErrNotSupported.
-func (w *captureWriter) FlushError() error {
-	w.streamed = true
-	return http.NewResponseController(w.ResponseWriter).Flush()
-}
-
-// Flush implements http.Flusher.
-func (w *captureWriter) Flush() { _ = w.FlushError() }
-
-// Hijack implements http.Hijacker.
-func (w *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	w.streamed = true
-	return http.NewResponseController(w.ResponseWriter).Hijack()
-}
-
-// Unwrap lets http.ResponseController reach the underlying writer.
-func (w *captureWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

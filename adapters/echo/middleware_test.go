@@ -32,6 +32,10 @@ func TestConformance(t *testing.T) {
 	idemtest.TestMiddleware(t, mount)
 }
 
+func TestResponseWriter(t *testing.T) {
+	idemtest.TestResponseWriter(t, mount)
+}
+
 // newEcho is echo.New with its logger, where Recover prints the suite's
 // expected panics, silenced.
 func newEcho() *echo.Echo {

@@ -24,7 +24,6 @@ package idemgin
 
 import (
 	"bufio"
-	"bytes"
 	"net"
 	"net/http"
 
@@ -51,45 +50,36 @@ func Middleware(e *idem.Engine, opts ...Option) gin.HandlerFunc {
 		}
 		d := e.Begin(r.Context(), &req)
 		switch d.Action {
-		case idem.Respond:
+		case idem.ActionRespond:
 			c.Abort()
 			d.WriteTo(c.Writer)
-		case idem.Run:
+		case idem.ActionRun:
 			serveLocked(c, d)
 		default:
-			if d.Body != nil {
-				body := new(bodyReader)
-				body.Reset(d.Body)
-				r.Body = body
-			}
+			d.SetBody(r)
 			c.Next()
 		}
 	}
 }
 
-// bodyReader hands the body Begin read back to the handler, so bindings
-// such as c.ShouldBindJSON read it as usual.
-type bodyReader struct{ bytes.Reader }
-
-func (*bodyReader) Close() error { return nil }
-
 // locked is what serveLocked needs per request, in one allocation.
 type locked struct {
 	captureWriter
-	body bodyReader
+	body idem.BodyReader
 }
 
 func serveLocked(c *gin.Context, d idem.Decision) {
 	lock, ctx, orig := d.Lock, c.Request.Context(), c.Writer
-	x := &locked{captureWriter: captureWriter{ResponseWriter: orig, lock: lock}}
-	cw := &x.captureWriter
+	x := &locked{captureWriter: captureWriter{ResponseWriter: orig}}
+	x.capture.Reset(orig, lock)
 	if d.Body != nil {
 		x.body.Reset(d.Body)
 		c.Request.Body = &x.body
 	}
-	c.Writer = cw
+	c.Writer = &x.captureWriter
 	req := c.Request
 	c.Request = req.WithContext(lock.Context())
+	defer lock.AbandonOnPanic(ctx)
 	defer func() {
 		if !lock.HandlerMayRun() {
 			// Writes after ours, such as recovery's 500, are not captured,
@@ -99,64 +89,27 @@ func serveLocked(c *gin.Context, d idem.Decision) {
 			c.Writer = orig
 			c.Request = req
 		}
-		if p := recover(); p != nil {
-			_ = lock.Abandon(ctx, idem.ReasonPanic)
-			panic(p) // gin.Recovery or net/http decides what the client sees
-		}
 	}()
 	c.Next()
-	switch {
-	case cw.streamed:
-		_ = lock.Abandon(ctx, idem.ReasonStreamed)
-	case len(c.Errors) > 0 && orig.Size() <= 0:
+	if len(c.Errors) > 0 && orig.Size() <= 0 {
 		_ = lock.Abandon(ctx, idem.ReasonIncomplete) // errors left for an outer middleware to render
-	default:
-		// An unwritten status (c.Status without a body) is still pending
-		// in Gin's writer, which sends it after the chain.
-		lock.FinishHTTP(ctx, orig, orig.Status(), orig.Header())
+		return
 	}
+	// An unwritten status (c.Status without a body) is still pending in
+	// Gin's writer, which sends it after the chain.
+	x.capture.End(ctx, orig.Status())
 }
 
-// captureWriter passes the response through to Gin's writer and copies its
-// body into the lock. Flush and Hijack work as usual but mark the response
-// as streamed, which is never stored.
+// captureWriter is Gin's writer with its writes going through the shared
+// capture (idem.ResponseCapture) to Gin's own writer below.
 type captureWriter struct {
 	gin.ResponseWriter
-	lock     *idem.Lock
-	streamed bool
-	delivery idem.Delivery
+	capture idem.ResponseCapture
 }
 
-// WriteHeader tells the lock the status before Gin's writer records it.
-func (w *captureWriter) WriteHeader(code int) {
-	if code >= 200 {
-		w.lock.WritingStatus(code)
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-// Write sends p and keeps all of it (see idem.Delivery): what is stored is
-// what the handler wrote, whether or not the client took it.
-func (w *captureWriter) Write(p []byte) (int, error) {
-	return w.delivery.Write(w.ResponseWriter, w.lock, p)
-}
-
-// WriteString is how Gin's string renderers write.
-func (w *captureWriter) WriteString(s string) (int, error) {
-	return w.delivery.WriteString(w.ResponseWriter, w.lock, s)
-}
-
-// Flush implements http.Flusher; c.Stream and SSE flush after each event.
-func (w *captureWriter) Flush() {
-	w.streamed = true
-	w.ResponseWriter.Flush()
-}
-
-// Hijack implements http.Hijacker.
-func (w *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	w.streamed = true
-	return w.ResponseWriter.Hijack()
-}
-
-// Unwrap lets http.ResponseController reach Gin's writer.
-func (w *captureWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+func (w *captureWriter) WriteHeader(code int)                         { w.capture.WriteHeader(code) }
+func (w *captureWriter) Write(p []byte) (int, error)                  { return w.capture.Write(p) }
+func (w *captureWriter) WriteString(s string) (int, error)            { return w.capture.WriteString(s) }
+func (w *captureWriter) Flush()                                       { w.capture.Flush() }
+func (w *captureWriter) Unwrap() http.ResponseWriter                  { return w.ResponseWriter }
+func (w *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) { return w.capture.Hijack() }

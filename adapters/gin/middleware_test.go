@@ -36,6 +36,10 @@ func TestConformance(t *testing.T) {
 	idemtest.TestMiddleware(t, mount)
 }
 
+func TestResponseWriter(t *testing.T) {
+	idemtest.TestResponseWriter(t, mount)
+}
+
 // start serves r on a loopback listener for the test's lifetime.
 func start(tb testing.TB, r http.Handler) string {
 	srv := httptest.NewUnstartedServer(r)

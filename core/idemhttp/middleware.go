@@ -17,10 +17,6 @@
 package idemhttp
 
 import (
-	"bufio"
-	"bytes"
-	"errors"
-	"net"
 	"net/http"
 	"reflect"
 	"time"
@@ -54,16 +50,12 @@ func Middleware(e *idem.Engine, opts ...Option) func(http.Handler) http.Handler 
 			}
 			d := e.Begin(r.Context(), &req)
 			switch d.Action {
-			case idem.Respond:
+			case idem.ActionRespond:
 				d.WriteTo(w)
-			case idem.Run:
+			case idem.ActionRun:
 				serveLocked(w, r, next, d)
 			default:
-				if d.Body != nil {
-					body := new(bodyReader)
-					body.Reset(d.Body)
-					r.Body = body
-				}
+				d.SetBody(r)
 				next.ServeHTTP(w, r)
 			}
 		})
@@ -81,90 +73,21 @@ func unrouted(mux *http.ServeMux, r *http.Request) bool {
 	return pattern == ""
 }
 
-// bodyReader hands the body Begin read back to the handler.
-type bodyReader struct{ bytes.Reader }
-
-func (*bodyReader) Close() error { return nil }
-
 // locked is what serveLocked needs per request, in one allocation.
 type locked struct {
-	captureWriter
-	body bodyReader
+	idem.ResponseCapture
+	body idem.BodyReader
 }
 
 func serveLocked(w http.ResponseWriter, r *http.Request, next http.Handler, d idem.Decision) {
-	lock := d.Lock
-	x := &locked{captureWriter: captureWriter{ResponseWriter: w, lock: lock, status: http.StatusOK}}
-	cw := &x.captureWriter
+	x := new(locked)
+	x.Reset(w, d.Lock)
 	if d.Body != nil {
 		x.body.Reset(d.Body)
 		r.Body = &x.body
 	}
-	defer func() {
-		if p := recover(); p != nil {
-			_ = lock.Abandon(r.Context(), idem.ReasonPanic)
-			panic(p) // net/http or the caller's recovery middleware decides what the client sees
-		}
-	}()
-	next.ServeHTTP(cw, r.WithContext(lock.Context()))
-	if cw.streamed {
-		_ = lock.Abandon(r.Context(), idem.ReasonStreamed)
-		return
-	}
-	lock.FinishHTTP(r.Context(), w, cw.status, w.Header())
+	ctx := r.Context()
+	defer d.Lock.AbandonOnPanic(ctx)
+	next.ServeHTTP(&x.ResponseCapture, r.WithContext(d.Lock.Context()))
+	x.End(ctx, x.Status())
 }
-
-// captureWriter passes the response through to the client and copies its
-// body into the lock. Flush and Hijack work as usual but mark the response
-// as streamed, which is never stored.
-type captureWriter struct {
-	http.ResponseWriter
-	lock        *idem.Lock
-	status      int
-	wroteHeader bool
-	streamed    bool
-	delivery    idem.Delivery
-}
-
-func (w *captureWriter) WriteHeader(code int) {
-	if !w.wroteHeader {
-		if code == http.StatusSwitchingProtocols {
-			w.streamed = true
-		}
-		if code >= 200 || code == http.StatusSwitchingProtocols {
-			w.status, w.wroteHeader = code, true
-			w.lock.WritingStatus(code)
-		}
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-// Write sends p and keeps all of it (see idem.Delivery): what is stored is
-// what the handler wrote, whether or not the client took it.
-func (w *captureWriter) Write(p []byte) (int, error) {
-	if !w.wroteHeader {
-		w.WriteHeader(http.StatusOK)
-	}
-	return w.delivery.Write(w.ResponseWriter, w.lock, p)
-}
-
-// Flush implements http.Flusher.
-func (w *captureWriter) Flush() {
-	w.streamed = true
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-// Hijack implements http.Hijacker.
-func (w *captureWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	h, ok := w.ResponseWriter.(http.Hijacker)
-	if !ok {
-		return nil, nil, errors.New("idemhttp: the underlying ResponseWriter cannot be hijacked")
-	}
-	w.streamed = true
-	return h.Hijack()
-}
-
-// Unwrap lets http.ResponseController reach the underlying writer.
-func (w *captureWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

@@ -29,6 +29,10 @@ func TestConformance(t *testing.T) {
 	idemtest.TestMiddleware(t, mount)
 }
 
+func TestResponseWriter(t *testing.T) {
+	idemtest.TestResponseWriter(t, mount)
+}
+
 func TestHTTP2StreamReset(t *testing.T) {
 	idemtest.TestHTTP2StreamReset(t, func(e *idem.Engine, h http.Handler) http.Handler {
 		return idemhttp.Middleware(e)(h)

@@ -47,6 +47,15 @@ func bigBody(n int64, size int) []byte {
 	return body
 }
 
+// unwrapOnly is a ResponseWriter that reaches the one below it only
+// through Unwrap: no Flush or Hijack of its own.
+type unwrapOnly struct{ w http.ResponseWriter }
+
+func (u unwrapOnly) Header() http.Header         { return u.w.Header() }
+func (u unwrapOnly) Write(p []byte) (int, error) { return u.w.Write(p) }
+func (u unwrapOnly) WriteHeader(code int)        { u.w.WriteHeader(code) }
+func (u unwrapOnly) Unwrap() http.ResponseWriter { return u.w }
+
 func (a *app) releaseSlow() { a.closeOnce.Do(func() { close(a.release) }) }
 
 func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -116,6 +125,32 @@ func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(buf, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
 		buf.Flush()
 		conn.Close()
+		return
+	case "/switch":
+		// A final 101 with nothing after it: the connection is no longer
+		// HTTP, whatever follows.
+		w.WriteHeader(http.StatusSwitchingProtocols)
+		return
+	case "/hints":
+		w.Header().Set("Link", "</style.css>; rel=preload; as=style")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Del("Link")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"call":%d}`, n)
+		return
+	case "/unwrap-flush":
+		// The flush goes through a writer that offers only Unwrap, as many
+		// middleware writers do: http.ResponseController finds the flusher
+		// below it.
+		uw := unwrapOnly{w}
+		w.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprintf(uw, "data: part 1 of call %d\n\n", n)
+		if err := http.NewResponseController(uw).Flush(); err != nil {
+			http.Error(w, "cannot flush: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
+		fmt.Fprintf(uw, "data: part 2 of call %d\n\n", n)
 		return
 	case "/links":
 		h := w.Header()

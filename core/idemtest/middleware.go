@@ -47,6 +47,63 @@ func TestMiddleware(t *testing.T, mount Mount) {
 	}
 }
 
+// TestResponseWriter drives the response writer of an adapter built on
+// net/http types (which Fiber is not) through what handlers do with one
+// beside writing a body: flushing (directly, or through a writer that only
+// offers Unwrap), hijacking, switching protocols, sending early hints,
+// panicking. Every such adapter must give the same outcome for each.
+func TestResponseWriter(t *testing.T, mount Mount) {
+	t.Helper()
+	cases := writerCases
+	for _, c := range httpCases {
+		switch c.name {
+		case "NotStored/Streamed", "NotStored/Hijacked", "NotStored/Panic":
+			cases = append(cases[:len(cases):len(cases)], c)
+		}
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.run(t, newEnv(t, mount, c.config))
+		})
+	}
+}
+
+// writerCases: see TestResponseWriter. Flushing, hijacking and panicking
+// are in the middleware suite too, which Fiber runs.
+var writerCases = []httpCase{
+	{name: "NotStored/StreamedThroughUnwrap", run: func(t *testing.T, e *env) {
+		first := e.must(t, call{key: "k1", path: "/unwrap-flush", body: `{}`}, 200)
+		if !strings.Contains(string(first.body), "part 2 of call 1") {
+			t.Fatalf("first response %q, want the streamed body", first.body)
+		}
+		r := e.settled(t, call{key: "k1", path: "/unwrap-flush", body: `{}`})
+		if r.status != 200 || r.replayed() || !strings.Contains(string(r.body), "call 2") {
+			t.Fatalf("retry got %d %q (replayed %v), want the handler run again", r.status, r.body, r.replayed())
+		}
+		e.wantCalls(t, 2)
+	}},
+	{name: "NotStored/SwitchingProtocols", run: func(t *testing.T, e *env) {
+		for i := range 2 {
+			if r := e.settled(t, call{key: "k1", path: "/switch", body: `{}`}); r.err != nil || r.status != 101 || r.replayed() {
+				t.Fatalf("request %d: %d (replayed %v, %v), want the handler's own 101", i+1, r.status, r.replayed(), r.err)
+			}
+		}
+		e.wantCalls(t, 2)
+	}},
+	{name: "Replay/AfterEarlyHints", run: func(t *testing.T, e *env) {
+		// 103 is informational: the final status is what is stored.
+		// (Echo v4 commits its response at the 103 and sends 200 after it:
+		// whatever the framework sent is what is replayed.)
+		first := e.settled(t, call{key: "k1", path: "/hints", body: `{}`})
+		if first.err != nil || first.status < 200 || first.status >= 300 {
+			t.Fatalf("first response %d (%v), want the handler's success", first.status, first.err)
+		}
+		wantReplay(t, first, e.settled(t, call{key: "k1", path: "/hints", body: `{}`}))
+		e.wantCalls(t, 1)
+	}},
+}
+
+
 type httpCase struct {
 	name   string
 	config func(*idem.Config) // nil: the suite's defaults

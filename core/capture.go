@@ -1,0 +1,129 @@
+package idem
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+)
+
+// The net/http glue every adapter built on net/http types (idemhttp, Gin,
+// Echo) shares: the response writer that captures what the handler
+// writes, the reader that hands the body Begin read back, and the end of a
+// locked request. Adapters only translate their framework to these.
+
+// ResponseCapture is the http.ResponseWriter a guarded handler writes to:
+// it passes everything through to the writer below and copies the body
+// into the Lock (see Delivery), records the final status, and marks the
+// response streamed when it is flushed, hijacked or switches protocols, so
+// that it is never stored. Reset it before use; an adapter keeps it in the
+// per-request memory it allocates anyway.
+type ResponseCapture struct {
+	http.ResponseWriter
+	lock        *Lock
+	status      int
+	wroteHeader bool
+	streamed    bool
+	delivery    Delivery
+}
+
+// Reset makes c capture what is written to w for l.
+func (c *ResponseCapture) Reset(w http.ResponseWriter, l *Lock) {
+	*c = ResponseCapture{ResponseWriter: w, lock: l, status: http.StatusOK}
+}
+
+// WriteHeader records the final status: informational responses (103
+// Early Hints) pass through before it, and 101 Switching Protocols is
+// final and streamed.
+func (c *ResponseCapture) WriteHeader(code int) {
+	if !c.wroteHeader && (code >= 200 || code == http.StatusSwitchingProtocols) {
+		c.status, c.wroteHeader = code, true
+		c.streamed = c.streamed || code == http.StatusSwitchingProtocols
+		c.lock.WritingStatus(code)
+	}
+	c.ResponseWriter.WriteHeader(code)
+}
+
+// Write sends p and keeps all of it (see Delivery): what is stored is what
+// the handler wrote, whether or not the client took it.
+func (c *ResponseCapture) Write(p []byte) (int, error) {
+	c.wroteHeader = true // an implicit 200, as net/http sends it
+	return c.delivery.Write(c.ResponseWriter, c.lock, p)
+}
+
+// WriteString is Write for a string, without copying it first when the
+// writer below takes strings.
+func (c *ResponseCapture) WriteString(s string) (int, error) {
+	c.wroteHeader = true
+	if sw, ok := c.ResponseWriter.(io.StringWriter); ok {
+		return c.delivery.WriteString(sw, c.lock, s)
+	}
+	return c.delivery.Write(c.ResponseWriter, c.lock, []byte(s))
+}
+
+// FlushError flushes the writer below, as http.ResponseController does,
+// and marks the response streamed.
+func (c *ResponseCapture) FlushError() error {
+	c.streamed = true
+	return http.NewResponseController(c.ResponseWriter).Flush()
+}
+
+// Flush implements http.Flusher.
+func (c *ResponseCapture) Flush() { _ = c.FlushError() }
+
+// Hijack hands the connection to the handler, as http.ResponseController
+// does, and marks the response streamed once it did.
+func (c *ResponseCapture) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	conn, rw, err := http.NewResponseController(c.ResponseWriter).Hijack()
+	if err == nil {
+		c.streamed = true
+	}
+	return conn, rw, err
+}
+
+// Unwrap lets http.ResponseController reach the writer below.
+func (c *ResponseCapture) Unwrap() http.ResponseWriter { return c.ResponseWriter }
+
+// Status returns the final status written, 200 if only a body was.
+func (c *ResponseCapture) Status() int { return c.status }
+
+// End ends the Lock for the response written through c, once the handler
+// has returned: it is abandoned if it was streamed (flushed, hijacked,
+// switched protocols), and recorded with this status otherwise (see
+// FinishHTTP). ctx is the request's context as the adapter received it.
+func (c *ResponseCapture) End(ctx context.Context, status int) {
+	if c.streamed {
+		_ = c.lock.Abandon(ctx, ReasonStreamed)
+		return
+	}
+	c.lock.FinishHTTP(ctx, c.ResponseWriter, status, c.ResponseWriter.Header())
+}
+
+// AbandonOnPanic, deferred by an adapter around the handler it runs under
+// l, abandons l as a panic and lets the panic go on to the framework's
+// recovery (or net/http's), which decides what the client sees.
+func (l *Lock) AbandonOnPanic(ctx context.Context) {
+	if p := recover(); p != nil {
+		_ = l.Abandon(ctx, ReasonPanic)
+		panic(p)
+	}
+}
+
+// BodyReader hands the body Begin read back to the handler as its request
+// body, so that bindings read it as usual. Reset it with Decision.Body.
+type BodyReader struct{ bytes.Reader }
+
+// Close implements io.Closer; there is nothing to close.
+func (*BodyReader) Close() error { return nil }
+
+// SetBody gives r the body Begin read, if it read one (Decision.Body), for
+// a request that passes through.
+func (d *Decision) SetBody(r *http.Request) {
+	if d.Body != nil {
+		b := new(BodyReader)
+		b.Reset(d.Body)
+		r.Body = b
+	}
+}
