@@ -20,6 +20,8 @@ package examples_test
 //     module at a checkout of the repository instead, for program NAME.
 //   - <!-- run: NAME --> before a console block: a session replayed against
 //     program NAME, each command's output shown exactly as curl prints it.
+//   - <!-- output: NAME --> before a console block: `$ go run
+//     ./docs/examples/NAME` and what the program prints, exactly.
 //   - <!-- db: postgres --> before an sh block: the commands that create the
 //     PostgreSQL role and database the tutorial uses, the same in the
 //     tutorial and in operations.md, run against a real server.
@@ -482,6 +484,41 @@ func TestDocsProgramsBuildOutsideTheRepo(t *testing.T) {
 				replay(t, b, addr)
 			}
 		}
+	}
+}
+
+// TestDocsProgramOutputs runs each example program whose output a
+// document shows and compares what it prints with the page.
+func TestDocsProgramOutputs(t *testing.T) {
+	bin := t.TempDir()
+	shown := 0
+	for _, b := range allBlocks(t) {
+		name, ok := strings.CutPrefix(b.note, "output: ")
+		if !ok {
+			continue
+		}
+		cmd, want, _ := strings.Cut(b.text, "\n")
+		if cmd != "$ go run ./docs/examples/"+name {
+			t.Errorf("%s: the block should begin with $ go run ./docs/examples/%s", b.at(), name)
+			continue
+		}
+		exe := filepath.Join(bin, name)
+		if out, err := exec.Command("go", "build", "-o", exe, "./"+name).CombinedOutput(); err != nil {
+			t.Fatalf("%s: build %s: %v\n%s", b.at(), name, err, out)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		out, err := exec.CommandContext(ctx, exe).Output()
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: %s: %v\n%s", b.at(), name, err, out)
+		}
+		if string(out) != want {
+			t.Errorf("%s: the page shows\n%s\nbut %s printed\n%s", b.at(), want, name, out)
+		}
+		shown++
+	}
+	if shown == 0 {
+		t.Error("no <!-- output: NAME --> block found")
 	}
 }
 
