@@ -1,5 +1,5 @@
 # Every target works from a fresh clone; see README.md.
-.PHONY: test test-quick demo bench bench-quick bench-full fuzz pictures
+.PHONY: test test-quick demo bench bench-quick bench-full bench-render fuzz pictures
 
 # Runs gofmt, go vet and go test -race over every module in go.work,
 # starting the database servers the store tests need.
@@ -25,14 +25,20 @@ bench:
 
 # Load benchmarks (bench/): bench-quick takes under 5 minutes, for routine
 # use; bench-full takes about 25 minutes on an idle machine and regenerates
-# docs/benchmarks.md and its chart.
+# the user's page docs/benchmarks.md and its chart, the project's targets in
+# bench/TARGETS.md, and the run's raw figures in bench/benchmarks.json, from
+# which bench-render renders the pages again without measuring.
 BENCH_OUT ?= $(or $(TMPDIR),/tmp)/idemkit-bench
+BENCH_PAGES = -out docs/benchmarks.md -chart docs/img/benchmarks.svg -targets bench/TARGETS.md
 
 bench-quick:
-	go run ./bench/cmd/loadbench -quick -out $(BENCH_OUT)/benchmarks.md -chart $(BENCH_OUT)/benchmarks.svg
+	go run ./bench/cmd/loadbench -quick -out $(BENCH_OUT)/benchmarks.md -chart $(BENCH_OUT)/benchmarks.svg -targets $(BENCH_OUT)/TARGETS.md -json $(BENCH_OUT)/benchmarks.json
 
 bench-full:
-	go run ./bench/cmd/loadbench -out docs/benchmarks.md -chart docs/img/benchmarks.svg -json $(BENCH_OUT)/benchmarks.json
+	go run ./bench/cmd/loadbench $(BENCH_PAGES) -json bench/benchmarks.json
+
+bench-render:
+	go run ./bench/cmd/loadbench -from bench/benchmarks.json $(BENCH_PAGES)
 
 # Refreshes the pictures of the docs: docs/img/checkout.png, from the demo's
 # browser test (needs Chromium). Tests alone never write into the tree.
