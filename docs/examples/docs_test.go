@@ -117,10 +117,7 @@ func TestProblemsDocumentEveryType(t *testing.T) {
 // The README's store table and the operations guide state the memory
 // store's default bound and per-tenant share.
 func TestDocsStateTheMemoryStoreDefault(t *testing.T) {
-	n := strconv.Itoa(memstore.DefaultMaxRecords)
-	for i := len(n) - 3; i > 0; i -= 3 {
-		n = n[:i] + "," + n[i:]
-	}
+	n := thousands(memstore.DefaultMaxRecords)
 	for doc, want := range map[string]string{
 		"../README.md":  "bounded: " + n + " records by default",
 		"operations.md": "(`WithMaxRecords`, " + n + " by default, and a tenth of",
