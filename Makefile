@@ -1,10 +1,28 @@
 # Every target works from a fresh clone; see README.md.
-.PHONY: test demo bench bench-quick bench-full fuzz
+.PHONY: test test-quick demo bench bench-quick bench-full bench-render fuzz pictures
 
 # Runs gofmt, go vet and go test -race over every module in go.work,
 # starting the database servers the store tests need.
 test:
 	bash scripts/test-all
+
+# gofmt, go vet and go test -short of every module: no servers and no race
+# detector, nothing installed; the tests that need a server are skipped.
+# It needs curl; without Chromium it leaves out the demo's browser test,
+# and says so.
+test-quick:
+	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt would change:" >&2; echo "$$unformatted" >&2; exit 1; fi
+	@skip=""; \
+	if ! command -v "$${IDEMKIT_CHROMIUM:-chromium}" >/dev/null; then \
+	  echo "test-quick: no chromium on PATH: the demo's browser test is left out (make test installs Chromium and runs it)" >&2; \
+	  skip='^TestCheckoutInBrowser$$'; \
+	fi; \
+	failed=""; \
+	for dir in $$(go list -m -f '{{.Dir}}'); do \
+	  echo "== module $$dir"; \
+	  (cd "$$dir" && go vet ./... && go test -short -count=1 -skip "$$skip" ./...) || failed="$$failed $$dir"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "FAILED:$$failed" >&2; exit 1; fi
 
 demo:
 	go run ./demo/payments
@@ -14,14 +32,25 @@ bench:
 
 # Load benchmarks (bench/): bench-quick takes under 5 minutes, for routine
 # use; bench-full takes about 25 minutes on an idle machine and regenerates
-# docs/benchmarks.md and its chart.
+# the user's page docs/benchmarks.md and its chart, the project's targets in
+# bench/TARGETS.md, and the run's raw figures in bench/benchmarks.json, from
+# which bench-render renders the pages again without measuring.
 BENCH_OUT ?= $(or $(TMPDIR),/tmp)/idemkit-bench
+BENCH_PAGES = -out docs/benchmarks.md -chart docs/img/benchmarks.svg -targets bench/TARGETS.md
 
 bench-quick:
-	go run ./bench/cmd/loadbench -quick -out $(BENCH_OUT)/benchmarks.md -chart $(BENCH_OUT)/benchmarks.svg
+	go run ./bench/cmd/loadbench -quick -out $(BENCH_OUT)/benchmarks.md -chart $(BENCH_OUT)/benchmarks.svg -targets $(BENCH_OUT)/TARGETS.md -json $(BENCH_OUT)/benchmarks.json
 
 bench-full:
-	go run ./bench/cmd/loadbench -out docs/benchmarks.md -chart docs/img/benchmarks.svg -json $(BENCH_OUT)/benchmarks.json
+	go run ./bench/cmd/loadbench $(BENCH_PAGES) -json bench/benchmarks.json
+
+bench-render:
+	go run ./bench/cmd/loadbench -from bench/benchmarks.json $(BENCH_PAGES)
+
+# Refreshes the pictures of the docs: docs/img/checkout.png, from the demo's
+# browser test (needs Chromium). Tests alone never write into the tree.
+pictures:
+	cd demo/payments && IDEMKIT_PICTURES=$(CURDIR)/docs/img go test -count=1 -run '^TestCheckoutInBrowser$$' .
 
 # A short fuzz run of every fuzz target (FUZZTIME=30s by default).
 fuzz:

@@ -16,9 +16,21 @@ import (
 	"github.com/idemkit/idemkit/demo/payments/internal/app"
 )
 
-// screenshotPath is where the browser test leaves its picture of the page
-// after a flaky checkout, for docs/tutorial.md and the demo's README.
-var screenshotPath = filepath.Join("..", "..", "docs", "img", "checkout.png")
+// picturesEnv names the folder where the browser test writes its picture
+// of the page after a flaky checkout as checkout.png: `make pictures` sets
+// it to docs/img, for docs/tutorial.md and the demo's README. Unset, the
+// picture goes to a temporary folder, so that a test run leaves the
+// working tree as it found it.
+const picturesEnv = "IDEMKIT_PICTURES"
+
+// screenshotPath returns where the browser test writes its picture.
+func screenshotPath(t *testing.T) string {
+	dir := os.Getenv(picturesEnv)
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	return filepath.Join(dir, "checkout.png")
+}
 
 // chromium returns the path of Debian's chromium browser, found on PATH
 // (/usr/bin/chromium), or of the browser IDEMKIT_CHROMIUM names; it fails
@@ -99,10 +111,10 @@ const readTimeline = `(() => ({
 // Pay clicked twice quickly charges once; the timeline shows the retries
 // (with one key, after Retry-After on 409) and the replayed answer; Pay
 // pressed again afterwards, from the keyboard, gets the recorded answer
-// and charges nothing more; a declined card is not retried. It leaves a
-// screenshot of the page after the flaky checkout in
-// docs/img/checkout.png. On a demo without fault injection, the switch is
-// off and disabled, the page says so, and a payment goes out unfaulted.
+// and charges nothing more; a declined card is not retried. It takes a
+// screenshot of the page after the flaky checkout (see picturesEnv). On a
+// demo without fault injection, the switch is off and disabled, the page
+// says so, and a payment goes out unfaulted.
 func TestCheckoutInBrowser(t *testing.T) {
 	cfg := app.DefaultConfig()
 	cfg.DB, cfg.ProviderLatency = filepath.Join(t.TempDir(), "p.db"), 20*time.Millisecond
@@ -200,10 +212,11 @@ func TestCheckoutInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.MkdirAll(filepath.Dir(screenshotPath), 0o755); err != nil {
+	shotPath := screenshotPath(t)
+	if err := os.MkdirAll(filepath.Dir(shotPath), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(screenshotPath, shot, 0o644); err != nil {
+	if err := os.WriteFile(shotPath, shot, 0o644); err != nil {
 		t.Fatal(err)
 	}
 

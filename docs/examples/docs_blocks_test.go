@@ -6,9 +6,10 @@ package examples_test
 //
 //   - <!-- file: DIR/main.go --> before a go block: the block is part of the
 //     example program docs/examples/DIR/main.go, verbatim, and that
-//     program is built. If the first such block of a document begins with
-//     "package", the document shows the whole program: its blocks for that
-//     file, in order, must make up the file exactly.
+//     program is built. If the first such block of a document has the
+//     package clause, the document shows the whole program: its blocks for
+//     that file, in order, must make up the file exactly. The tutorial shows
+//     every program whole.
 //   - <!-- program: NAME --> before a go block: the block is a complete
 //     program. It is built, with every example program, in a module of its
 //     own outside the repository, set up the way the tutorial tells a new
@@ -18,7 +19,12 @@ package examples_test
 //   - <!-- checkout: NAME --> before an sh block: the lines that point a
 //     module at a checkout of the repository instead, for program NAME.
 //   - <!-- run: NAME --> before a console block: a session replayed against
-//     program NAME, every line it shows checked against the real output.
+//     program NAME, each command's output shown exactly as curl prints it.
+//   - <!-- output: NAME --> before a console block: `$ go run
+//     ./docs/examples/NAME` and what the program prints, exactly.
+//   - <!-- db: postgres --> before an sh block: the commands that create the
+//     PostgreSQL role and database the tutorial uses, the same in the
+//     tutorial and in operations.md, run against a real server.
 //
 // A go block with neither a file nor a program note fails the test.
 
@@ -155,7 +161,7 @@ func TestDocsGoBlocks(t *testing.T) {
 			}
 			key := b.doc + " " + name
 			if files[key] == nil {
-				files[key] = &shown{whole: strings.HasPrefix(b.text, "package "), doc: b.doc}
+				files[key] = &shown{whole: packageClause.MatchString(b.text), doc: b.doc}
 			}
 			files[key].parts = append(files[key].parts, b.text)
 			dirs["./"+filepath.Dir(name)] = true
@@ -174,10 +180,15 @@ func TestDocsGoBlocks(t *testing.T) {
 		}
 	}
 	for key, s := range files {
+		name := strings.SplitN(key, " ", 2)[1]
 		if !s.whole {
+			// The tutorial's programs are meant to be pasted: each is
+			// shown whole, never in excerpts.
+			if s.doc == "docs/tutorial.md" {
+				t.Errorf("%s shows only excerpts of docs/examples/%s: show the whole program, beginning with its package clause", s.doc, name)
+			}
 			continue
 		}
-		name := strings.SplitN(key, " ", 2)[1]
 		src, _ := os.ReadFile(name)
 		if got := strings.Join(s.parts, "\n"); got != string(src) {
 			t.Errorf("%s shows the whole of docs/examples/%s, but its blocks put together differ from the file:\n%s", s.doc, name, got)
@@ -197,6 +208,10 @@ func TestDocsGoBlocks(t *testing.T) {
 	}
 	t.Logf("%d excerpts of %d example programs, %d program blocks", excerpts, len(dirs), programs)
 }
+
+// packageClause matches the package clause that begins a whole program,
+// after its doc comment.
+var packageClause = regexp.MustCompile(`(?m)^package \w+$`)
 
 // importName matches a named import of a package of the repository, in a
 // go block or in the text: idem "github.com/idemkit/idemkit/core".
@@ -254,17 +269,22 @@ func packageName(t *testing.T, importPath string) string {
 	return "(no package at " + importPath + ")"
 }
 
-// TestDocsShellBlocks checks the install and run commands of the
-// tutorial and of every install or checkout block: a `go get` names a
-// module of this repository, or one the examples require; a `go run` an
-// example program; a replace, a module's directory.
+// TestDocsShellBlocks checks the commands of the README and the tutorial
+// and of every install or checkout block: a `go get` names a module of
+// this repository, or one the examples require; a `go run` an example
+// program; a replace, a module's directory beside the clone; the clone and
+// the new module are where the replace lines say, as
+// TestDocsProgramsBuildOutsideTheRepo sets them up.
 func TestDocsShellBlocks(t *testing.T) {
 	required := examplesRequire(t)
 	checked := 0
 	for _, b := range allBlocks(t) {
 		kind, _, _ := strings.Cut(b.note, ": ")
-		if b.lang != "sh" || b.doc != "docs/tutorial.md" && kind != "install" && kind != "checkout" {
+		if b.lang != "sh" || b.doc != "docs/tutorial.md" && b.doc != "README.md" && kind != "install" && kind != "checkout" {
 			continue
+		}
+		if kind == "db" {
+			continue // run against a real server by TestTutorialSessions
 		}
 		for _, line := range strings.Split(strings.TrimSpace(b.text), "\n") {
 			checkShellLine(t, b, line, required)
@@ -318,7 +338,7 @@ func checkShellLine(t *testing.T, b block, line string, required map[string]bool
 		if _, ok := moduleDir(fields[2]); !ok && !required[fields[2]] {
 			t.Errorf("%s: %q gets neither a module of this repository nor one the examples use", b.at(), line)
 		}
-	case len(fields) == 3 && fields[0] == "go" && fields[1] == "run":
+	case len(fields) == 3 && fields[0] == "go" && fields[1] == "run" && fields[2] != ".":
 		example, ok := strings.CutPrefix(fields[2], "./docs/examples/")
 		if _, err := os.Stat(filepath.Join(example, "main.go")); !ok || err != nil {
 			t.Errorf("%s: %q runs no example program", b.at(), line)
@@ -330,6 +350,12 @@ func checkShellLine(t *testing.T, b block, line string, required map[string]bool
 			t.Errorf("%s: %q does not replace a module of this repository with its directory in ../idemkit", b.at(), line)
 		}
 	case line == "go mod tidy":
+	case line == "git clone https://"+rootModule:
+	case line == "cd idemkit":
+		// The clone's directory, which the replace lines call ../idemkit.
+	case line == "mkdir shop && cd shop && go mod init example.com/shop":
+		// A module beside the clone, as the replace lines expect.
+	case line == "go run .":
 	default:
 		t.Errorf("%s: unexpected shell line %q", b.at(), line)
 	}
@@ -462,6 +488,41 @@ func TestDocsProgramsBuildOutsideTheRepo(t *testing.T) {
 				replay(t, b, addr)
 			}
 		}
+	}
+}
+
+// TestDocsProgramOutputs runs each example program whose output a
+// document shows and compares what it prints with the page.
+func TestDocsProgramOutputs(t *testing.T) {
+	bin := t.TempDir()
+	shown := 0
+	for _, b := range allBlocks(t) {
+		name, ok := strings.CutPrefix(b.note, "output: ")
+		if !ok {
+			continue
+		}
+		cmd, want, _ := strings.Cut(b.text, "\n")
+		if cmd != "$ go run ./docs/examples/"+name {
+			t.Errorf("%s: the block should begin with $ go run ./docs/examples/%s", b.at(), name)
+			continue
+		}
+		exe := filepath.Join(bin, name)
+		if out, err := exec.Command("go", "build", "-o", exe, "./"+name).CombinedOutput(); err != nil {
+			t.Fatalf("%s: build %s: %v\n%s", b.at(), name, err, out)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		out, err := exec.CommandContext(ctx, exe).Output()
+		cancel()
+		if err != nil {
+			t.Fatalf("%s: %s: %v\n%s", b.at(), name, err, out)
+		}
+		if string(out) != want {
+			t.Errorf("%s: the page shows\n%s\nbut %s printed\n%s", b.at(), want, name, out)
+		}
+		shown++
+	}
+	if shown == 0 {
+		t.Error("no <!-- output: NAME --> block found")
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
-	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -85,58 +84,6 @@ func TestOperationsLogLevelsCoverEveryEventKind(t *testing.T) {
 	}
 }
 
-func TestConfigReferenceListsEveryField(t *testing.T) {
-	var fields []string
-	typ := reflect.TypeFor[idem.Config]()
-	for i := range typ.NumField() {
-		fields = append(fields, typ.Field(i).Name)
-	}
-	if got := tableColumn(t, "operations.md", "## Configuration reference"); !slices.Equal(got, fields) {
-		t.Errorf("operations.md configuration fields %v\nidem.Config has                  %v", got, fields)
-	}
-}
-
-func TestConfigReferenceDefaults(t *testing.T) {
-	src, err := os.ReadFile(filepath.Join("..", "operations.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	row := func(field string) string {
-		m := regexp.MustCompile("(?m)^\\| `" + field + "` \\| ([^|]+) \\|").FindStringSubmatch(string(src))
-		if m == nil {
-			t.Fatalf("no row for %s", field)
-		}
-		return strings.TrimSpace(m[1])
-	}
-	for field, want := range map[string]string{
-		"HeaderName":      "`" + idem.DefaultHeaderName + "`",
-		"TTL":             human(idem.DefaultTTL),
-		"Lease":           human(idem.DefaultLease),
-		"RetryAfter":      human(idem.DefaultRetryAfter),
-		"StoreTimeout":    human(idem.DefaultStoreTimeout),
-		"MaxRequestBody":  "1 MiB",
-		"MaxResponseBody": "1 MiB",
-	} {
-		if got := row(field); got != want {
-			t.Errorf("operations.md says %s defaults to %s, the code %s", field, got, want)
-		}
-	}
-	if idem.DefaultMaxRequestBody != 1<<20 || idem.DefaultMaxResponseBody != 1<<20 {
-		t.Error("the body limits changed: update operations.md")
-	}
-}
-
-// human writes a default duration the way the docs do: "30 s", "24 h".
-func human(d interface{ Hours() float64 }) string {
-	h := d.Hours()
-	switch {
-	case h >= 1 && h == float64(int(h)):
-		return strconv.Itoa(int(h)) + " h"
-	default:
-		return strconv.FormatFloat(h*3600, 'f', -1, 64) + " s"
-	}
-}
-
 func TestProblemsDocumentEveryType(t *testing.T) {
 	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", "..", "core", "problem.go"), nil, 0)
 	if err != nil {
@@ -170,10 +117,7 @@ func TestProblemsDocumentEveryType(t *testing.T) {
 // The README's store table and the operations guide state the memory
 // store's default bound and per-tenant share.
 func TestDocsStateTheMemoryStoreDefault(t *testing.T) {
-	n := strconv.Itoa(memstore.DefaultMaxRecords)
-	for i := len(n) - 3; i > 0; i -= 3 {
-		n = n[:i] + "," + n[i:]
-	}
+	n := thousands(memstore.DefaultMaxRecords)
 	for doc, want := range map[string]string{
 		"../README.md":  "bounded: " + n + " records by default",
 		"operations.md": "(`WithMaxRecords`, " + n + " by default, and a tenth of",

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -84,7 +85,10 @@ func TestTutorialSessions(t *testing.T) {
 	}
 }
 
-// replay runs each "$ " command of b and checks the lines shown after it.
+// replay runs each "$ " command of b and checks that the lines shown after
+// it are what it printed, all of them and in order: a transcript is what
+// curl prints, trimmed of nothing. A Date header is the one line whose
+// value may differ, as long as the real one is a date.
 func replay(t *testing.T, b block, addr string) {
 	t.Helper()
 	type step struct {
@@ -95,35 +99,65 @@ func replay(t *testing.T, b block, addr string) {
 	for _, line := range strings.Split(b.text, "\n") {
 		if cmd, ok := strings.CutPrefix(line, "$ "); ok {
 			steps = append(steps, step{cmd: cmd})
-		} else if strings.TrimSpace(line) != "" && len(steps) > 0 {
+		} else if len(steps) > 0 {
 			steps[len(steps)-1].want = append(steps[len(steps)-1].want, line)
 		}
 	}
 	// One shell runs the whole block, as a reader's terminal would, so a
 	// command sent to the background is still running for the next one.
+	// Each command's output ends with a marker line of its own (after a
+	// newline, as a body may not end with one).
 	var script strings.Builder
 	for i, s := range steps {
-		fmt.Fprintf(&script, "%s\necho '@@ step %d @@'\n", strings.ReplaceAll(s.cmd, "localhost:8080", addr), i)
+		fmt.Fprintf(&script, "%s\nprintf '\\n@@ step %d @@\\n'\n", strings.ReplaceAll(s.cmd, "localhost:8080", addr), i)
 	}
 	script.WriteString("wait\n")
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "bash", "-c", script.String()).Output()
 	if err != nil {
-		t.Fatalf("tutorial.md:%d: %v\n%s", b.line, err, out)
+		t.Fatalf("%s: %v\n%s", b.at(), err, out)
 	}
-	outputs := strings.Split(strings.ReplaceAll(string(out), "\r\n", "\n"), "@@ step ")
+	rest := strings.ReplaceAll(string(out), "\r\n", "\n")
 	for i, s := range steps {
-		got := map[string]bool{}
-		for _, l := range strings.Split(outputs[i], "\n") {
-			got[strings.TrimPrefix(l, fmt.Sprintf("%d @@", i-1))] = true
+		printed, after, ok := strings.Cut(rest, fmt.Sprintf("\n@@ step %d @@\n", i))
+		if !ok {
+			t.Fatalf("%s: %s\nprinted no end marker; the output was:\n%s", b.at(), s.cmd, out)
 		}
-		for _, w := range s.want {
-			if !got[w] {
-				t.Fatalf("%s: %s\nshows %q, but the output was:\n%s", b.at(), s.cmd, w, outputs[i])
+		rest = after
+		if got, want := trimBlankEnd(strings.Split(printed, "\n")), trimBlankEnd(s.want); !sameTranscript(got, want) {
+			t.Errorf("%s: %s\nshows:\n%s\nbut curl printed:\n%s", b.at(), s.cmd, strings.Join(want, "\n"), strings.Join(got, "\n"))
+		}
+	}
+}
+
+// trimBlankEnd drops the blank lines that end lines.
+func trimBlankEnd(lines []string) []string {
+	for len(lines) > 0 && strings.TrimSpace(lines[len(lines)-1]) == "" {
+		lines = lines[:len(lines)-1]
+	}
+	return lines
+}
+
+// sameTranscript reports whether the lines a document shows are the lines
+// printed, a Date header's value aside.
+func sameTranscript(got, want []string) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i := range got {
+		g, gok := strings.CutPrefix(got[i], "Date: ")
+		_, wok := strings.CutPrefix(want[i], "Date: ")
+		if gok && wok {
+			if _, err := http.ParseTime(g); err == nil {
+				continue
 			}
 		}
+		if got[i] != want[i] {
+			return false
+		}
 	}
+	return true
 }
 
 // startExample builds an example program and starts it on a free port,
@@ -181,49 +215,78 @@ func startProgram(t *testing.T, exe string, args, env []string, addr string) {
 }
 
 // freshDatabase creates an empty database on the server of dsn, and a
-// role that owns it, with the statements docs/operations.md gives for
-// that ("Creating the database"), and returns the DSN by which that role
+// role that owns it, by running the commands that docs/tutorial.md and
+// docs/operations.md give for that (the same in both, in a
+// <!-- db: postgres --> block), and returns the DSN by which that role
 // connects to it. The example's order ids then start at 1, and the example
-// runs as the role the documentation recommends rather than as a superuser.
+// runs as the role the documentation recommends rather than as a
+// superuser. It also checks that the tutorial connects as that role.
 func freshDatabase(t *testing.T, dsn string) string {
 	t.Helper()
-	var sql string
-	for _, b := range readBlocks(t, "docs/operations.md") {
-		if b.note == "run: postgres" {
-			sql = b.text
+	var cmds string
+	for _, doc := range []string{"docs/tutorial.md", "docs/operations.md"} {
+		var found bool
+		for _, b := range readBlocks(t, doc) {
+			if b.note != "db: postgres" {
+				continue
+			}
+			if cmds != "" && b.text != cmds {
+				t.Fatalf("%s: the PostgreSQL set-up differs from the tutorial's:\n%s", b.at(), b.text)
+			}
+			cmds, found = b.text, true
+		}
+		if !found {
+			t.Fatalf("%s has no <!-- db: postgres --> block", doc)
 		}
 	}
-	if sql == "" {
-		t.Fatal("docs/operations.md has no <!-- run: postgres --> block")
+	m := regexp.MustCompile(`CREATE ROLE (\w+) LOGIN PASSWORD '([^']+)';\nCREATE DATABASE (\w+) OWNER (\w+);`).FindStringSubmatch(cmds)
+	if m == nil || m[1] != m[4] {
+		t.Fatalf("docs/tutorial.md: the PostgreSQL set-up creates no role owning a database:\n%s", cmds)
+	}
+	role, password, name := m[1], m[2], m[3]
+	tutorial, err := os.ReadFile(filepath.Join(repoRoot, "docs", "tutorial.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("DATABASE_URL=postgres://%s:%s@127.0.0.1:5432/%s go run", role, password, name)
+	if !strings.Contains(string(tutorial), want) {
+		t.Errorf("docs/tutorial.md does not connect as the role it creates: no %q", want)
+	}
+
+	// The commands run as they stand, against the test's server: there,
+	// the superuser is the DSN's, so `sudo -u postgres` becomes psql's
+	// environment. Unique names keep runs apart.
+	if _, err := exec.LookPath("psql"); err != nil {
+		t.Fatal("psql is needed to run the tutorial's PostgreSQL set-up: install postgresql-client")
 	}
 	suffix := strings.ToLower(rand.Text()[:10])
-	role, name := "shop_app_"+suffix, "shop_"+suffix
-	sql = strings.ReplaceAll(sql, "shop_app", role)
-	sql = regexp.MustCompile(`\bshop\b`).ReplaceAllString(sql, name)
-
+	uniqueRole, uniqueName := role+"_"+suffix, name+"_"+suffix
+	cmds = regexp.MustCompile(`\b`+role+`\b`).ReplaceAllString(cmds, uniqueRole)
+	cmds = regexp.MustCompile(`\b`+name+`\b`).ReplaceAllString(cmds, uniqueName)
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
 	db, err := gorm.Open(postgres.Open(dsn), &gorm.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		db.Exec(fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", name))
-		db.Exec(fmt.Sprintf("DROP ROLE IF EXISTS %s", role))
+		db.Exec(fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", uniqueName))
+		db.Exec(fmt.Sprintf("DROP ROLE IF EXISTS %s", uniqueRole))
 		if sqlDB, err := db.DB(); err == nil {
 			sqlDB.Close()
 		}
 	})
-	for _, stmt := range strings.Split(sql, ";") {
-		if stmt = strings.TrimSpace(stmt); stmt != "" {
-			if err := db.Exec(stmt).Error; err != nil {
-				t.Fatalf("docs/operations.md: %s: %v", stmt, err)
-			}
-		}
+	sudo := `sudo() { [ "$1" = -u ] && [ "$2" = postgres ] || return 1; shift 2; "$@"; }` + "\n"
+	cmd := exec.Command("bash", "-c", sudo+cmds)
+	password0, _ := u.User.Password()
+	cmd.Env = append(os.Environ(), "PGHOST="+u.Hostname(), "PGPORT="+u.Port(), "PGUSER="+u.User.Username(),
+		"PGPASSWORD="+password0, "PGDATABASE="+strings.TrimPrefix(u.Path, "/"), "PGSSLMODE=disable")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("docs/tutorial.md: the PostgreSQL set-up failed: %v\n%s", err, out)
 	}
-	u, err := url.Parse(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.UserPassword(role, "change-me")
-	u.Path = "/" + name
+	u.User = url.UserPassword(uniqueRole, password)
+	u.Path = "/" + uniqueName
 	return u.String()
 }

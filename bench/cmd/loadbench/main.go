@@ -1,6 +1,7 @@
 // Command loadbench measures what idemkit costs against the bare handler,
 // on loopback and in process, for net/http, Gin, Echo and Fiber, and
-// writes a markdown report with issue 12's targets and an SVG chart.
+// writes a markdown page of the figures, a page of the project's targets
+// and an SVG chart.
 //
 //	go run ./bench/cmd/loadbench -quick -out report.md -chart chart.svg
 //
@@ -35,6 +36,7 @@ import (
 type config struct {
 	quick                       bool
 	out, chart, chartLink, json string
+	targets                     string
 	from, before, beforeLabel   string
 	command                     string
 	sections                    map[string]bool
@@ -73,12 +75,13 @@ func main() {
 
 	var c config
 	flag.BoolVar(&c.quick, "quick", false, "short run (under 5 minutes): fewer repetitions, shorter runs, 100k instead of 1M records")
-	flag.StringVar(&c.out, "out", "benchmarks.md", "where to write the markdown report")
+	flag.StringVar(&c.out, "out", "benchmarks.md", "where to write the markdown page of the figures")
 	flag.StringVar(&c.chart, "chart", "", "where to write the SVG chart (none if empty)")
 	flag.StringVar(&c.chartLink, "chart-link", "", "the chart's path as the report links it (default: -chart relative to -out's directory)")
+	flag.StringVar(&c.targets, "targets", "", "where to write the page of targets, each met or not (none if empty)")
 	flag.StringVar(&c.json, "json", "", "where to write the raw figures as JSON (none if empty)")
 	flag.StringVar(&c.from, "from", "", "measure nothing: render the report (and chart) from the JSON of an earlier run")
-	flag.StringVar(&c.before, "before", "", "the JSON (-json) of an earlier run whose targets the report sets beside this run's")
+	flag.StringVar(&c.before, "before", "", "the JSON (-json) of an earlier run whose targets -targets sets beside this run's")
 	flag.StringVar(&c.beforeLabel, "before-label", "an earlier run", "what the -before run measured (the commit, say)")
 	flag.StringVar(&c.command, "command", "", "the command recorded in the report (default: this command line)")
 	sections := flag.String("sections", "loopback,inproc,scale,purge,profile", "sections to run")
@@ -280,6 +283,11 @@ func (b *bench) write() error {
 			return err
 		}
 	}
+	if c.targets != "" {
+		if err := writeFile(c.targets, []byte(report.TargetsMarkdown(&b.data))); err != nil {
+			return err
+		}
+	}
 	md := report.Markdown(&b.data, link)
 	if c.out == "-" {
 		_, err := os.Stdout.WriteString(md)
@@ -307,7 +315,7 @@ func absPath(p string) string {
 	return p
 }
 
-// targetConns is the concurrency issue 12's targets are read at: 16, or
+// targetConns is the concurrency the targets and the summary are read at: 16, or
 // the nearest measured.
 func targetConns(conns []int) int {
 	best := 0

@@ -1,5 +1,5 @@
-// Package report turns a benchmark run's raw figures into the markdown
-// report, the table of issue 12's targets and the SVG chart. It computes
+// Package report turns a benchmark run's raw figures into the user's
+// markdown page, the project's page of targets and the SVG chart. It computes
 // every ratio within a repetition (a configuration against the bare
 // handler of the same framework measured minutes, not hours, apart) and
 // reports medians over the repetitions.
@@ -25,7 +25,7 @@ type Data struct {
 	// Notes are remarks of the run (errors, skipped sections), printed as is.
 	Notes []string
 	// Before is an earlier run (the code before a change, say) whose
-	// targets the report shows beside this run's.
+	// targets the page of targets shows beside this run's.
 	Before *Before `json:",omitempty"`
 }
 

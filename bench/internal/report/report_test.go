@@ -99,20 +99,41 @@ func TestTargetsUseMedianOfPerRepetitionRatios(t *testing.T) {
 	}
 }
 
+// The user's page: the figures, what they were measured on and how to run
+// it again; no targets and no verdicts, which are the project's.
 func TestMarkdown(t *testing.T) {
 	md := Markdown(sample(), "img/chart.svg")
 	for _, want := range []string{
-		"| CPU | Test CPU |", "| cores (`nproc`) | 2 |", "| Go | go1.26 |", "`loadbench -quick`",
-		"## Targets (issue 12)", "**not met**", "![Throughput relative to the bare handler, 16 connections](img/chart.svg)",
+		"| CPU | Test CPU |", "| cores (`nproc`) | 2 |", "| Go | go1.26 |", "make bench-full",
+		"![Throughput relative to the bare handler, 16 connections](img/chart.svg)",
 		"### net/http", "### Fiber", "| First | 16 | idemkit, memory | 95 |", "0.40× INSERT", "1.25× built-in",
 		"## In process", "## Purging expired SQLite rows",
+		// The summary: median ratios per repetition, as in the tables.
+		"## In short", "| First | idemkit, memory | 0.90 | 0.72 |", "| Replay | idemkit, memory | 1.20 | n/a |",
+		"| First | idemkit, GORM SQLite, against bare + 1 INSERT | 0.40 | n/a |",
+		"takes 1.60 times as long", "614 bytes of heap per record with 1,000,000 records",
 	} {
 		if !strings.Contains(md, want) {
-			t.Errorf("report lacks %q", want)
+			t.Errorf("page lacks %q", want)
 		}
 	}
-	if strings.Contains(md, "NaN") {
-		t.Error("report prints NaN instead of n/a")
+	for _, not := range []string{"NaN", "not met", "| met |", "Target", "target", "issue", "loadbench -quick"} {
+		if strings.Contains(md, not) {
+			t.Errorf("the user's page says %q", not)
+		}
+	}
+}
+
+// The project's page: each target with its verdict, and the run's command.
+func TestTargetsMarkdown(t *testing.T) {
+	md := TargetsMarkdown(sample())
+	for _, want := range []string{
+		"# Performance targets", "`loadbench -quick`", "| target | where | measured | met |",
+		"| First ≥ 0.90× bare (loopback, 16 connections) | net/http | 0.90 | met |", "**not met**",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("targets page lacks %q", want)
+		}
 	}
 }
 
@@ -170,7 +191,7 @@ func TestBeforeAndAfter(t *testing.T) {
 	old.Heap = []HeapFigure{{Store: "mem", Records: 1_000_000, PerRecord: 614}}
 	d.Heap = []HeapFigure{{Store: "mem", Records: 1_000_000, PerRecord: 280}}
 	d.Before = &Before{Label: "commit abc1234, quick run", Data: old}
-	md := Markdown(d, "")
+	md := TargetsMarkdown(d)
 	if !strings.Contains(md, "## Before and after") || !strings.Contains(md, "commit abc1234, quick run") {
 		t.Fatalf("no before-and-after section naming the earlier run:\n%s", md)
 	}
@@ -181,7 +202,7 @@ func TestBeforeAndAfter(t *testing.T) {
 	if strings.Contains(md[strings.Index(md, "## Before and after"):], "default memory store capacity") {
 		t.Fatal("a target neither run measured is listed in the comparison")
 	}
-	if strings.Contains(Markdown(sample(), ""), "## Before and after") {
+	if strings.Contains(TargetsMarkdown(sample()), "## Before and after") {
 		t.Fatal("a report without an earlier run has a before-and-after section")
 	}
 }
@@ -195,7 +216,7 @@ func TestBeforeAndAfterAcrossSizes(t *testing.T) {
 	old.Heap = []HeapFigure{{Store: "mem", Records: 100_000, PerRecord: 463}}
 	d.Heap = []HeapFigure{{Store: "mem", Records: 1_000_000, PerRecord: 288}}
 	d.Before = &Before{Label: "quick", Data: old}
-	md := Markdown(d, "")
+	md := TargetsMarkdown(d)
 	row := "| memory store ≤ 300 B of live heap per record (150-byte response) | memory, 1,000,000 records | 463 B **not met** (100,000 records) | 288 B met |"
 	if !strings.Contains(md, row) {
 		t.Fatalf("want the row\n%s\nin\n%s", row, md)

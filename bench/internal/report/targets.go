@@ -3,10 +3,13 @@ package report
 import (
 	"fmt"
 	"math"
+	"regexp"
 	"strings"
+	"time"
 )
 
-// Target is one target of issue 12 with what the run measured.
+// Target is one of the project's performance targets, with what the run
+// measured.
 type Target struct {
 	Target   string // the target as stated
 	Where    string // framework or path it applies to
@@ -17,8 +20,8 @@ type Target struct {
 
 func verdict(ok bool) *bool { return &ok }
 
-// Targets evaluates issue 12's targets against d. Loopback targets are
-// read at d.Setup.TargetConns connections.
+// Targets evaluates the project's performance targets against d.
+// Loopback targets are read at d.Setup.TargetConns connections.
 func Targets(d *Data) []Target {
 	var ts []Target
 	ix := indexRuns(d.Runs)
@@ -168,3 +171,64 @@ func metWord(met *bool) string {
 	}
 	return "**not met**"
 }
+
+// TargetsMarkdown renders the project's page of targets (bench/TARGETS.md):
+// each target with what the run measured and whether it is met, and, with
+// an earlier run, each figure then beside this run's. The user's page,
+// Markdown, leaves targets out.
+func TargetsMarkdown(d *Data) string {
+	var b strings.Builder
+	m := d.Machine
+	b.WriteString("# Performance targets\n\n")
+	b.WriteString("The targets idemkit's load benchmark is held to, and how the run that produced " +
+		"[docs/benchmarks.md](../docs/benchmarks.md) measures against them. Generated with that page by " +
+		"`bench/cmd/loadbench -targets`; the figures, and how they are measured, are on that page.\n\n")
+	fmt.Fprintf(&b, "| | |\n| --- | --- |\n| command | `%s` |\n| mode | %s, %d repetitions |\n| started | %s, took %s |\n",
+		m.Command, d.Setup.Mode, d.Setup.Reps, m.Started.UTC().Format("2006-01-02 15:04 MST"), m.Took.Round(time.Second))
+	fmt.Fprintf(&b, "| machine | %s, %d cores, %s, %s |\n\n", m.CPU, m.CPUs, m.GoVersion, m.OS)
+	b.WriteString("## Targets\n\n")
+	writeTargets(&b, Targets(d))
+	b.WriteString("\n")
+	if d.Before != nil && d.Before.Data != nil {
+		writeBeforeAfter(&b, d)
+	}
+	return b.String()
+}
+
+// writeBeforeAfter sets each target's figure in the earlier run beside this
+// run's, matching targets by what they state and where they apply.
+func writeBeforeAfter(b *strings.Builder, d *Data) {
+	before := map[[2]string]Target{}
+	for _, t := range Targets(d.Before.Data) {
+		before[targetKey(t)] = t
+	}
+	m := d.Before.Data.Machine
+	fmt.Fprintf(b, "## Before and after\n\nBefore: %s (`%s`, %s mode, started %s). After: this run. "+
+		"The two ran at different times, so compare ratios, not absolute figures.\n\n",
+		d.Before.Label, m.Command, d.Before.Data.Setup.Mode, m.Started.UTC().Format("2006-01-02 15:04 MST"))
+	b.WriteString("| target | where | before | after |\n| --- | --- | --- | --- |\n")
+	for _, t := range Targets(d) {
+		bt, ok := before[targetKey(t)]
+		if !ok || t.Met == nil && bt.Met == nil {
+			continue
+		}
+		was := bt.Measured + " " + metWord(bt.Met)
+		if bt.Where != t.Where || bt.Target != t.Target {
+			was += " (" + strings.TrimSpace(strings.TrimPrefix(bt.Where, StoreNames["mem"]+",")) + ")"
+		}
+		fmt.Fprintf(b, "| %s | %s | %s | %s |\n", t.Target, t.Where, was, t.Measured+" "+metWord(t.Met))
+	}
+	b.WriteString("\n")
+}
+
+// targetKey identifies a target across runs of different sizes (a quick
+// run's 100 thousand records, a full one's million): counts become #.
+func targetKey(t Target) [2]string {
+	norm := func(s string) string {
+		s = strings.ReplaceAll(s, " (not the target's 1 million)", "")
+		return countsRE.ReplaceAllString(s, "#")
+	}
+	return [2]string{norm(t.Target), norm(t.Where)}
+}
+
+var countsRE = regexp.MustCompile(`[0-9][0-9,]*[0-9]|[0-9]`)
