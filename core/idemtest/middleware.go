@@ -103,7 +103,6 @@ var writerCases = []httpCase{
 	}},
 }
 
-
 type httpCase struct {
 	name   string
 	config func(*idem.Config) // nil: the suite's defaults
