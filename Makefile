@@ -1,5 +1,5 @@
 # Every target works from a fresh clone; see README.md.
-.PHONY: test test-quick demo bench bench-quick bench-full bench-render fuzz pictures
+.PHONY: test test-quick demo bench bench-quick bench-full bench-render bench-renew fuzz pictures
 
 # Runs gofmt, go vet and go test -race over every module in go.work,
 # starting the database servers the store tests need.
@@ -46,6 +46,12 @@ bench-full:
 
 bench-render:
 	go run ./bench/cmd/loadbench -from bench/benchmarks.json $(BENCH_PAGES)
+
+# Renewal capacity (bench/cmd/renewbench): how many long handlers one Engine
+# keeps on each store without a lost lease, with the test servers started
+# as make test starts them. Takes a few minutes.
+bench-renew:
+	bash -c 'source scripts/servers.sh && source scripts/redis-servers.sh && trap "stop_redis_servers; stop_servers" EXIT && start_servers && start_redis_servers && go run ./bench/cmd/renewbench'
 
 # Refreshes the pictures of the docs: docs/img/checkout.png, from the demo's
 # browser test (needs Chromium). Tests alone never write into the tree.
