@@ -117,12 +117,33 @@ _redis_base_dir() {
   fi
 }
 
+# _redis_server_on_free_port starts a redis-server (arguments after the
+# first two as for _redis_server) on a free port, "bus" ($1) or not, in a
+# directory named $2 plus the port, and sets _redis_port to the port (not
+# printed: a command substitution would run it in a subshell, which would
+# lose the server's pid). A port that was free when picked can be taken
+# before the server binds it (by another program starting servers at the
+# same time), so it tries a few ports.
+_redis_server_on_free_port() {
+  local kind=$1 dir=$2 port try
+  shift 2
+  for try in 1 2 3 4 5; do
+    port=$(_redis_free_port "$kind") || return 1
+    if _redis_server "$port" "$dir$port" "$@"; then
+      _redis_port=$port
+      return 0
+    fi
+    _redis_log "retrying on another port (attempt $try)"
+  done
+  return 1
+}
+
 start_redis() {
   _redis_need_binaries || return 1
   _redis_base_dir || return 1
   local port
-  port=$(_redis_free_port) || return 1
-  _redis_server "$port" "$_idemkit_redis_dir/single" || return 1
+  _redis_server_on_free_port plain "$_idemkit_redis_dir/single-" || return 1
+  port=$_redis_port
   export IDEMKIT_TEST_REDIS_ADDR="127.0.0.1:$port"
   _redis_log "$(redis-server --version | awk '{print $1, $2, $3}') on 127.0.0.1:$port"
 }
@@ -151,9 +172,9 @@ start_redis_cluster() {
   for i in 1 2 3; do
     # The previous node already listens (on its port and its bus port),
     # so the next pick cannot collide with it.
-    port=$(_redis_free_port bus) || return 1
-    _redis_server "$port" "$_idemkit_redis_dir/cluster-$port" --cluster-enabled yes \
+    _redis_server_on_free_port bus "$_idemkit_redis_dir/cluster-" --cluster-enabled yes \
       --cluster-config-file nodes.conf --cluster-node-timeout 5000 || return 1
+    port=$_redis_port
     ports+=("$port")
     nodes+=("127.0.0.1:$port")
   done
