@@ -9,19 +9,20 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
 // slowAcquire answers Acquire delay after it wrote, on the manual clock.
 type slowAcquire struct {
 	idem.Store
-	clock *manualClock
+	clock *idemtest.Clock
 	delay time.Duration
 }
 
 func (s slowAcquire) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
 	rec, out, err := s.Store.Acquire(ctx, a)
-	s.clock.advance(s.delay)
+	s.clock.Advance(s.delay)
 	return rec, out, err
 }
 
@@ -45,7 +46,7 @@ func TestAcquireAnsweredTooLateDoesNotRun(t *testing.T) {
 		t.Run(c.delay.String(), func(t *testing.T) {
 			mem := memstore.New(memstore.WithPurgeInterval(0))
 			defer mem.Close()
-			clock := &manualClock{now: time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC)}
+			clock := idemtest.NewClock(time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC))
 			var events []idem.Event
 			e := idem.New(idem.Config{
 				Store: slowAcquire{mem, clock, c.delay}, Clock: clock, Lease: lease, RenewEvery: every,

@@ -9,117 +9,118 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemtest"
 )
 
-// slowRenewals delays every Renew and RenewBatch by latency, as a remote
-// store does, and hangs the renewals of the keys in hang until their
+// goClock is the test clock without its Spawner: the renewer then starts
+// its workers with the go statement, so that renewal calls really run at
+// once, while timers and deadlines still move only with Advance.
+type goClock struct{ c *idemtest.Clock }
+
+func (g goClock) Now() time.Time                                 { return g.c.Now() }
+func (g goClock) AfterFunc(d time.Duration, f func()) idem.Timer { return g.c.AfterFunc(d, f) }
+
+// gatedRenewals holds every Renew until the gate opens, counting the calls
+// waiting at it, and hangs the renewals of the keys in hang until their
 // deadline.
-type slowRenewals struct {
+type gatedRenewals struct {
 	idem.Store
-	latency time.Duration
+	gate    chan struct{}
+	waiting atomic.Int64
+	renewed sync.Map // key -> renewals that reached the store
 	hang    map[string]bool
 }
 
-func (s *slowRenewals) Renew(ctx context.Context, id idem.ID, token string, until time.Time) error {
+func (s *gatedRenewals) Renew(ctx context.Context, id idem.ID, token string, until time.Time) error {
 	if s.hang[id.Key] {
 		<-ctx.Done()
 		return ctx.Err()
 	}
-	time.Sleep(s.latency)
-	return s.Store.Renew(ctx, id, token, until)
+	s.waiting.Add(1)
+	<-s.gate
+	s.waiting.Add(-1)
+	err := s.Store.Renew(ctx, id, token, until)
+	n, _ := s.renewed.LoadOrStore(id.Key, new(atomic.Int64))
+	n.(*atomic.Int64).Add(1)
+	return err
 }
 
-// batchRenewals adds the batched capability: one call of latency for all.
-type batchRenewals struct{ *slowRenewals }
-
-func (s batchRenewals) RenewBatch(ctx context.Context, held []idem.Held, until time.Time, lost []bool) error {
-	time.Sleep(s.latency)
-	for i, h := range held {
-		if err := s.Store.Renew(ctx, h.ID, h.Token, until); errors.Is(err, idem.ErrLockLost) {
-			lost[i] = true
-		} else if err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// holdMany holds n keys on one engine for hold, while a second engine on
-// the same store retries every key; it returns how many retries ran a
-// handler (a second execution).
-func holdMany(t *testing.T, store idem.Store, n int, hold time.Duration) int64 {
+// eventually polls cond until it holds, failing the test after 10 s.
+func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	cfg := quietConfig(store)
-	cfg.Lease, cfg.RenewEvery = 600*time.Millisecond, 150*time.Millisecond
-	a, b := idem.New(cfg), idem.New(cfg)
-	locks := make([]*idem.Lock, n)
-	for i := range locks {
-		d := a.Begin(context.Background(), charge(fmt.Sprintf("k-%d", i), `{}`))
-		if d.Lock == nil {
-			t.Fatalf("key %d: %+v, want a lock", i, d)
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never happened", what)
 		}
-		locks[i] = d.Lock
+		time.Sleep(time.Millisecond)
 	}
-	var second atomic.Int64
-	deadline := time.Now().Add(hold)
-	for time.Now().Before(deadline) {
-		for i := range locks {
-			if d := b.Begin(context.Background(), charge(fmt.Sprintf("k-%d", i), `{}`)); d.Lock != nil {
-				second.Add(1)
-				d.Lock.Abandon(context.Background(), idem.ReasonPanic)
-			}
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	for _, l := range locks {
-		l.Abandon(context.Background(), idem.ReasonPanic)
-	}
-	return second.Load()
 }
 
 // Defect: renewals ran one after another, so 40 slow renewals took longer
-// than a lease and retries ran handlers a second time.
-func TestManySlowRenewalsKeepEveryLease(t *testing.T) {
-	for _, c := range []struct {
-		name  string
-		store func(*slowRenewals) idem.Store
-	}{
-		{"Concurrent", func(s *slowRenewals) idem.Store { return s }},
-		{"Batched", func(s *slowRenewals) idem.Store { return batchRenewals{s} }},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			s := &slowRenewals{Store: newStore(t), latency: 20 * time.Millisecond}
-			if n := holdMany(t, c.store(s), 40, 1500*time.Millisecond); n != 0 {
-				t.Fatalf("%d retries ran a handler whose first execution still held its key", n)
-			}
-		})
+// than a lease and retries ran handlers a second time. The renewals of a
+// pass run at once, up to the workers' number.
+func TestSlowRenewalsRunAtOnce(t *testing.T) {
+	clock := idemtest.NewClock(time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC))
+	s := &gatedRenewals{Store: newStore(t), gate: make(chan struct{})}
+	cfg := quietConfig(s)
+	cfg.Clock, cfg.Lease, cfg.RenewEvery = goClock{clock}, 600*time.Millisecond, 150*time.Millisecond
+	e := idem.New(cfg)
+	var locks []*idem.Lock
+	for i := range 40 {
+		locks = append(locks, e.Begin(context.Background(), charge(fmt.Sprintf("k-%d", i), `{}`)).Lock)
+	}
+	clock.Advance(150 * time.Millisecond) // every renewal is due
+	eventually(t, "32 renewals waiting on the store at once", func() bool { return s.waiting.Load() == 32 })
+	close(s.gate)
+	eventually(t, "every lease renewed", func() bool {
+		n := 0
+		s.renewed.Range(func(_, _ any) bool { n++; return true })
+		return n == 40
+	})
+	for _, l := range locks {
+		if err := l.Context().Err(); err != nil {
+			t.Fatalf("a handler was told %v while its renewals were slow but on time", context.Cause(l.Context()))
+		}
+		l.Abandon(context.Background(), idem.ReasonPanic)
 	}
 }
 
 // Defect: a few renewals hanging until their deadline starved every other key.
 func TestHangingRenewalsStarveNoOtherKey(t *testing.T) {
-	s := &slowRenewals{Store: newStore(t), latency: time.Millisecond,
+	clock := idemtest.NewClock(time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC))
+	gate := make(chan struct{})
+	close(gate)
+	s := &gatedRenewals{Store: newStore(t), gate: gate,
 		hang: map[string]bool{"k-0": true, "k-1": true, "k-2": true, "k-3": true, "k-4": true}}
 	cfg := quietConfig(s)
-	cfg.Lease, cfg.RenewEvery = 600*time.Millisecond, 150*time.Millisecond
+	cfg.Clock, cfg.Lease, cfg.RenewEvery = goClock{clock}, 600*time.Millisecond, 150*time.Millisecond
 	a, b := idem.New(cfg), idem.New(cfg)
 	var locks []*idem.Lock
 	for i := range 12 {
 		locks = append(locks, a.Begin(context.Background(), charge(fmt.Sprintf("k-%d", i), `{}`)).Lock)
 	}
-	deadline := time.Now().Add(1500 * time.Millisecond)
-	for time.Now().Before(deadline) {
+	renewals := func(key string) int64 {
+		n, ok := s.renewed.Load(key)
+		if !ok {
+			return 0
+		}
+		return n.(*atomic.Int64).Load()
+	}
+	for round := int64(1); round <= 10; round++ { // 1.5 s: two and a half leases
+		clock.Advance(150 * time.Millisecond)
 		for i := 5; i < 12; i++ {
-			if d := b.Begin(context.Background(), charge(fmt.Sprintf("k-%d", i), `{}`)); d.Lock != nil {
+			key := fmt.Sprintf("k-%d", i)
+			eventually(t, fmt.Sprintf("renewal %d of %s", round, key), func() bool { return renewals(key) >= round })
+			if d := b.Begin(context.Background(), charge(key, `{}`)); d.Lock != nil {
 				t.Fatalf("key %d was taken over while its holder ran: hanging renewals of other keys starved it", i)
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	// The five whose renewals hung were told their lease is lost.
 	for i, l := range locks[:5] {
@@ -132,43 +133,42 @@ func TestHangingRenewalsStarveNoOtherKey(t *testing.T) {
 	}
 }
 
-// slowComplete takes longer than the lease to complete.
-type slowComplete struct {
+// gatedComplete holds Complete until its gate opens.
+type gatedComplete struct {
 	idem.Store
-	delay time.Duration
+	entered, gate chan struct{}
 }
 
-func (s *slowComplete) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
-	time.Sleep(s.delay)
+func (s *gatedComplete) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
+	s.entered <- struct{}{}
+	<-s.gate
 	return s.Store.Complete(ctx, id, token, c)
 }
 
 // Defect: renewals stopped before Complete ran, so a Complete slower than
 // the lease let a retry run the handler again.
 func TestSlowCompleteKeepsTheLease(t *testing.T) {
-	store := &slowComplete{Store: newStore(t), delay: 900 * time.Millisecond}
+	clock := idemtest.NewClock(time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC))
+	store := &gatedComplete{Store: newStore(t), entered: make(chan struct{}, 1), gate: make(chan struct{})}
 	cfg := quietConfig(store)
-	cfg.Lease, cfg.RenewEvery = 300*time.Millisecond, 75*time.Millisecond
+	cfg.Clock, cfg.Lease, cfg.RenewEvery, cfg.StoreTimeout = clock, 300*time.Millisecond, 75*time.Millisecond, time.Hour
 	a, b := idem.New(cfg), idem.New(cfg)
 	d := a.Begin(context.Background(), charge("k", `{}`))
 	done := make(chan error, 1)
 	go func() { done <- finish(t, d.Lock, `{"id":"first"}`) }()
-	for {
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Fatalf("Finish: %v", err)
-			}
-			if r := b.Begin(context.Background(), charge("k", `{}`)); !r.Replayed || string(r.Response.Body) != `{"id":"first"}` {
-				t.Fatalf("after the slow completion: %+v, want the first response replayed", r)
-			}
-			return
-		default:
-		}
+	<-store.entered
+	for range 12 { // three leases while Complete is being written
+		clock.Advance(75 * time.Millisecond)
 		if r := b.Begin(context.Background(), charge("k", `{}`)); r.Lock != nil {
 			t.Fatal("a retry ran the handler while the first execution's completion was still being written")
 		}
-		time.Sleep(20 * time.Millisecond)
+	}
+	close(store.gate)
+	if err := <-done; err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+	if r := b.Begin(context.Background(), charge("k", `{}`)); !r.Replayed || string(r.Response.Body) != `{"id":"first"}` {
+		t.Fatalf("after the slow completion: %+v, want the first response replayed", r)
 	}
 }
 

@@ -52,7 +52,8 @@ func finish(t *testing.T, l *idem.Lock, body string) error {
 
 func TestRenewalKeepsSlowHandlerLocked(t *testing.T) {
 	cfg := quietConfig(newStore(t))
-	cfg.Lease, cfg.RenewEvery = 150*time.Millisecond, 25*time.Millisecond
+	clock := idemtest.NewClock(time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC))
+	cfg.Clock, cfg.Lease, cfg.RenewEvery = clock, 150*time.Millisecond, 25*time.Millisecond
 	e := idem.New(cfg)
 	d := e.Begin(context.Background(), charge("slow", `{}`))
 	if d.Lock == nil {
@@ -60,7 +61,7 @@ func TestRenewalKeepsSlowHandlerLocked(t *testing.T) {
 	}
 	// The handler runs for several leases; renewals keep the key.
 	for range 4 {
-		time.Sleep(100 * time.Millisecond)
+		clock.Advance(100 * time.Millisecond)
 		if r := e.Begin(context.Background(), charge("slow", `{}`)); r.Action != idem.Respond || r.Response.Status != 409 {
 			t.Fatalf("retry while the slow handler runs: %+v, want 409", r)
 		}
@@ -303,23 +304,30 @@ func TestDebugLogsNeverCarryKeyOrBody(t *testing.T) {
 
 func TestNoGoroutineOutlivesRequests(t *testing.T) {
 	cfg := quietConfig(newStore(t))
-	cfg.Lease, cfg.RenewEvery = idem.MinLease, time.Millisecond
+	clock := idemtest.NewClock(time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC))
+	// Renewal workers on goroutines of their own, as with the system clock.
+	cfg.Clock, cfg.Lease, cfg.RenewEvery = goClock{clock}, idem.MinLease, time.Millisecond
 	e := idem.New(cfg)
 	before := runtime.NumGoroutine()
-	var wg sync.WaitGroup
+	var locks []*idem.Lock
 	for i := range 50 {
+		locks = append(locks, e.Begin(context.Background(), charge(strings.Repeat("k", i+1), `{}`)).Lock)
+	}
+	clock.Advance(5 * time.Millisecond) // renewals run meanwhile
+	var wg sync.WaitGroup
+	for i, l := range locks {
 		wg.Go(func() {
-			d := e.Begin(context.Background(), charge(strings.Repeat("k", i+1), `{}`))
-			time.Sleep(5 * time.Millisecond) // renewals fire meanwhile
 			if i%2 == 0 {
-				d.Lock.Finish(context.Background(), 201, nil)
+				l.Finish(context.Background(), 201, nil)
 			} else {
-				d.Lock.Abandon(context.Background(), idem.ReasonStreamed)
+				l.Abandon(context.Background(), idem.ReasonStreamed)
 			}
 		})
 	}
 	wg.Wait()
-	// The renewer exits once idle; give a loaded machine time to schedule it.
+	clock.Advance(time.Millisecond) // the renewer's next pass finds nothing held and stops
+	// Renewal workers end once the queue is empty; give a loaded machine
+	// time to schedule them.
 	for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > before; {
 		if time.Now().After(deadline) {
 			t.Fatalf("goroutines: %d before, %d 5 s after all locks ended", before, runtime.NumGoroutine())

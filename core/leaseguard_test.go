@@ -9,6 +9,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
@@ -32,7 +33,7 @@ func TestLeaseLostAtLeastATickBeforeTheLeaseEnds(t *testing.T) {
 			mem := memstore.New(memstore.WithPurgeInterval(0))
 			defer mem.Close()
 			t0 := time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC)
-			clock := &manualClock{now: t0}
+			clock := idemtest.NewClock(t0)
 			e := idem.New(idem.Config{
 				Store: failingRenewals{mem}, Clock: clock, Lease: lease, RenewEvery: every,
 				Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -45,12 +46,11 @@ func TestLeaseLostAtLeastATickBeforeTheLeaseEnds(t *testing.T) {
 				return d.Lock
 			}
 			first := begin(`"a"`) // starts the renewer's passes at t0
-			clock.advance(offset)
+			clock.Advance(offset)
 			l := begin(`"b"`)
 			leaseEnd := t0.Add(offset + lease)
 			for clock.Now().Before(leaseEnd) && l.Context().Err() == nil {
-				clock.advance(100 * time.Millisecond)
-				clock.runSpawned()
+				clock.Advance(100 * time.Millisecond)
 			}
 			ctx := l.Context()
 			if !errors.Is(context.Cause(ctx), idem.ErrLeaseLost) {

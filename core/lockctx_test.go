@@ -8,6 +8,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemtest"
 )
 
 // The handler's context behaves the same whether the handler watched it
@@ -15,7 +16,7 @@ import (
 // ctx.Err() once its slow call returns must still learn that its lease was
 // lost, and why.
 func TestLockContextCancelledBeforeItIsWatched(t *testing.T) {
-	clock := &manualClock{now: time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC)}
+	clock := idemtest.NewClock(time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC))
 	cfg := quietConfig(renewFails{newStore(t), idem.ErrLockLost})
 	cfg.Clock, cfg.Lease, cfg.RenewEvery = clock, 30*time.Second, 10*time.Second
 	d := idem.New(cfg).Begin(context.Background(), charge(`"k"`, `{}`))
@@ -24,8 +25,7 @@ func TestLockContextCancelledBeforeItIsWatched(t *testing.T) {
 	}
 	defer d.Lock.Abandon(context.Background(), idem.ReasonPanic)
 	for range 100 { // until the renewer has been refused
-		clock.advance(time.Second)
-		clock.runSpawned()
+		clock.Advance(time.Second)
 	}
 	ctx := d.Lock.Context()
 	select {

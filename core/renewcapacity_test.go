@@ -9,6 +9,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
@@ -25,7 +26,7 @@ func TestRenewalsKeepPaceWithTheStore(t *testing.T) {
 	const handlers = 1000
 	mem := memstore.New(memstore.WithPurgeInterval(0))
 	defer mem.Close()
-	clock := &manualClock{now: time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC)}
+	clock := idemtest.NewClock(time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC))
 	e := idem.New(idem.Config{
 		Store: bareStore{mem}, Clock: clock, Lease: 600 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -41,9 +42,7 @@ func TestRenewalsKeepPaceWithTheStore(t *testing.T) {
 	// Five leases' worth of handlers running; every goroutine the renewer
 	// starts runs at once, as on an idle machine.
 	for range 300 {
-		clock.advance(10 * time.Millisecond)
-		for clock.runSpawned() > 0 {
-		}
+		clock.Advance(10 * time.Millisecond)
 	}
 	lost := 0
 	for _, l := range locks {
