@@ -48,7 +48,8 @@ var faultNames = [...]string{"slow", "fails", "commits then fails", "hangs", "co
 type callPlan struct {
 	pre, post time.Duration // travel to the store, and back
 	fault     fault
-	ghost     bool // if the caller gives up before it arrives, it still lands (remote stores)
+	ghost     bool          // if the caller gives up before it arrives, it still lands (remote stores)
+	late      time.Duration // how long after the caller gave up a ghost lands
 }
 
 // call runs one store call: apply makes the real call and records its
@@ -59,15 +60,20 @@ func (f *faultStore) call(ctx context.Context, what string, apply func(context.C
 	if pl.fault != faultNone || pl.pre+pl.post > w.p.storeTimeout/2 {
 		w.tracef("%s: %s, %s there, %s back", what, faultNames[pl.fault], ms(pl.pre), ms(pl.post))
 	}
+	landLate := func(how string) {
+		if !pl.ghost || ghost == nil {
+			return
+		}
+		w.tracef("%s: the caller gave up %s; the call lands %s later", what, how, ms(pl.late))
+		s.spawn(nil, "ghost", func() {
+			s.sleep(pl.late)
+			w.tracef("%s lands, long after its caller gave up", what)
+			ghost()
+		})
+	}
 	if !s.sleepCtx(ctx, pl.pre) {
-		if pl.ghost && ghost != nil && pl.fault != faultFailBefore && pl.fault != faultHang {
-			rest := pl.pre
-			w.tracef("%s: the caller gave up; the call still lands later", what)
-			s.spawn(nil, "ghost", func() {
-				s.sleep(rest)
-				w.tracef("%s lands, long after its caller gave up", what)
-				ghost()
-			})
+		if pl.fault != faultFailBefore {
+			landLate("on its way")
 		}
 		return fmt.Errorf("idemsim: %s: %w", what, ctx.Err())
 	}
@@ -77,6 +83,7 @@ func (f *faultStore) call(ctx context.Context, what string, apply func(context.C
 		return errInjected
 	case faultHang:
 		s.wait(time.Time{}, ctx, nil)
+		landLate("on a call stuck in the network")
 		return fmt.Errorf("idemsim: %s: %w", what, ctx.Err())
 	}
 	err := apply(ctx)
@@ -94,13 +101,32 @@ func (f *faultStore) call(ctx context.Context, what string, apply func(context.C
 	return err
 }
 
+// exchange returns the request the running proc serves, if it serves one.
+func (f *faultStore) exchange() *exchange {
+	ex, _ := f.w.s.cur.tag.(*exchange)
+	return ex
+}
+
+// fromRequest notes a store call made while serving a request: one with
+// a malformed key must make none.
+func (f *faultStore) fromRequest(op string) *exchange {
+	ex := f.exchange()
+	if ex != nil && ex.att.badKey != "" {
+		f.w.violate(invPolicy, "%s (%s) reaches the store (%s): a request with a malformed key must record nothing", ex.att.name, ex.att.what, op)
+	}
+	return ex
+}
+
 // Acquire implements idem.Store.
 func (f *faultStore) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
 	m := f.w.m
-	m.newToken(a.Token, f.n, a.ID)
-	if ex, ok := f.w.s.cur.tag.(*exchange); ok {
-		ex.token = a.Token
+	ex := f.fromRequest("Acquire")
+	var att *attempt
+	if ex != nil {
+		ex.token, att = a.Token, ex.att
+		m.checkFingerprint(att, a.Fingerprint)
 	}
+	m.newToken(a.Token, f.n, a.ID, att)
 	m.leaseAsked(a.Token, a.LeaseUntil)
 	var (
 		rec idem.Record
@@ -118,6 +144,9 @@ func (f *faultStore) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, 
 	}
 	if e := f.call(ctx, "acquire "+idName(a.ID)+" "+m.label(a.Token), apply, ghost); e != nil {
 		return idem.Record{}, 0, e
+	}
+	if att != nil && err == nil {
+		att.acquired = &acquired{rec: rec, out: out}
 	}
 	return rec, out, err
 }
@@ -162,6 +191,8 @@ func (f batchFaultStore) RenewBatch(ctx context.Context, held []idem.Held, until
 // Complete implements idem.Store.
 func (f *faultStore) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
 	m := f.w.m
+	f.fromRequest("Complete")
+	m.checkStored(token, c)
 	apply := func(ctx context.Context) error {
 		err := f.w.store.Complete(ctx, id, token, c)
 		m.observeComplete(id, token, c, err)
@@ -195,6 +226,7 @@ func (f *faultStore) Complete(ctx context.Context, id idem.ID, token string, c i
 // Release implements idem.Store.
 func (f *faultStore) Release(ctx context.Context, id idem.ID, token string) error {
 	m := f.w.m
+	f.fromRequest("Release")
 	apply := func(ctx context.Context) error {
 		err := f.w.store.Release(ctx, id, token)
 		m.observeRelease(id, token, err)

@@ -1,12 +1,16 @@
 package idemsim
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
@@ -24,6 +28,17 @@ type execPlan struct {
 	pieces int
 	panics bool
 	deaf   bool // ignores its context
+
+	contentType string // "" for none
+	location    bool
+	links       int // Link values (replayed)
+	costs       int // X-Request-Cost values (replayed)
+	cookie      bool
+	traceID     bool // an X-Trace header, which is not replayed
+	declare     int  // 0: no Content-Length; 1: its length; 2: too short; 3: too long
+	flush       bool // streams: flushes after its first piece
+	hijack      bool // takes the connection over and writes its response itself
+	controller  bool // flushes or hijacks through http.ResponseController
 }
 
 func (w *world) planExec() execPlan {
@@ -69,22 +84,56 @@ func (w *world) planExec() execPlan {
 		pl.status = 200
 	case x < 0.15:
 		pl.status = 400
+	case x < 0.2:
+		pl.status = [...]int{202, 204, 303, 404}[r.IntN(4)]
 	case calm:
-	case x < 0.25:
-		pl.status = [...]int{500, 502, 503, 409, 429, 408, 404, 422}[r.IntN(8)]
+	case x < 0.3:
+		pl.status = [...]int{500, 502, 503, 409, 429, 408, 425, 422}[r.IntN(8)]
 	}
 	pl.panics = !calm && r.Float64() < p.pPanic
 	pl.deaf = !calm && r.Float64() < p.pDeaf
+
+	pl.contentType = [...]string{"application/json", "application/json", "application/json; charset=utf-8", ""}[r.IntN(4)]
+	pl.location = r.Float64() < 0.3
+	if r.Float64() < 0.4 {
+		pl.links = 1 + r.IntN(3)
+	}
+	if r.Float64() < 0.2 {
+		pl.costs = 1 + r.IntN(2)
+	}
+	pl.cookie = r.Float64() < 0.2
+	pl.traceID = r.Float64() < 0.3
+	if r.Float64() < 0.3 {
+		pl.declare = [...]int{1, 1, 2, 3}[r.IntN(4)]
+	}
+	switch x := r.Float64(); {
+	case x < p.pStream:
+		pl.flush = true
+	case x < 2*p.pStream:
+		pl.hijack = true
+	}
+	pl.controller = r.IntN(2) == 0
+	if pl.status == http.StatusNoContent {
+		pl.size, pl.contentType, pl.declare, pl.location = 0, "", 0, true
+	}
+	if pl.status == http.StatusSeeOther {
+		pl.location = true
+	}
 	return pl
 }
 
 // handle is the application's handler: it does its work in spells,
 // stopping when its context is cancelled (within plan.react), then writes
-// its response in pieces.
+// its response in pieces, with headers of several values, some replayed
+// and some not, sometimes a Content-Length that is wrong; some responses
+// are streamed (flushed), some written over a hijacked connection.
 func (w *world) handle(n *node, rw http.ResponseWriter, r *http.Request) {
 	s := w.s
 	ctx := r.Context()
 	att := w.attemptOf(r)
+	if att.badKey != "" {
+		w.violate(invPolicy, "%s: the handler runs for a request with %s", att.name, att.what)
+	}
 	held, ok := idem.HeldKey(ctx)
 	if !ok {
 		w.violate(invOneAtATime, "%s: the handler runs without holding its key", att.name)
@@ -94,12 +143,12 @@ func (w *world) handle(n *node, rw http.ResponseWriter, r *http.Request) {
 		w.violate(invOneAtATime, "%s: the handler holds %s, not its own key %s", att.name, idName(held.ID), idName(att.id))
 	}
 	body, err := io.ReadAll(r.Body)
-	if err != nil || !bytes.Equal(body, att.body) {
+	if err != nil || !bytes.Equal(body, att.req.body) {
 		w.violate(invReplay, "%s: the handler was given another body than the request's (%v)", att.name, err)
 	}
 	x := w.m.startExec(held.ID, held.Token, n, att)
 	pl := w.planExec()
-	w.tracef("X%d starts for %s as %s: %s of work, then %d with %d bytes", x.n, idName(x.id), w.m.label(held.Token), ms(sum(pl.work)), pl.status, pl.size)
+	w.tracef("X%d starts for %s as %s: %s of work, then %d with %d bytes%s", x.n, idName(x.id), w.m.label(held.Token), ms(sum(pl.work)), pl.status, pl.size, pl.extras())
 	wctx := ctx
 	if pl.deaf {
 		x.exempt = "ignores its context"
@@ -108,8 +157,11 @@ func (w *world) handle(n *node, rw http.ResponseWriter, r *http.Request) {
 	for _, d := range pl.work {
 		if !w.work(wctx, d, pl.react) {
 			w.m.endExec(x, "stopped: "+context.Cause(ctx).Error())
+			rw.Header().Set("Content-Type", "text/plain")
 			rw.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = io.WriteString(rw, "stopped\n")
+			wrote, _ := io.WriteString(rw, "stopped\n")
+			w.m.produce(x, &response{status: http.StatusServiceUnavailable, header: http.Header{"Content-Type": {"text/plain"}},
+				body: []byte("stopped\n")[:wrote], declared: -1})
 			return
 		}
 	}
@@ -126,18 +178,121 @@ func (w *world) handle(n *node, rw http.ResponseWriter, r *http.Request) {
 		w.tracef("X%d wrote its work in the request's transaction", x.n)
 	}
 	out := handlerBody(x, pl.size)
-	rw.Header().Set("Content-Type", "application/json")
+	if pl.size == 0 && pl.status == http.StatusNoContent {
+		out = nil
+	}
+	h := rw.Header()
+	if pl.contentType != "" {
+		h.Set("Content-Type", pl.contentType)
+	}
+	if pl.location {
+		h.Set("Location", fmt.Sprintf("/orders/X%d", x.n))
+	}
+	for k := range pl.links {
+		// One field line may hold several links: a replay must keep the
+		// lines as they were, each whole.
+		h.Add("Link", fmt.Sprintf(`</orders/X%d/items/%d>; rel="item", </orders/X%d>; rel="up"`, x.n, k, x.n))
+	}
+	for k := range pl.costs {
+		h.Add("X-Request-Cost", fmt.Sprintf("units=%d;step=%d", x.n, k))
+	}
+	if pl.cookie {
+		h.Add("Set-Cookie", fmt.Sprintf("session=X%d; Path=/; HttpOnly", x.n))
+	}
+	if pl.traceID {
+		h.Set("X-Trace", fmt.Sprintf("trace-X%d", x.n))
+	}
+	if pl.declare > 0 {
+		h.Set("Content-Length", strconv.Itoa(len(out)+[...]int{0, 0, -1 - len(out)/2, 1 + len(out)/3}[pl.declare]))
+	}
+	sent := &response{status: pl.status, header: h.Clone(), declared: -1}
+	if pl.declare > 0 {
+		sent.declared, _ = strconv.Atoi(h.Get("Content-Length"))
+	}
+	if pl.hijack {
+		if w.hijacked(x, rw, pl, out, sent) {
+			return
+		}
+	}
 	rw.WriteHeader(pl.status)
+	write := func(p []byte) {
+		wrote, _ := rw.Write(p) // the adapter reports success even to a client gone
+		sent.body = append(sent.body, p[:wrote]...)
+		if pl.flush && !sent.flushed {
+			sent.flushed = true
+			if pl.controller {
+				_ = http.NewResponseController(rw).Flush()
+			} else {
+				rw.(http.Flusher).Flush()
+			}
+		}
+	}
 	rest := out
 	for k := pl.pieces; k > 1 && len(rest) > 0; k-- {
 		n := w.rng.IntN(len(rest) + 1)
-		_, _ = rw.Write(rest[:n]) // the adapter reports success even to a client gone
+		write(rest[:n])
 		rest = rest[n:]
 		s.sleep(msBetween(w.rng, 0, 50*time.Millisecond))
 	}
-	_, _ = rw.Write(rest)
-	w.m.produce(x, &response{status: pl.status, contentType: "application/json", body: out})
-	w.m.endExec(x, fmt.Sprintf("returned %d with %d bytes", pl.status, len(out)))
+	if len(rest) > 0 || pl.flush && !sent.flushed {
+		write(rest)
+	}
+	w.m.produce(x, sent)
+	w.m.endExec(x, fmt.Sprintf("returned %d with %d bytes", pl.status, len(sent.body)))
+}
+
+// hijacked takes the connection over and writes the response on it, as a
+// handler that upgrades the connection or answers in a protocol of its
+// own does; it reports false if the connection cannot be hijacked.
+func (w *world) hijacked(x *exec, rw http.ResponseWriter, pl execPlan, out []byte, sent *response) bool {
+	var (
+		conn net.Conn
+		brw  *bufio.ReadWriter
+		err  error
+	)
+	if pl.controller {
+		conn, brw, err = http.NewResponseController(rw).Hijack()
+	} else if hj, ok := rw.(http.Hijacker); ok {
+		conn, brw, err = hj.Hijack()
+	} else {
+		err = errors.New("not a Hijacker")
+	}
+	if err != nil {
+		w.tracef("X%d cannot hijack the connection: %v", x.n, err)
+		return false
+	}
+	sent.hijacked = true
+	sent.header.Del("Content-Length")
+	fmt.Fprintf(brw, "HTTP/1.1 %d %s\r\n", pl.status, http.StatusText(pl.status))
+	_ = sent.header.Write(brw)
+	fmt.Fprintf(brw, "Content-Length: %d\r\nConnection: close\r\n\r\n", len(out))
+	_, _ = brw.Write(out)
+	_ = brw.Flush()
+	_ = conn.Close()
+	sent.body = out
+	w.m.produce(x, sent)
+	w.m.endExec(x, fmt.Sprintf("returned %d with %d bytes over the hijacked connection", pl.status, len(out)))
+	return true
+}
+
+func (pl execPlan) extras() string {
+	var s []string
+	switch {
+	case pl.hijack:
+		s = append(s, "hijacks")
+	case pl.flush:
+		s = append(s, "flushes")
+	}
+	if pl.declare > 1 {
+		s = append(s, "declares a wrong Content-Length")
+	}
+	if pl.links > 1 || pl.costs > 1 {
+		s = append(s, "headers of several values")
+	}
+	if len(s) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(s, ", ") + ")"
 }
 
 // work spends d of virtual time on the handler's work, and reports false

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/http"
 	"slices"
 	"time"
 
@@ -14,24 +15,26 @@ import (
 // the store's own: every answer it gave matches what its contract (the doc
 // comments of idem.Store) says about the calls that reached it.
 const (
-	invOneAtATime  = 1 // never two executions of one key at the same moment
-	invOneCommit   = 2 // never two committed executions per record lifetime
-	invReplay      = 3 // a replay is one whole response a handler produced for that key and fingerprint
-	invFreed       = 4 // a key whose holder died is free again within one lease (plus the renewal interval)
-	invAnswered    = 5 // a logical request that keeps retrying gets a definitive answer
-	invClean       = 6 // after the run: nothing left running, the store within its bound
-	invContract    = 7 // the store answers as its contract says
-	invPanic       = 8 // the simulated code panicked
-	invDeterminism = 9 // the store failed on its own, or something escaped the scheduler
+	invOneAtATime  = 1  // never two executions of one key at the same moment
+	invOneCommit   = 2  // never two committed executions per record lifetime
+	invReplay      = 3  // a replay is the whole stored response of a run that served the same request, marked as a replay
+	invFreed       = 4  // a key whose holder died is free again within one lease (plus the renewal interval)
+	invAnswered    = 5  // a logical request that keeps retrying gets a definitive answer
+	invClean       = 6  // after the run: nothing left running, the store within its bound
+	invPolicy      = 7  // every answer and every record is what the policy says
+	invContract    = 8  // the store answers as its contract says
+	invPanic       = 9  // the simulated code panicked
+	invDeterminism = 10 // the store failed on its own, or something escaped the scheduler
 )
 
 var invNames = map[int]string{
 	invOneAtATime:  "1 (never two executions of one key at once)",
 	invOneCommit:   "2 (never two committed executions per record lifetime)",
-	invReplay:      "3 (a replay is a whole response a handler produced for that key and fingerprint)",
+	invReplay:      "3 (a replay is the whole stored response of a run that served the same request, and says so)",
 	invFreed:       "4 (a key whose holder died is free again within one lease plus the renewal interval)",
 	invAnswered:    "5 (every logical request that keeps retrying gets a definitive answer)",
 	invClean:       "6 (nothing left running, store within its bound)",
+	invPolicy:      "7 (every answer and every record is what the policy says)",
 	invContract:    "store contract (the store's answers match idem.Store's documentation)",
 	invPanic:       "panic",
 	invDeterminism: "simulation integrity (the store failed with no fault injected)",
@@ -45,9 +48,8 @@ type model struct {
 	w        *world
 	contract bool // check each store answer against the shadow
 
-	execs    []*exec
-	running  map[idem.ID]*exec // the execution of each key running now
-	produced map[respKey][]*response
+	execs   []*exec
+	running map[idem.ID]*exec // the execution of each key running now
 
 	shadow   map[idem.ID]*shadowRec
 	maxLease map[string]time.Time // per token: the latest lease its holder asked for
@@ -57,24 +59,32 @@ type model struct {
 	tokenSeq int
 	ids      []idem.ID // every ID used, in order of first use
 	idSeen   map[idem.ID]bool
+
+	// The Engine's fingerprints, against the policy's rule: the first
+	// attempt that carried each, and one attempt per request the policy
+	// tells apart, by method, path and signature (see checkFingerprint).
+	fpFirst  map[idem.Fingerprint]*attempt
+	requests map[string][]*attempt
 }
 
-type respKey struct {
-	id idem.ID
-	fp idem.Fingerprint
-}
-
+// response is an HTTP response: as a handler wrote it, or as a client
+// received it.
 type response struct {
-	status      int
-	contentType string
-	body        []byte
+	status   int
+	header   http.Header // as sent
+	body     []byte
+	declared int  // the Content-Length the handler declared, or -1
+	flushed  bool // the handler streamed it
+	hijacked bool // the handler wrote it over a hijacked connection
+
+	problem     string // see problemOf
+	problemRead bool
 }
 
 // exec is one run of the handler.
 type exec struct {
 	n         int
 	id        idem.ID
-	fp        idem.Fingerprint
 	token     string
 	node      *node
 	att       *attempt
@@ -82,8 +92,9 @@ type exec struct {
 	end       time.Time
 	running   bool
 	outcome   string
-	wrote     bool // it did its work (Effects)
-	committed bool // its completion committed
+	resp      *response // the whole response it wrote, if it wrote one
+	wrote     bool      // it did its work (Effects)
+	committed bool      // its completion committed
 	// exempt: invariant 1 cannot hold for this run, which is documented:
 	// its handler ignores its context, or its process froze while it ran
 	// (a frozen process cannot be told to stop). Only fencing protects
@@ -94,6 +105,7 @@ type exec struct {
 type tokenInfo struct {
 	label string
 	node  *node
+	att   *attempt // the request that acquired it
 	id    idem.ID
 	ended bool // the request that acquired it has ended (its server proc returned)
 }
@@ -110,7 +122,8 @@ func newModel(w *world, contract bool) *model {
 		w:        w,
 		contract: contract,
 		running:  map[idem.ID]*exec{},
-		produced: map[respKey][]*response{},
+		fpFirst:  map[idem.Fingerprint]*attempt{},
+		requests: map[string][]*attempt{},
 		shadow:   map[idem.ID]*shadowRec{},
 		maxLease: map[string]time.Time{},
 		tokens:   map[string]*tokenInfo{},
@@ -128,12 +141,12 @@ func (m *model) label(token string) string {
 	return "T?"
 }
 
-func (m *model) newToken(token string, n *node, id idem.ID) {
+func (m *model) newToken(token string, n *node, id idem.ID, att *attempt) {
 	if _, ok := m.tokens[token]; ok {
 		return
 	}
 	m.tokenSeq++
-	m.tokens[token] = &tokenInfo{label: fmt.Sprintf("T%d", m.tokenSeq), node: n, id: id}
+	m.tokens[token] = &tokenInfo{label: fmt.Sprintf("T%d", m.tokenSeq), node: n, id: id, att: att}
 	m.order = append(m.order, token)
 }
 
@@ -155,9 +168,7 @@ func (m *model) leaseAsked(token string, until time.Time) {
 // startExec records a handler starting, and checks invariant 1.
 func (m *model) startExec(id idem.ID, token string, n *node, att *attempt) *exec {
 	x := &exec{n: len(m.execs) + 1, id: id, token: token, node: n, att: att, start: m.w.s.now, running: true}
-	if att != nil {
-		x.fp = att.fp
-	}
+	att.exec = x
 	m.execs = append(m.execs, x)
 	m.execOf[token] = x
 	if other := m.running[id]; other != nil && other.exempt != "" {
@@ -182,10 +193,9 @@ func (m *model) endExec(x *exec, outcome string) {
 	m.w.tracef("X%d ends: %s", x.n, outcome)
 }
 
-// produce records a whole response a handler wrote.
+// produce records the whole response a handler wrote.
 func (m *model) produce(x *exec, r *response) {
-	k := respKey{x.id, x.fp}
-	m.produced[k] = append(m.produced[k], r)
+	x.resp = r
 }
 
 // pause notes that n froze: its running handlers cannot be told to stop
@@ -205,21 +215,6 @@ func (m *model) crash(n *node) {
 			m.endExec(x, "stopped by the crash")
 		}
 	}
-}
-
-// checkReplay checks invariant 3 for a replay answering att.
-func (m *model) checkReplay(att *attempt, r *response) {
-	if !idem.Storable(r.status) {
-		m.w.violate(invReplay, "%s got a replay of status %d, which is never stored", att.name, r.status)
-		return
-	}
-	for _, p := range m.produced[respKey{att.id, att.fp}] {
-		if p.status == r.status && p.contentType == r.contentType && bytes.Equal(p.body, r.body) {
-			return
-		}
-	}
-	m.w.violate(invReplay, "%s (%s, body %s) got a replay (%d, %d bytes: %s) that no handler produced for that key and body",
-		att.name, idName(att.id), att.bodyName, r.status, len(r.body), excerpt(r.body))
 }
 
 func excerpt(b []byte) string {
@@ -276,15 +271,18 @@ func (m *model) observeAcquire(n *node, a idem.Acquire, rec idem.Record, out ide
 	s := m.sh(a.ID)
 	want := idem.Existing
 	switch {
-	case s.rec.State == 0 || s.rec.Expired(a.Now):
+	case s.rec.State == 0 || expiredAt(s.rec, a.Now):
 		want = idem.Created
-	case s.rec.State == idem.InFlight && !a.Now.Before(s.rec.LeaseUntil) && s.rec.Fingerprint == a.Fingerprint:
+	case s.rec.State == idem.InFlight && leaseOver(s.rec, a.Now) && s.rec.Fingerprint == a.Fingerprint:
 		want = idem.TookOver
 	}
 	tok := m.label(a.Token)
 	m.w.tracef("acquire %s %s → %s", idName(a.ID), tok, out)
 	if out != want {
 		m.contractf("Acquire of %s by %s returned %s; the record (%s) calls for %s", idName(a.ID), tok, out, m.describe(s.rec), want)
+	}
+	if out == idem.TookOver {
+		m.checkTakeover(a, s.rec)
 	}
 	switch out {
 	case idem.Created, idem.TookOver:
@@ -420,7 +418,7 @@ func (m *model) observePurge(now time.Time, limit, n int, err error) {
 	}
 	expired := 0
 	for _, id := range m.ids {
-		if s := m.shadow[id]; s != nil && s.rec.State != 0 && s.rec.Expired(now) {
+		if s := m.shadow[id]; s != nil && s.rec.State != 0 && expiredAt(s.rec, now) {
 			expired++
 			s.rec = idem.Record{}
 		}
@@ -429,6 +427,27 @@ func (m *model) observePurge(now time.Time, limit, n int, err error) {
 		m.contractf("Purge deleted %d records; %d had expired", n, want)
 	}
 	m.w.tracef("purge → %d", n)
+}
+
+// nextExpiry returns the earliest instant after now at which a record the
+// shadow holds expires (for an in-flight one, ExpiresAt or its lease's
+// end, whichever is later).
+func (m *model) nextExpiry(now time.Time) (time.Time, bool) {
+	var next time.Time
+	for _, id := range m.ids {
+		s := m.shadow[id]
+		if s == nil || s.rec.State == 0 {
+			continue
+		}
+		at := s.rec.ExpiresAt
+		if s.rec.State == idem.InFlight && s.rec.LeaseUntil.After(at) {
+			at = s.rec.LeaseUntil
+		}
+		if at.After(now) && (next.IsZero() || at.Before(next)) {
+			next = at
+		}
+	}
+	return next, !next.IsZero()
 }
 
 // live counts the records the shadow holds.

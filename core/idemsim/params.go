@@ -40,6 +40,11 @@ type params struct {
 	// Per attempt of a client.
 	pShortTimeout, pCut, pOtherBody, pPanic float64
 	pDeaf                                   float64 // a handler ignores its context
+	pBadKey                                 float64 // a client first sends a malformed or missing key
+	pEdge                                   float64 // a retry aims at the instant the record's lease runs out or it expires
+	pAgain                                  float64 // an answered client sends its request once more
+	pStream                                 float64 // a handler flushes its response; as often, it hijacks the connection
+	pSingleRenew                            float64 // an engine renews lease by lease on a store that renews in batches
 }
 
 // window is a spell of bad weather for the store, as every engine sees it
@@ -168,9 +173,14 @@ func drawParams(seed uint64) params {
 
 	p.pShortTimeout = 0.5 * r.Float64()
 	p.pCut = 0.2 * r.Float64()
-	p.pOtherBody = 0.1 * r.Float64()
+	p.pOtherBody = 0.15 * r.Float64()
 	p.pPanic = 0.03 * r.Float64()
 	p.pDeaf = 0.05 * r.Float64()
+	p.pBadKey = 0.05 * r.Float64()
+	p.pEdge = 0.3 * r.Float64()
+	p.pAgain = 0.5 * r.Float64()
+	p.pStream = 0.05 * r.Float64()
+	p.pSingleRenew = r.Float64()
 	return p
 }
 

@@ -23,7 +23,8 @@ type Target struct {
 	Open func(tb testing.TB) (idem.Store, func())
 	// Remote says the store is reached over a network: a call whose caller
 	// gave up may still land on it later (a ghost write), as a statement
-	// a database server received goes on running after its client left.
+	// a database server received goes on running after its client left,
+	// or one stuck in the network arrives after all.
 	Remote bool
 	// Replay is the command line that replays one seed against this
 	// target, with %d where the seed goes, e.g.
@@ -77,7 +78,7 @@ type Options struct {
 	// Trace, if set, receives every line of every run's trace.
 	Trace io.Writer
 	// NoContract turns off the check of every store answer against the
-	// store contract, leaving only invariants 1 to 6 to judge a run.
+	// store contract, leaving only invariants 1 to 7 to judge a run.
 	NoContract bool
 }
 

@@ -13,11 +13,17 @@ import (
 
 var simOptions = idemsim.Flags(flag.CommandLine)
 
+// memTarget is the memory store, reached as if over a network: the
+// simulation's store wrapper never passes on idem.LocalStore, so the
+// Engine gives every call a deadline, and Remote lets calls whose caller
+// gave up land late, so that the Engine meets ghost writes in this
+// module's own tests too.
 var memTarget = idemsim.Target{
 	Open: func(testing.TB) (idem.Store, func()) {
 		s := memstore.New(memstore.WithPurgeInterval(0))
 		return s, func() { _ = s.Close() }
 	},
+	Remote: true,
 	Replay: "go test ./core/idemsim -run TestSim -seed %d -v",
 }
 

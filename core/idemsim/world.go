@@ -97,7 +97,13 @@ func newWorld(seed uint64, store idem.Store, remote, contract bool) *world {
 
 // at formats t as the time since the run began.
 func (w *world) at(t time.Time) string {
-	return fmt.Sprintf("+%.3fs", t.Sub(epoch).Seconds())
+	ms := t.Sub(epoch).Round(time.Millisecond).Milliseconds()
+	sign := "+"
+	if ms < 0 {
+		sign, ms = "-", -ms
+	}
+	frac := strconv.FormatInt(ms%1000, 10)
+	return sign + strconv.FormatInt(ms/1000, 10) + "." + strings.Repeat("0", 3-len(frac)) + frac + "s"
 }
 
 // tracer keeps the last lines of the run's trace, and a hash of all of
@@ -207,7 +213,8 @@ func (w *world) startNode(sl *slot) {
 	sl.gen++
 	fs := &faultStore{w: w, n: n}
 	var st idem.Store = fs
-	if w.batch {
+	single := w.batch && w.rng.Float64() < w.p.pSingleRenew
+	if w.batch && !single {
 		st = batchFaultStore{fs}
 	}
 	n.engine = idem.New(idem.Config{
@@ -218,6 +225,7 @@ func (w *world) startNode(sl *slot) {
 		HandlerTimeout:  w.p.handlerTimeout,
 		TTL:             w.p.ttl,
 		MaxResponseBody: w.p.maxBody,
+		ReplayHeaders:   extraReplayHeaders,
 		Clock:           clock{w.s, n},
 		Logger:          discard,
 		OnEvent: func(_ context.Context, ev idem.Event) {
@@ -245,7 +253,11 @@ func (w *world) startNode(sl *slot) {
 		n.h = w.effects.Wrap(n.h)
 	}
 	sl.node = n
-	w.tracef("%s starts, its clock off by %s", n.name(), n.skew)
+	how := ""
+	if single {
+		how = ", renewing lease by lease on a store that renews in batches"
+	}
+	w.tracef("%s starts, its clock off by %s%s", n.name(), n.skew, how)
 }
 
 // crash ends sl's process: its handlers stop, its store calls never land,
@@ -339,8 +351,16 @@ func (w *world) pauser() {
 
 // judge checks invariant 5 at the deadline.
 func (w *world) judge() {
-	w.s.wait(w.deadline, nil, w.clientsDone)
-	if w.clientsDone() {
+	answered := func() bool {
+		for _, lr := range w.reqs {
+			if !lr.done {
+				return false
+			}
+		}
+		return true
+	}
+	w.s.wait(w.deadline, nil, answered)
+	if answered() {
 		return
 	}
 	var open []string
@@ -354,12 +374,17 @@ func (w *world) judge() {
 }
 
 // purger purges expired records now and then, as a store's background
-// purger would, while clients run.
+// purger would, while clients run; sometimes at the very instant a record
+// expires, where the store contract says it has.
 func (w *world) purger() {
 	s := w.s
 	every := max(w.p.ttl/3, time.Minute)
 	for !w.clientsDone() {
-		s.wait(s.now.Add(every), nil, w.clientsDone)
+		next := s.now.Add(every)
+		if at, ok := w.m.nextExpiry(s.now); ok && at.Before(next) && w.rng.IntN(2) == 0 {
+			next = at
+		}
+		s.wait(next, nil, w.clientsDone)
 		w.purge(s.now)
 	}
 }
@@ -486,6 +511,14 @@ func (w *world) planCall(n *node) callPlan {
 		case windowLag:
 			pl.pre += msBetween(r, win.lag/2, win.lag)
 			pl.post += msBetween(r, 0, win.lag/2)
+		}
+	}
+	if pl.ghost {
+		// A ghost lands as late as it would have arrived, or later still,
+		// as a statement queued behind a lock or a packet retransmitted.
+		pl.late = pl.pre
+		if r.IntN(2) == 0 {
+			pl.late = msBetween(r, 0, 2*p.lease)
 		}
 	}
 	return pl
