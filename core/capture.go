@@ -22,17 +22,24 @@ import (
 // per-request memory it allocates anyway.
 type ResponseCapture struct {
 	http.ResponseWriter
-	lock        *Lock
-	status      int
-	wroteHeader bool
-	streamed    bool
-	delivery    Delivery
+	lock          *Lock
+	status        int
+	wroteHeader   bool
+	streamed      bool
+	headerOnWrite bool // the writer below sends the header with the body, not at WriteHeader
+	delivery      Delivery
 }
 
 // Reset makes c capture what is written to w for l.
 func (c *ResponseCapture) Reset(w http.ResponseWriter, l *Lock) {
 	*c = ResponseCapture{ResponseWriter: w, lock: l, status: http.StatusOK}
 }
+
+// HeaderSentWithBody tells c that the writer below sends the response's
+// header with the first body write (or after the handler), not at
+// WriteHeader, as Gin's writer does: the header a replay gives is then
+// the one of that moment.
+func (c *ResponseCapture) HeaderSentWithBody() { c.headerOnWrite = true }
 
 // WriteHeader records the final status: informational responses (103
 // Early Hints) pass through before it, and 101 Switching Protocols is
@@ -42,6 +49,9 @@ func (c *ResponseCapture) WriteHeader(code int) {
 		c.status, c.wroteHeader = code, true
 		c.streamed = c.streamed || code == http.StatusSwitchingProtocols
 		c.lock.WritingStatus(code)
+		if !c.headerOnWrite {
+			c.lock.headerSent(c.ResponseWriter.Header())
+		}
 	}
 	c.ResponseWriter.WriteHeader(code)
 }
@@ -49,14 +59,23 @@ func (c *ResponseCapture) WriteHeader(code int) {
 // Write sends p and keeps all of it (see Delivery): what is stored is what
 // the handler wrote, whether or not the client took it.
 func (c *ResponseCapture) Write(p []byte) (int, error) {
-	c.wroteHeader = true // an implicit 200, as net/http sends it
+	c.bodyWritten()
 	return c.delivery.Write(c.ResponseWriter, c.lock, p)
+}
+
+// bodyWritten notes a body write: the header goes out with it, if it has
+// not already (an implicit 200, as net/http sends it).
+func (c *ResponseCapture) bodyWritten() {
+	c.wroteHeader = true
+	if c.lock.sent == nil {
+		c.lock.headerSent(c.ResponseWriter.Header())
+	}
 }
 
 // WriteString is Write for a string, without copying it first when the
 // writer below takes strings.
 func (c *ResponseCapture) WriteString(s string) (int, error) {
-	c.wroteHeader = true
+	c.bodyWritten()
 	if sw, ok := c.ResponseWriter.(io.StringWriter); ok {
 		return c.delivery.WriteString(sw, c.lock, s)
 	}

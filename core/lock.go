@@ -42,6 +42,7 @@ type Lock struct {
 	body     []byte
 	bodyBuf  *[]byte // pooled backing of body, returned when the lock ends
 	overflow bool
+	sent     *headerScratch // the replayable headers as sent, once they were (see headerSent)
 	// timeoutInside names the timeout middleware inside idemkit that wrote
 	// a status that is not stored (see WritingStatus), or is "".
 	timeoutInside string
@@ -154,8 +155,16 @@ func (l *Lock) Finish(ctx context.Context, status int, header HeaderReader) erro
 	}
 	// The store copies what it keeps, so the captured body is lent to it and
 	// recycled once Complete returns.
-	hs := headerScratchPool.Get().(*headerScratch)
-	resp := Response{Status: status, Header: l.storedHeader(header, hs), Body: l.body}
+	hs := l.sent
+	var stored []HeaderField
+	if hs != nil {
+		stored = hs.sent
+		l.sent = nil
+	} else {
+		hs = headerScratchPool.Get().(*headerScratch)
+		stored = l.storedHeader(header, hs)
+	}
+	resp := Response{Status: status, Header: stored, Body: l.body}
 	if resp.Body == nil {
 		resp.Body = []byte{}
 	}
@@ -300,6 +309,7 @@ func (l *Lock) release(ctx context.Context, reason Reason, status int) error {
 var captureBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 
 func (l *Lock) recycleBody() {
+	l.recycleSent()
 	if l.bodyBuf != nil && cap(l.body) <= 64<<10 {
 		*l.bodyBuf = l.body[:0]
 		captureBufs.Put(l.bodyBuf)

@@ -13,6 +13,7 @@ import (
 type headerScratch struct {
 	fields [4]HeaderField
 	values [4]string
+	sent   []HeaderField // the replayable headers as sent (see Lock.headerSent)
 }
 
 var headerScratchPool = sync.Pool{New: func() any { return new(headerScratch) }}
@@ -54,4 +55,36 @@ func (l *Lock) storedHeader(h HeaderReader, hs *headerScratch) []HeaderField {
 		return nil
 	}
 	return found
+}
+
+// headerSent keeps the replayable headers of h as they are now, when the
+// response's header goes out: what the client got is what a replay gives,
+// not the header as a handler left it afterwards (net/http sends nothing a
+// handler sets after WriteHeader). Only the first call counts. The values
+// are copied, since a handler may still change h's slices in place.
+func (l *Lock) headerSent(h http.Header) {
+	if l.sent != nil {
+		return
+	}
+	hs := headerScratchPool.Get().(*headerScratch)
+	fields, values := hs.fields[:0], hs.values[:0]
+	for _, name := range l.e.replayHeaders {
+		vs := h[name]
+		if len(vs) == 0 {
+			continue
+		}
+		start := len(values)
+		values = append(values, vs...)
+		fields = append(fields, HeaderField{Name: name, Values: values[start:len(values):len(values)]})
+	}
+	hs.sent = fields
+	l.sent = hs
+}
+
+// recycleSent returns what headerSent kept to the pool.
+func (l *Lock) recycleSent() {
+	if l.sent != nil {
+		l.sent.recycle()
+		l.sent = nil
+	}
 }

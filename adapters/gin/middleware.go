@@ -72,6 +72,7 @@ func serveLocked(c *gin.Context, d idem.Decision) {
 	lock, ctx, orig := d.Lock, c.Request.Context(), c.Writer
 	x := &locked{captureWriter: captureWriter{ResponseWriter: orig}}
 	x.capture.Reset(orig, lock)
+	x.capture.HeaderSentWithBody()
 	if d.Body != nil {
 		x.body.Reset(d.Body)
 		c.Request.Body = &x.body

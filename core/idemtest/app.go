@@ -152,6 +152,16 @@ func (a *app) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		fmt.Fprintf(uw, "data: part 2 of call %d\n\n", n)
 		return
+	case "/late-header":
+		// Headers set after WriteHeader: net/http never sends them.
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("X-Early", "sent")
+		w.WriteHeader(http.StatusCreated)
+		w.Header().Set("X-Late", "set after the header")
+		w.Header().Set("Content-Type", "text/plain; changed=after-the-header")
+		w.Header()["X-Early"][0] = "changed in place after the header"
+		fmt.Fprintf(w, `{"call":%d}`, n)
+		return
 	case "/links":
 		h := w.Header()
 		h.Set("Content-Type", "application/json")

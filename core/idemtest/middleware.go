@@ -71,6 +71,20 @@ func TestResponseWriter(t *testing.T, mount Mount) {
 // writerCases: see TestResponseWriter. Flushing, hijacking and panicking
 // are in the middleware suite too, which Fiber runs.
 var writerCases = []httpCase{
+	{name: "Replay/HeaderAsSent", config: func(c *idem.Config) { c.ReplayHeaders = []string{"X-Early", "X-Late"} },
+		run: func(t *testing.T, e *env) {
+			// A replay carries the header the client got, not the header as
+			// the handler left it after it was sent.
+			first := e.must(t, call{key: "k1", path: "/late-header", body: `{}`}, 201)
+			r := e.must(t, call{key: "k1", path: "/late-header", body: `{}`}, 201)
+			wantReplay(t, first, r)
+			for _, h := range []string{"Content-Type", "X-Early", "X-Late"} {
+				if got, want := r.header.Values(h), first.header.Values(h); !slices.Equal(got, want) {
+					t.Fatalf("replayed %s = %q, the first response had %q", h, got, want)
+				}
+			}
+			e.wantCalls(t, 1)
+		}},
 	{name: "NotStored/StreamedThroughUnwrap", run: func(t *testing.T, e *env) {
 		first := e.must(t, call{key: "k1", path: "/unwrap-flush", body: `{}`}, 200)
 		if !strings.Contains(string(first.body), "part 2 of call 1") {
