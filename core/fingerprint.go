@@ -39,7 +39,8 @@ var fingerprintBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); re
 //   - A body with a Content-Encoding is hashed as sent, beside the encoding:
 //     the same bytes with and without one are different requests.
 //   - Other bodies, and JSON or forms that do not parse, are hashed as raw
-//     bytes.
+//     bytes, together with whether they were sent as JSON or a form: a
+//     server refuses the same bytes as JSON that it may take as text.
 //
 // Headers other than Content-Type and Content-Encoding are not part of it.
 func DefaultFingerprint(r Request) Fingerprint {
@@ -51,17 +52,20 @@ func DefaultFingerprint(r Request) Fingerprint {
 	buf = appendField(buf, r.Path)
 	var out []byte
 	done := false
+	raw := byte('r') // the tag of a body hashed as sent: which media type it was sent as counts
 	if enc := strings.TrimSpace(r.ContentEncoding); enc != "" {
 		buf = appendField(append(buf, 'e'), enc)
 	} else if isJSON(r.ContentType) {
 		out, done = canonicalJSON(append(buf, 'j'), r.Body)
+		raw = 'J'
 	} else if boundary := formBoundary(r.ContentType); boundary != "" {
 		out, done = appendFormParts(append(buf, 'm'), r.Body, boundary)
+		raw = 'M'
 	}
 	if done {
 		buf = out
 	} else {
-		buf = append(append(buf, 'r'), r.Body...)
+		buf = append(append(buf, raw), r.Body...)
 	}
 	sum := sha256.Sum256(buf)
 	if cap(buf) <= 64<<10 {

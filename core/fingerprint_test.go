@@ -71,6 +71,9 @@ func TestDefaultFingerprint(t *testing.T) {
 		{"form part type", formRequest("b1", receipt), formRequest("b1", [2]string{strings.Replace(receipt[0], "text/plain", "text/csv", 1), receipt[1]})},
 		{"form part order", formRequest("b1", amount, receipt), formRequest("b1", receipt, amount)},
 		{"form and the same bytes as text", formRequest("b1", amount), withType(formRequest("b1", amount), "text/plain")},
+		{"invalid JSON and the same bytes as text", withType(jsonReq(`{"a":`), "text/plain"), jsonReq(`{"a":`)},
+		{"malformed form and the same bytes as text", withType(jsonReq("not a form"), "multipart/form-data; boundary=x"),
+			withType(jsonReq("not a form"), "text/plain")},
 		{"malformed forms hashed raw", withType(jsonReq("not a form"), "multipart/form-data; boundary=x"),
 			withType(jsonReq("not a form!"), "multipart/form-data; boundary=x")},
 	}

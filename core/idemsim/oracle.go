@@ -105,6 +105,8 @@ const (
 	kindRaw bodyKind = iota
 	kindJSON
 	kindForm
+	kindBadJSON // a JSON Content-Type over a body that does not parse as JSON
+	kindBadForm // a form Content-Type over a body that does not parse as one
 )
 
 // sameRequest is the policy's rule, "What counts as the same request": the
@@ -113,8 +115,9 @@ const (
 // form and the body parses as one, else byte for byte. Two requests a
 // server could read differently are never the same; two sendings of one
 // request always are. (The same bytes that parse as neither, sent once as
-// JSON and once as text, compare byte for byte both times, so they are
-// one request: the media type counts for how the body is compared.)
+// JSON and once as text, are compared byte for byte both times, but are two
+// requests: a server answers the first with a decoding error and may take
+// the second as it is.)
 func sameRequest(a, b *request) bool {
 	if a.method != b.method || a.path != b.path {
 		return false
@@ -142,13 +145,17 @@ func sameRequest(a, b *request) bool {
 }
 
 // comparedAs says how the body is compared: as JSON or a form when the
-// Content-Type names one and the body parses as it, else as raw bytes.
+// Content-Type names one and the body parses as it, else as raw bytes,
+// remembering whether it was meant as JSON or a form.
 func (r *request) comparedAs() bodyKind {
 	r.decode()
-	if !r.parsed {
-		return kindRaw
+	switch {
+	case r.parsed || r.kind == kindRaw:
+		return r.kind
+	case r.kind == kindJSON:
+		return kindBadJSON
 	}
-	return r.kind
+	return kindBadForm
 }
 
 // signature is a summary of the body that two requests the policy counts
@@ -194,7 +201,7 @@ func (r *request) signature() string {
 			fmt.Fprintf(&b, "\x00%d:%s", len(p.content), p.content)
 		}
 	default:
-		b.WriteString("raw\x00")
+		fmt.Fprintf(&b, "raw%d\x00", r.comparedAs())
 		b.Write(r.body)
 	}
 	r.sig = b.String()
