@@ -1,5 +1,5 @@
 # Every target works from a fresh clone; see README.md.
-.PHONY: test test-quick demo bench bench-quick bench-full bench-render bench-renew fuzz pictures
+.PHONY: test test-quick demo bench bench-quick bench-full bench-render bench-renew fuzz pictures mutation
 
 # Runs gofmt, go vet and go test -race over every module in go.work,
 # starting the database servers the store tests need.
@@ -52,6 +52,13 @@ bench-render:
 # as make test starts them. Takes a few minutes.
 bench-renew:
 	bash -c 'source scripts/servers.sh && source scripts/redis-servers.sh && trap "stop_redis_servers; stop_servers" EXIT && start_servers && start_redis_servers && go run ./bench/cmd/renewbench'
+
+# Plants each mutant of scripts/mutation/mutants.txt (realistic bugs in the
+# core, the stores and the adapters) in a copy of HEAD, one at a time, runs
+# the tests that should notice it, and prints the score and the survivors.
+# Not part of CI: about an hour on 2 cores. MUTANTS=id,... runs some only.
+mutation:
+	bash -c 'source scripts/servers.sh && source scripts/redis-servers.sh && trap "stop_redis_servers; stop_servers" EXIT && start_servers && start_redis_servers && go run ./scripts/mutation $(if $(MUTANTS),-only $(MUTANTS))'
 
 # Refreshes the pictures of the docs: docs/img/checkout.png, from the demo's
 # browser test (needs Chromium). Tests alone never write into the tree.
