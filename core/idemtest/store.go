@@ -135,7 +135,7 @@ func checkRecord(rec idem.Record, a idem.Acquire) error {
 
 func checkAcquireNew(ctx context.Context, s idem.Store) error {
 	a := acquireAt(idem.ID{Scope: "acct_1", Key: "k-new"}, fpA, "tok-1", t0)
-	rec, err := acquire(ctx, s, a, idem.Created)
+	rec, err := acquire(ctx, s, a, idem.AcquireCreated)
 	if err != nil {
 		return err
 	}
@@ -155,12 +155,12 @@ func checkAcquireNew(ctx context.Context, s idem.Store) error {
 func checkAcquireInFlight(ctx context.Context, s idem.Store) error {
 	id := idem.ID{Key: "k-busy"}
 	first := acquireAt(id, fpA, "tok-1", t0)
-	if _, err := acquire(ctx, s, first, idem.Created); err != nil {
+	if _, err := acquire(ctx, s, first, idem.AcquireCreated); err != nil {
 		return err
 	}
 	// Just before the lease runs out, with either fingerprint.
 	for _, fp := range []idem.Fingerprint{fpA, fpB} {
-		rec, err := acquire(ctx, s, acquireAt(id, fp, "tok-2", t0.Add(lease-time.Millisecond)), idem.Existing)
+		rec, err := acquire(ctx, s, acquireAt(id, fp, "tok-2", t0.Add(lease-time.Millisecond)), idem.AcquireExisting)
 		if err != nil {
 			return err
 		}
@@ -173,11 +173,11 @@ func checkAcquireInFlight(ctx context.Context, s idem.Store) error {
 
 func checkTakeoverAfterLease(ctx context.Context, s idem.Store) error {
 	id := idem.ID{Key: "k-crashed"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-dead", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-dead", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	next := acquireAt(id, fpA, "tok-next", t0.Add(lease))
-	rec, err := acquire(ctx, s, next, idem.TookOver)
+	rec, err := acquire(ctx, s, next, idem.AcquireTookOver)
 	if err != nil {
 		return err
 	}
@@ -190,10 +190,10 @@ func checkTakeoverAfterLease(ctx context.Context, s idem.Store) error {
 func checkNoTakeoverOtherFingerprint(ctx context.Context, s idem.Store) error {
 	id := idem.ID{Key: "k-reused"}
 	first := acquireAt(id, fpA, "tok-1", t0)
-	if _, err := acquire(ctx, s, first, idem.Created); err != nil {
+	if _, err := acquire(ctx, s, first, idem.AcquireCreated); err != nil {
 		return err
 	}
-	rec, err := acquire(ctx, s, acquireAt(id, fpB, "tok-2", t0.Add(2*lease)), idem.Existing)
+	rec, err := acquire(ctx, s, acquireAt(id, fpB, "tok-2", t0.Add(2*lease)), idem.AcquireExisting)
 	if err != nil {
 		return fmt.Errorf("a lapsed lease must not go to another payload: %w", err)
 	}
@@ -241,7 +241,7 @@ func checkResponse(got, want idem.Response) error {
 
 func checkAcquireCompleted(ctx context.Context, s idem.Store) error {
 	id := idem.ID{Key: "k-done"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	want := sampleResponse()
@@ -249,7 +249,7 @@ func checkAcquireCompleted(ctx context.Context, s idem.Store) error {
 		return err
 	}
 	// Long after the lease, well within the TTL: the record still answers.
-	rec, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(time.Hour)), idem.Existing)
+	rec, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(time.Hour)), idem.AcquireExisting)
 	if err != nil {
 		return err
 	}
@@ -265,7 +265,7 @@ func checkAcquireCompleted(ctx context.Context, s idem.Store) error {
 func checkScopesApart(ctx context.Context, s idem.Store) error {
 	for _, scope := range []string{"acct_a", "acct_b", ""} {
 		id := idem.ID{Scope: scope, Key: "shared-key"}
-		if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-"+scope, t0), idem.Created); err != nil {
+		if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-"+scope, t0), idem.AcquireCreated); err != nil {
 			return fmt.Errorf("scope %q: %w", scope, err)
 		}
 	}
@@ -278,18 +278,18 @@ func checkScopesApart(ctx context.Context, s idem.Store) error {
 
 func checkExpiredCompleted(ctx context.Context, s idem.Store) error {
 	id := idem.ID{Key: "k-old"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	if err := completeAt(ctx, s, id, "tok-1", sampleResponse(), t0); err != nil {
 		return err
 	}
-	if _, err := acquire(ctx, s, acquireAt(id, fpB, "tok-2", t0.Add(ttl-time.Millisecond)), idem.Existing); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpB, "tok-2", t0.Add(ttl-time.Millisecond)), idem.AcquireExisting); err != nil {
 		return fmt.Errorf("just before expiry: %w", err)
 	}
 	// Expired: a new request, whatever its payload.
 	next := acquireAt(id, fpB, "tok-3", t0.Add(ttl))
-	rec, err := acquire(ctx, s, next, idem.Created)
+	rec, err := acquire(ctx, s, next, idem.AcquireCreated)
 	if err != nil {
 		return fmt.Errorf("at expiry: %w", err)
 	}
@@ -302,20 +302,20 @@ func checkExpiredCompleted(ctx context.Context, s idem.Store) error {
 func checkExpiresFarAhead(ctx context.Context, s idem.Store) error {
 	id, held := idem.ID{Key: "k-forever"}, idem.ID{Key: "k-long-lease"}
 	a := idem.Acquire{ID: id, Fingerprint: fpA, Token: "tok-1", Now: t0, LeaseUntil: t0.Add(idem.MaxLease), ExpiresAt: t0.Add(idem.MaxTTL)}
-	if _, err := acquire(ctx, s, a, idem.Created); err != nil {
+	if _, err := acquire(ctx, s, a, idem.AcquireCreated); err != nil {
 		return err
 	}
 	if err := s.Complete(ctx, id, "tok-1", idem.Completion{Response: sampleResponse(), CompletedAt: t0, ExpiresAt: t0.Add(idem.MaxTTL)}); err != nil {
 		return fmt.Errorf("Complete: %w", err)
 	}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(time.Hour)), idem.Existing); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(time.Hour)), idem.AcquireExisting); err != nil {
 		return fmt.Errorf("a record expiring MaxTTL ahead, an hour later: %w", err)
 	}
 	h := idem.Acquire{ID: held, Fingerprint: fpA, Token: "tok-3", Now: t0, LeaseUntil: t0.Add(idem.MaxLease), ExpiresAt: t0.Add(idem.MaxTTL)}
-	if _, err := acquire(ctx, s, h, idem.Created); err != nil {
+	if _, err := acquire(ctx, s, h, idem.AcquireCreated); err != nil {
 		return err
 	}
-	if _, err := acquire(ctx, s, acquireAt(held, fpA, "tok-4", t0.Add(time.Hour)), idem.Existing); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(held, fpA, "tok-4", t0.Add(time.Hour)), idem.AcquireExisting); err != nil {
 		return fmt.Errorf("a lease ending MaxLease ahead, an hour later: %w", err)
 	}
 	if n, err := s.Purge(ctx, t0.Add(time.Hour), 10); err != nil || n != 0 {
@@ -328,7 +328,7 @@ func checkExpiresFarAhead(ctx context.Context, s idem.Store) error {
 // expires (now == ExpiresAt), and not a moment before.
 func checkPurgeAtExpiry(ctx context.Context, s idem.Store) error {
 	id := idem.ID{Key: "k-boundary"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	if err := completeAt(ctx, s, id, "tok-1", sampleResponse(), t0); err != nil {
@@ -348,11 +348,11 @@ func checkPurgeAtExpiry(ctx context.Context, s idem.Store) error {
 
 func checkExpiredInFlight(ctx context.Context, s idem.Store) error {
 	id := idem.ID{Key: "k-abandoned"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	next := acquireAt(id, fpB, "tok-2", t0.Add(ttl))
-	rec, err := acquire(ctx, s, next, idem.Created)
+	rec, err := acquire(ctx, s, next, idem.AcquireCreated)
 	if err != nil {
 		return fmt.Errorf("an abandoned in-flight record past its TTL is free for any payload: %w", err)
 	}
@@ -361,16 +361,16 @@ func checkExpiredInFlight(ctx context.Context, s idem.Store) error {
 
 func checkRenewExtends(ctx context.Context, s idem.Store) error {
 	id := idem.ID{Key: "k-slow"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	if err := s.Renew(ctx, id, "tok-1", t0.Add(2*lease)); err != nil {
 		return fmt.Errorf("Renew by the owner: %w", err)
 	}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(lease)), idem.Existing); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(lease)), idem.AcquireExisting); err != nil {
 		return fmt.Errorf("after renewal the holder keeps the key past the first lease: %w", err)
 	}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-3", t0.Add(2*lease)), idem.TookOver); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-3", t0.Add(2*lease)), idem.AcquireTookOver); err != nil {
 		return fmt.Errorf("the renewed lease ends when it says: %w", err)
 	}
 	return nil
@@ -378,10 +378,10 @@ func checkRenewExtends(ctx context.Context, s idem.Store) error {
 
 // takenOver leaves id held by "tok-new" after "tok-old" lost its lease.
 func takenOver(ctx context.Context, s idem.Store, id idem.ID) error {
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-old", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-old", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
-	_, err := acquire(ctx, s, acquireAt(id, fpA, "tok-new", t0.Add(lease+time.Second)), idem.TookOver)
+	_, err := acquire(ctx, s, acquireAt(id, fpA, "tok-new", t0.Add(lease+time.Second)), idem.AcquireTookOver)
 	return err
 }
 
@@ -411,7 +411,7 @@ func checkCompleteRoundTrip(ctx context.Context, s idem.Store) error {
 	}
 	for i, want := range cases {
 		id := idem.ID{Scope: "s", Key: fmt.Sprintf("k-rt-%d", i)}
-		if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.Created); err != nil {
+		if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.AcquireCreated); err != nil {
 			return err
 		}
 		if err := completeAt(ctx, s, id, "tok", want, t0); err != nil {
@@ -435,7 +435,7 @@ func checkCompleteRoundTrip(ctx context.Context, s idem.Store) error {
 // hands to Complete, so the store must have copied what it keeps.
 func checkCompleteCopies(ctx context.Context, s idem.Store) error {
 	id := idem.ID{Scope: "s", Key: "k-copies"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	lent := sampleResponse()
@@ -468,13 +468,13 @@ func checkCompleteLarge(ctx context.Context, s idem.Store) error {
 	}
 	want := idem.Response{Status: 200, Header: []idem.HeaderField{{Name: "Content-Type", Values: []string{"application/octet-stream"}}}, Body: body}
 	id := idem.ID{Key: "k-large"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	if err := completeAt(ctx, s, id, "tok", want, t0); err != nil {
 		return err
 	}
-	rec, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(time.Minute)), idem.Existing)
+	rec, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(time.Minute)), idem.AcquireExisting)
 	if err != nil {
 		return err
 	}
@@ -507,7 +507,7 @@ func checkCompleteStale(ctx context.Context, s idem.Store) error {
 
 func checkCompleteTwice(ctx context.Context, s idem.Store) error {
 	id := idem.ID{Key: "k-twice"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	want := sampleResponse()
@@ -527,7 +527,7 @@ func checkCompleteTwice(ctx context.Context, s idem.Store) error {
 
 func checkReleaseAllowsRetry(ctx context.Context, s idem.Store) error {
 	id := idem.ID{Key: "k-5xx"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	if err := s.Release(ctx, id, "tok-1"); err != nil {
@@ -536,7 +536,7 @@ func checkReleaseAllowsRetry(ctx context.Context, s idem.Store) error {
 	if _, err := s.Get(ctx, id); !errors.Is(err, idem.ErrNotFound) {
 		return fmt.Errorf("Get after Release: %v, want ErrNotFound", err)
 	}
-	_, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(time.Millisecond)), idem.Created)
+	_, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(time.Millisecond)), idem.AcquireCreated)
 	return err
 }
 
@@ -556,7 +556,7 @@ func checkReleaseStale(ctx context.Context, s idem.Store) error {
 
 func checkReleaseCompleted(ctx context.Context, s idem.Store) error {
 	id := idem.ID{Key: "k-release-done"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	if err := completeAt(ctx, s, id, "tok", sampleResponse(), t0); err != nil {
@@ -584,7 +584,7 @@ func checkPurgeBatched(ctx context.Context, s idem.Store) error {
 		if i >= expired {
 			at = t0.Add(time.Hour) // completes later, so outlives the purge time
 		}
-		if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", at), idem.Created); err != nil {
+		if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", at), idem.AcquireCreated); err != nil {
 			return err
 		}
 		if err := completeAt(ctx, s, id, "tok", sampleResponse(), at); err != nil {
@@ -628,7 +628,7 @@ func checkPurgeBatched(ctx context.Context, s idem.Store) error {
 func checkPurgeKeepsLive(ctx context.Context, s idem.Store) error {
 	// An in-flight record past its TTL whose holder still renews its lease.
 	id := idem.ID{Key: "k-marathon"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	if err := s.Renew(ctx, id, "tok", t0.Add(ttl+time.Hour)); err != nil {
@@ -649,7 +649,7 @@ func checkCanceled(ctx context.Context, s idem.Store) error {
 		return errors.New("Acquire with a canceled context succeeded")
 	}
 	// Nothing was written: the key is free.
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.AcquireCreated); err != nil {
 		return fmt.Errorf("after a canceled Acquire: %w", err)
 	}
 	ops := map[string]error{
@@ -713,7 +713,7 @@ func checkConcurrentOneWinner(ctx context.Context, s idem.Store) error {
 	if err != nil {
 		return err
 	}
-	if outcomes[idem.Created] != 1 || outcomes[idem.Existing] != n-1 || len(holders) != 1 {
+	if outcomes[idem.AcquireCreated] != 1 || outcomes[idem.AcquireExisting] != n-1 || len(holders) != 1 {
 		return fmt.Errorf("%d concurrent acquirers: outcomes %v, holders seen %d; want exactly one winner that all others see", n, outcomes, len(holders))
 	}
 	return nil
@@ -722,7 +722,7 @@ func checkConcurrentOneWinner(ctx context.Context, s idem.Store) error {
 func checkConcurrentOneTakeover(ctx context.Context, s idem.Store) error {
 	const n = 100
 	id := idem.ID{Scope: "race", Key: "k-race-takeover"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-dead", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-dead", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	later := t0.Add(lease + time.Second)
@@ -733,7 +733,7 @@ func checkConcurrentOneTakeover(ctx context.Context, s idem.Store) error {
 	if err != nil {
 		return err
 	}
-	if outcomes[idem.TookOver] != 1 || outcomes[idem.Existing] != n-1 || len(holders) != 1 {
+	if outcomes[idem.AcquireTookOver] != 1 || outcomes[idem.AcquireExisting] != n-1 || len(holders) != 1 {
 		return fmt.Errorf("%d concurrent takeovers: outcomes %v, holders seen %d; want exactly one", n, outcomes, len(holders))
 	}
 	return nil

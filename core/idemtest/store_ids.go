@@ -37,7 +37,7 @@ func oddIDs() []idem.ID {
 func checkAnyBytes(ctx context.Context, s idem.Store) error {
 	ids := oddIDs()
 	for i, id := range ids {
-		rec, err := acquire(ctx, s, acquireAt(id, fpA, fmt.Sprintf("tok-%d", i), t0), idem.Created)
+		rec, err := acquire(ctx, s, acquireAt(id, fpA, fmt.Sprintf("tok-%d", i), t0), idem.AcquireCreated)
 		if err != nil {
 			return fmt.Errorf("ID %d (scope of %d bytes, key of %d bytes): %w", i, len(id.Scope), len(id.Key), err)
 		}
@@ -66,12 +66,12 @@ func checkRenewBatch(ctx context.Context, s idem.Store) error {
 	}
 	id := func(k string) idem.ID { return idem.ID{Scope: "acct", Key: k} }
 	for _, k := range []string{"held", "taken", "done", "gone"} {
-		if _, err := acquire(ctx, s, acquireAt(id(k), fpA, "tok-"+k, t0), idem.Created); err != nil {
+		if _, err := acquire(ctx, s, acquireAt(id(k), fpA, "tok-"+k, t0), idem.AcquireCreated); err != nil {
 			return err
 		}
 	}
 	// taken: the lease ran out and another request took it over.
-	if _, err := acquire(ctx, s, acquireAt(id("taken"), fpA, "tok-new", t0.Add(lease)), idem.TookOver); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id("taken"), fpA, "tok-new", t0.Add(lease)), idem.AcquireTookOver); err != nil {
 		return err
 	}
 	if err := s.Complete(ctx, id("done"), "tok-done", idem.Completion{Response: idem.Response{Status: 201, Body: []byte{}},
@@ -103,7 +103,7 @@ func checkRenewBatch(ctx context.Context, s idem.Store) error {
 	}
 	// The renewed lease holds past the old one; the new holder of "taken"
 	// keeps its own lease.
-	if _, err := acquire(ctx, s, acquireAt(id("held"), fpA, "tok-late", t0.Add(2*lease)), idem.Existing); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id("held"), fpA, "tok-late", t0.Add(2*lease)), idem.AcquireExisting); err != nil {
 		return fmt.Errorf("after RenewBatch, the renewed lease did not hold: %w", err)
 	}
 	if rec, err := s.Get(ctx, id("taken")); err != nil || rec.Token != "tok-new" || !sameTime(rec.LeaseUntil, t0.Add(2*lease)) {
@@ -113,7 +113,7 @@ func checkRenewBatch(ctx context.Context, s idem.Store) error {
 	var many []idem.Held
 	for i := range 1200 {
 		k := id(fmt.Sprintf("many-%d", i))
-		if _, err := acquire(ctx, s, acquireAt(k, fpA, "tok", t0), idem.Created); err != nil {
+		if _, err := acquire(ctx, s, acquireAt(k, fpA, "tok", t0), idem.AcquireCreated); err != nil {
 			return err
 		}
 		many = append(many, idem.Held{ID: k, Token: "tok"})
@@ -141,7 +141,7 @@ func checkRenewBatch(ctx context.Context, s idem.Store) error {
 // batch.
 func checkRenewNeverShortens(ctx context.Context, s idem.Store) error {
 	id := idem.ID{Scope: "acct", Key: "k-late"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	if err := s.Renew(ctx, id, "tok-1", t0.Add(3*lease)); err != nil {
@@ -156,7 +156,7 @@ func checkRenewNeverShortens(ctx context.Context, s idem.Store) error {
 			return fmt.Errorf("a late RenewBatch: %v (lost %v)", err, lost[0])
 		}
 	}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(2*lease+time.Second)), idem.Existing); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(2*lease+time.Second)), idem.AcquireExisting); err != nil {
 		return fmt.Errorf("a late renewal moved the lease back: %w", err)
 	}
 	if rec, err := s.Get(ctx, id); err != nil || !sameTime(rec.LeaseUntil, t0.Add(3*lease)) {

@@ -98,7 +98,7 @@ type noTakeover struct{ *memstore.Store }
 
 func (s noTakeover) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
 	if rec, err := s.Get(ctx, a.ID); err == nil && rec.State == idem.InFlight && !rec.Expired(a.Now) {
-		return rec, idem.Existing, nil
+		return rec, idem.AcquireExisting, nil
 	}
 	return s.Store.Acquire(ctx, a)
 }
@@ -158,7 +158,7 @@ func (s *readThenWrite) Acquire(_ context.Context, a idem.Acquire) (idem.Record,
 	rec, ok := s.records[a.ID]
 	s.mu.Unlock()
 	if ok && !rec.Expired(a.Now) {
-		return rec, idem.Existing, nil
+		return rec, idem.AcquireExisting, nil
 	}
 	time.Sleep(time.Millisecond) // the window every read-then-write has
 	rec = idem.Record{ID: a.ID, Fingerprint: a.Fingerprint, State: idem.InFlight, Token: a.Token,
@@ -166,7 +166,7 @@ func (s *readThenWrite) Acquire(_ context.Context, a idem.Acquire) (idem.Record,
 	s.mu.Lock()
 	s.records[a.ID] = rec
 	s.mu.Unlock()
-	return rec, idem.Created, nil
+	return rec, idem.AcquireCreated, nil
 }
 
 func (s *readThenWrite) Renew(context.Context, idem.ID, string, time.Time) error { return nil }
