@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -184,6 +183,15 @@ func checkTakeoverAfterLease(ctx context.Context, s idem.Store) error {
 	if err := checkRecord(rec, next); err != nil {
 		return fmt.Errorf("taken-over record: %w", err)
 	}
+	// What the store kept, not only what it answered: a record still
+	// holding the crashed holder's token would let it complete.
+	got, err := s.Get(ctx, id)
+	if err != nil {
+		return fmt.Errorf("Get after the takeover: %w", err)
+	}
+	if err := checkRecord(got, next); err != nil {
+		return fmt.Errorf("Get after the takeover: %w", err)
+	}
 	return nil
 }
 
@@ -273,6 +281,18 @@ func checkScopesApart(ctx context.Context, s idem.Store) error {
 	if err != nil || rec.Token != "tok-acct_b" {
 		return fmt.Errorf("Get in scope acct_b = token %q, %v; want tok-acct_b", rec.Token, err)
 	}
+	// Where the scope ends is part of the ID: a store that runs scope and
+	// key together, with or without a separator, gives tenant "acct:1"
+	// the records of tenant "acct".
+	for i, sep := range []string{"", ":", "/", "|", "#", "-", "_", ".", " ", "\x00"} {
+		pair := []idem.ID{{Scope: "acct" + sep + "1", Key: "k"}, {Scope: "acct", Key: "1" + sep + "k"}}
+		for j, id := range pair {
+			if _, err := acquire(ctx, s, acquireAt(id, fpA, fmt.Sprintf("tok-%d-%d", i, j), t0), idem.AcquireCreated); err != nil {
+				return fmt.Errorf("scope %q and key %q are another ID than scope %q and key %q: %w",
+					id.Scope, id.Key, pair[1-j].Scope, pair[1-j].Key, err)
+			}
+		}
+	}
 	return nil
 }
 
@@ -356,7 +376,22 @@ func checkExpiredInFlight(ctx context.Context, s idem.Store) error {
 	if err != nil {
 		return fmt.Errorf("an abandoned in-flight record past its TTL is free for any payload: %w", err)
 	}
-	return checkRecord(rec, next)
+	if err := checkRecord(rec, next); err != nil {
+		return err
+	}
+	// A holder that still renews its lease keeps its key past the TTL,
+	// whatever payload asks for it (Record.Expired).
+	held := idem.ID{Key: "k-marathon-held"}
+	if _, err := acquire(ctx, s, acquireAt(held, fpA, "tok-3", t0), idem.AcquireCreated); err != nil {
+		return err
+	}
+	if err := s.Renew(ctx, held, "tok-3", t0.Add(ttl+time.Hour)); err != nil {
+		return fmt.Errorf("Renew: %w", err)
+	}
+	if _, err := acquire(ctx, s, acquireAt(held, fpB, "tok-4", t0.Add(ttl+time.Minute)), idem.AcquireExisting); err != nil {
+		return fmt.Errorf("a renewed lease past the TTL still holds the key: %w", err)
+	}
+	return nil
 }
 
 func checkRenewExtends(ctx context.Context, s idem.Store) error {
@@ -400,7 +435,15 @@ func checkRenewStale(ctx context.Context, s idem.Store) error {
 	if err != nil || rec.Token != "tok-new" || !sameTime(rec.LeaseUntil, t0.Add(2*lease+time.Second)) {
 		return fmt.Errorf("after a stale Renew the record is token %q lease %v (%v), want tok-new's untouched", rec.Token, rec.LeaseUntil, err)
 	}
-	return nil
+	// The token that completed a record holds no lease any more.
+	done := idem.ID{Key: "k-renew-done"}
+	if _, err := acquire(ctx, s, acquireAt(done, fpA, "tok-done", t0), idem.AcquireCreated); err != nil {
+		return err
+	}
+	if err := completeAt(ctx, s, done, "tok-done", sampleResponse(), t0); err != nil {
+		return err
+	}
+	return wantErr("Renew of a completed record by the token that completed it", s.Renew(ctx, done, "tok-done", t0.Add(time.Hour)), idem.ErrLockLost)
 }
 
 func checkCompleteRoundTrip(ctx context.Context, s idem.Store) error {
@@ -502,7 +545,30 @@ func checkCompleteStale(ctx context.Context, s idem.Store) error {
 	if err != nil {
 		return err
 	}
-	return checkResponse(rec.Response, want)
+	if err := checkResponse(rec.Response, want); err != nil {
+		return err
+	}
+	return checkCompleteGone(ctx, s)
+}
+
+// checkCompleteGone: a holder whose record is gone (released, or purged
+// once its lease and TTL ran out) completes nothing, and writes no record.
+func checkCompleteGone(ctx context.Context, s idem.Store) error {
+	gone := idem.ID{Key: "k-fenced-gone"}
+	if _, err := acquire(ctx, s, acquireAt(gone, fpA, "tok-gone", t0), idem.AcquireCreated); err != nil {
+		return err
+	}
+	if err := s.Release(ctx, gone, "tok-gone"); err != nil {
+		return fmt.Errorf("Release: %w", err)
+	}
+	c := idem.Completion{Response: sampleResponse(), CompletedAt: t0, ExpiresAt: t0.Add(ttl)}
+	if err := wantErr("Complete of a released record", s.Complete(ctx, gone, "tok-gone", c), idem.ErrLockLost); err != nil {
+		return err
+	}
+	if _, err := s.Get(ctx, gone); !errors.Is(err, idem.ErrNotFound) {
+		return fmt.Errorf("Get after a Complete of a released record: %v, want ErrNotFound", err)
+	}
+	return nil
 }
 
 func checkCompleteTwice(ctx context.Context, s idem.Store) error {
@@ -625,19 +691,30 @@ func checkPurgeBatched(ctx context.Context, s idem.Store) error {
 	return nil
 }
 
+// checkPurgeKeepsLive: Purge deletes only expired records (Record.Expired).
+// An in-flight record whose lease ran out still holds its key against
+// other payloads until its TTL; one whose holder still renews its lease
+// holds it past its TTL.
 func checkPurgeKeepsLive(ctx context.Context, s idem.Store) error {
-	// An in-flight record past its TTL whose holder still renews its lease.
-	id := idem.ID{Key: "k-marathon"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.AcquireCreated); err != nil {
+	marathon, lapsedLease := idem.ID{Key: "k-marathon"}, idem.ID{Key: "k-lapsed"}
+	for _, id := range []idem.ID{marathon, lapsedLease} {
+		if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.AcquireCreated); err != nil {
+			return err
+		}
+	}
+	if n, err := s.Purge(ctx, t0.Add(2*lease), 100); err != nil || n != 0 {
+		return fmt.Errorf("Purge deleted %d (%v), want 0: an in-flight record whose lease ran out holds its key until its TTL", n, err)
+	}
+	if err := s.Renew(ctx, marathon, "tok", t0.Add(ttl+time.Hour)); err != nil {
 		return err
 	}
-	if err := s.Renew(ctx, id, "tok", t0.Add(ttl+time.Hour)); err != nil {
-		return err
+	if n, err := s.Purge(ctx, t0.Add(ttl+time.Minute), 100); err != nil || n != 1 {
+		return fmt.Errorf("Purge deleted %d (%v), want 1: the record past its TTL and lease, not the one whose holder still renews its lease", n, err)
 	}
-	if n, err := s.Purge(ctx, t0.Add(ttl+time.Minute), 100); err != nil || n != 0 {
-		return fmt.Errorf("Purge deleted %d (%v), want 0: the holder still renews its lease", n, err)
+	if _, err := s.Get(ctx, lapsedLease); !errors.Is(err, idem.ErrNotFound) {
+		return fmt.Errorf("Get of the record past its TTL and lease after Purge: %v, want ErrNotFound", err)
 	}
-	_, err := s.Get(ctx, id)
+	_, err := s.Get(ctx, marathon)
 	return err
 }
 
@@ -675,38 +752,46 @@ func checkCanceled(ctx context.Context, s idem.Store) error {
 	return nil
 }
 
-// race runs f from n goroutines released at once and collects the outcomes.
-func race(n int, f func(i int) (idem.AcquireOutcome, string, error)) (map[idem.AcquireOutcome]int, map[string]bool, error) {
-	var (
-		mu       sync.Mutex
-		outcomes = map[idem.AcquireOutcome]int{}
-		holders  = map[string]bool{}
-		firstErr error
-		wg       sync.WaitGroup
-	)
+// race runs f from n goroutines released at once and collects their
+// outcomes, until ctx ends: a store whose calls hang fails the check
+// instead of holding the test binary until its deadline.
+func race(ctx context.Context, n int, f func(i int) (idem.AcquireOutcome, string, error)) (map[idem.AcquireOutcome]int, map[string]bool, error) {
+	type answer struct {
+		outcome idem.AcquireOutcome
+		holder  string
+		err     error
+	}
+	answers := make(chan answer, n) // never blocks a caller, even after a timeout
 	start := make(chan struct{})
 	for i := range n {
-		wg.Go(func() {
+		go func() {
 			<-start
 			o, holder, err := f(i)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil && firstErr == nil {
-				firstErr = err
-			}
-			outcomes[o]++
-			holders[holder] = true
-		})
+			answers <- answer{o, holder, err}
+		}()
 	}
 	close(start)
-	wg.Wait()
+	outcomes, holders := map[idem.AcquireOutcome]int{}, map[string]bool{}
+	var firstErr error
+	for range n {
+		select {
+		case a := <-answers:
+			if a.err != nil && firstErr == nil {
+				firstErr = a.err
+			}
+			outcomes[a.outcome]++
+			holders[a.holder] = true
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("%d concurrent calls, not all returned: %w", n, ctx.Err())
+		}
+	}
 	return outcomes, holders, firstErr
 }
 
 func checkConcurrentOneWinner(ctx context.Context, s idem.Store) error {
 	const n = 100
 	id := idem.ID{Scope: "race", Key: "k-race"}
-	outcomes, holders, err := race(n, func(i int) (idem.AcquireOutcome, string, error) {
+	outcomes, holders, err := race(ctx, n, func(i int) (idem.AcquireOutcome, string, error) {
 		rec, o, err := s.Acquire(ctx, acquireAt(id, fpA, fmt.Sprintf("tok-%d", i), t0))
 		return o, rec.Token, err
 	})
@@ -726,7 +811,7 @@ func checkConcurrentOneTakeover(ctx context.Context, s idem.Store) error {
 		return err
 	}
 	later := t0.Add(lease + time.Second)
-	outcomes, holders, err := race(n, func(i int) (idem.AcquireOutcome, string, error) {
+	outcomes, holders, err := race(ctx, n, func(i int) (idem.AcquireOutcome, string, error) {
 		rec, o, err := s.Acquire(ctx, acquireAt(id, fpA, fmt.Sprintf("tok-%d", i), later))
 		return o, rec.Token, err
 	})
