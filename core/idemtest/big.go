@@ -41,6 +41,8 @@ func bigBody(n int64, size int) []byte {
 // reset; no fixed sleep guesses when), writes the rest through the capture
 // as any handler does, and then flushes the server's writer, which answers
 // with the error its writes met (net/http keeps a failed write's error).
+// That flush sends only what the handler wrote, and the capture never sees
+// it, so it does not make the response a streamed one that goes unstored.
 // A framework that sends the response only once the handler has returned
 // (Fiber's adaptor buffers it) offers no such evidence: nothing of the
 // response has left when the client resets, and no write of the handler
@@ -99,7 +101,7 @@ func (a *app) writeAfterPause(ctx context.Context, w http.ResponseWriter, rest [
 		case <-ctx.Done():
 			out.clientGone = true
 		case <-a.release:
-		case <-time.After(10 * time.Second):
+		case <-time.After(5 * time.Second): // within the case's own wait, which then says why
 		}
 	}
 	writeParts(w, rest)
