@@ -38,7 +38,10 @@ func Outcomes() (func(*idem.Config), <-chan idem.Event) {
 	return func(c *idem.Config) {
 		c.OnEvent = func(_ context.Context, ev idem.Event) {
 			if ev.Kind == idem.EventStored || ev.Kind == idem.EventNotStored {
-				ch <- ev
+				select { // a test that stopped reading holds no request for long
+				case ch <- ev:
+				case <-time.After(10 * time.Second):
+				}
 			}
 		}
 	}, ch

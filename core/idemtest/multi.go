@@ -27,6 +27,34 @@ func TestMultiInstance(t *testing.T, stores []idem.Store) {
 	t.Helper()
 	const requests = 200
 	var runs atomic.Int32
+	m := &instances{
+		urls:     serveInstances(t, stores, &runs),
+		client:   &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: requests}, Timeout: time.Minute},
+		statuses: map[string]int{},
+		bodies:   map[string]bool{},
+	}
+	t.Cleanup(m.client.CloseIdleConnections)
+	m.sendAll(t, requests)
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("the handler ran %d times, want once (responses %v)", n, m.statuses)
+	}
+	if m.statuses["201"] != 1 || m.statuses["201"]+m.statuses["201 replayed"]+m.statuses["409"] != requests || len(m.bodies) != 1 {
+		t.Fatalf("responses %v with %d distinct bodies; want one 201, the rest 409 or the replay of the same body", m.statuses, len(m.bodies))
+	}
+	t.Logf("responses: %v", m.statuses)
+	// Once it has completed, every instance replays it.
+	clear(m.statuses)
+	m.sendAll(t, 3*len(m.urls))
+	if n := runs.Load(); n != 1 || m.statuses["201 replayed"] != 3*len(m.urls) || len(m.bodies) != 1 {
+		t.Fatalf("after completion: %d runs, responses %v, %d distinct bodies; want every request replayed", n, m.statuses, len(m.bodies))
+	}
+}
+
+// serveInstances serves a slow handler, which counts its runs in runs,
+// behind one Engine per store, each on a server of its own, until the test
+// ends, and returns their URLs.
+func serveInstances(t *testing.T, stores []idem.Store, runs *atomic.Int32) []string {
+	t.Helper()
 	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := runs.Add(1)
 		time.Sleep(300 * time.Millisecond) // so that many requests find it running
@@ -41,60 +69,54 @@ func TestMultiInstance(t *testing.T, stores []idem.Store) {
 		t.Cleanup(srv.Close)
 		urls[i] = srv.URL
 	}
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: requests}, Timeout: time.Minute}
-	t.Cleanup(client.CloseIdleConnections)
+	return urls
+}
 
-	var (
-		mu       sync.Mutex
-		statuses = map[string]int{}
-		bodies   = map[string]bool{}
-		wg       sync.WaitGroup
-	)
-	send := func(i int) {
-		req, _ := http.NewRequest(http.MethodPost, urls[i%len(urls)]+"/v1/orders", strings.NewReader(`{"sku":"a"}`))
-		req.Header.Set("Idempotency-Key", "multi-1")
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		kind := fmt.Sprint(resp.StatusCode)
-		if resp.Header.Get(idem.ReplayedHeader) == "true" {
-			kind += " replayed"
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		statuses[kind]++
-		if resp.StatusCode == http.StatusCreated {
-			bodies[string(body)] = true
-		}
-	}
+// instances sends TestMultiInstance's requests and tallies the answers.
+type instances struct {
+	urls   []string
+	client *http.Client
+	mu     sync.Mutex
+	// statuses counts the answers by status, "replayed" added to replays;
+	// bodies holds the distinct bodies of the 201s.
+	statuses map[string]int
+	bodies   map[string]bool
+}
+
+// sendAll sends n requests at once, round robin over the instances, and
+// tallies their answers.
+func (m *instances) sendAll(t *testing.T, n int) {
+	var wg sync.WaitGroup
 	start := make(chan struct{})
-	for i := range requests {
+	for i := range n {
 		wg.Go(func() {
 			<-start
-			send(i)
+			m.send(t, i)
 		})
 	}
 	close(start)
-	wg.Wait()
-	if n := runs.Load(); n != 1 {
-		t.Fatalf("the handler ran %d times, want once (responses %v)", n, statuses)
+	wg.Wait() // each request ends by the client's timeout
+}
+
+func (m *instances) send(t *testing.T, i int) {
+	req, _ := http.NewRequest(http.MethodPost, m.urls[i%len(m.urls)]+"/v1/orders", strings.NewReader(`{"sku":"a"}`))
+	req.Header.Set("Idempotency-Key", "multi-1")
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := m.client.Do(req)
+	if err != nil {
+		t.Error(err)
+		return
 	}
-	if statuses["201"] != 1 || statuses["201"]+statuses["201 replayed"]+statuses["409"] != requests || len(bodies) != 1 {
-		t.Fatalf("responses %v with %d distinct bodies; want one 201, the rest 409 or the replay of the same body", statuses, len(bodies))
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	kind := fmt.Sprint(resp.StatusCode)
+	if resp.Header.Get(idem.ReplayedHeader) == "true" {
+		kind += " replayed"
 	}
-	t.Logf("responses: %v", statuses)
-	// Once it has completed, every instance replays it.
-	clear(statuses)
-	for i := range 3 * len(urls) {
-		wg.Go(func() { send(i) })
-	}
-	wg.Wait()
-	if n := runs.Load(); n != 1 || statuses["201 replayed"] != 3*len(urls) || len(bodies) != 1 {
-		t.Fatalf("after completion: %d runs, responses %v, %d distinct bodies; want every request replayed", n, statuses, len(bodies))
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.statuses[kind]++
+	if resp.StatusCode == http.StatusCreated {
+		m.bodies[string(body)] = true
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -135,7 +134,7 @@ func checkRecord(rec idem.Record, a idem.Acquire) error {
 
 func checkAcquireNew(ctx context.Context, s idem.Store) error {
 	a := acquireAt(idem.ID{Scope: "acct_1", Key: "k-new"}, fpA, "tok-1", t0)
-	rec, err := acquire(ctx, s, a, idem.Created)
+	rec, err := acquire(ctx, s, a, idem.AcquireCreated)
 	if err != nil {
 		return err
 	}
@@ -155,12 +154,12 @@ func checkAcquireNew(ctx context.Context, s idem.Store) error {
 func checkAcquireInFlight(ctx context.Context, s idem.Store) error {
 	id := idem.ID{Key: "k-busy"}
 	first := acquireAt(id, fpA, "tok-1", t0)
-	if _, err := acquire(ctx, s, first, idem.Created); err != nil {
+	if _, err := acquire(ctx, s, first, idem.AcquireCreated); err != nil {
 		return err
 	}
 	// Just before the lease runs out, with either fingerprint.
 	for _, fp := range []idem.Fingerprint{fpA, fpB} {
-		rec, err := acquire(ctx, s, acquireAt(id, fp, "tok-2", t0.Add(lease-time.Millisecond)), idem.Existing)
+		rec, err := acquire(ctx, s, acquireAt(id, fp, "tok-2", t0.Add(lease-time.Millisecond)), idem.AcquireExisting)
 		if err != nil {
 			return err
 		}
@@ -173,16 +172,25 @@ func checkAcquireInFlight(ctx context.Context, s idem.Store) error {
 
 func checkTakeoverAfterLease(ctx context.Context, s idem.Store) error {
 	id := idem.ID{Key: "k-crashed"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-dead", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-dead", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	next := acquireAt(id, fpA, "tok-next", t0.Add(lease))
-	rec, err := acquire(ctx, s, next, idem.TookOver)
+	rec, err := acquire(ctx, s, next, idem.AcquireTookOver)
 	if err != nil {
 		return err
 	}
 	if err := checkRecord(rec, next); err != nil {
 		return fmt.Errorf("taken-over record: %w", err)
+	}
+	// What the store kept, not only what it answered: a record still
+	// holding the crashed holder's token would let it complete.
+	got, err := s.Get(ctx, id)
+	if err != nil {
+		return fmt.Errorf("Get after the takeover: %w", err)
+	}
+	if err := checkRecord(got, next); err != nil {
+		return fmt.Errorf("Get after the takeover: %w", err)
 	}
 	return nil
 }
@@ -190,10 +198,10 @@ func checkTakeoverAfterLease(ctx context.Context, s idem.Store) error {
 func checkNoTakeoverOtherFingerprint(ctx context.Context, s idem.Store) error {
 	id := idem.ID{Key: "k-reused"}
 	first := acquireAt(id, fpA, "tok-1", t0)
-	if _, err := acquire(ctx, s, first, idem.Created); err != nil {
+	if _, err := acquire(ctx, s, first, idem.AcquireCreated); err != nil {
 		return err
 	}
-	rec, err := acquire(ctx, s, acquireAt(id, fpB, "tok-2", t0.Add(2*lease)), idem.Existing)
+	rec, err := acquire(ctx, s, acquireAt(id, fpB, "tok-2", t0.Add(2*lease)), idem.AcquireExisting)
 	if err != nil {
 		return fmt.Errorf("a lapsed lease must not go to another payload: %w", err)
 	}
@@ -241,7 +249,7 @@ func checkResponse(got, want idem.Response) error {
 
 func checkAcquireCompleted(ctx context.Context, s idem.Store) error {
 	id := idem.ID{Key: "k-done"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	want := sampleResponse()
@@ -249,7 +257,7 @@ func checkAcquireCompleted(ctx context.Context, s idem.Store) error {
 		return err
 	}
 	// Long after the lease, well within the TTL: the record still answers.
-	rec, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(time.Hour)), idem.Existing)
+	rec, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(time.Hour)), idem.AcquireExisting)
 	if err != nil {
 		return err
 	}
@@ -265,7 +273,7 @@ func checkAcquireCompleted(ctx context.Context, s idem.Store) error {
 func checkScopesApart(ctx context.Context, s idem.Store) error {
 	for _, scope := range []string{"acct_a", "acct_b", ""} {
 		id := idem.ID{Scope: scope, Key: "shared-key"}
-		if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-"+scope, t0), idem.Created); err != nil {
+		if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-"+scope, t0), idem.AcquireCreated); err != nil {
 			return fmt.Errorf("scope %q: %w", scope, err)
 		}
 	}
@@ -273,23 +281,35 @@ func checkScopesApart(ctx context.Context, s idem.Store) error {
 	if err != nil || rec.Token != "tok-acct_b" {
 		return fmt.Errorf("Get in scope acct_b = token %q, %v; want tok-acct_b", rec.Token, err)
 	}
+	// Where the scope ends is part of the ID: a store that runs scope and
+	// key together, with or without a separator, gives tenant "acct:1"
+	// the records of tenant "acct".
+	for i, sep := range []string{"", ":", "/", "|", "#", "-", "_", ".", " ", "\x00"} {
+		pair := []idem.ID{{Scope: "acct" + sep + "1", Key: "k"}, {Scope: "acct", Key: "1" + sep + "k"}}
+		for j, id := range pair {
+			if _, err := acquire(ctx, s, acquireAt(id, fpA, fmt.Sprintf("tok-%d-%d", i, j), t0), idem.AcquireCreated); err != nil {
+				return fmt.Errorf("scope %q and key %q are another ID than scope %q and key %q: %w",
+					id.Scope, id.Key, pair[1-j].Scope, pair[1-j].Key, err)
+			}
+		}
+	}
 	return nil
 }
 
 func checkExpiredCompleted(ctx context.Context, s idem.Store) error {
 	id := idem.ID{Key: "k-old"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	if err := completeAt(ctx, s, id, "tok-1", sampleResponse(), t0); err != nil {
 		return err
 	}
-	if _, err := acquire(ctx, s, acquireAt(id, fpB, "tok-2", t0.Add(ttl-time.Millisecond)), idem.Existing); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpB, "tok-2", t0.Add(ttl-time.Millisecond)), idem.AcquireExisting); err != nil {
 		return fmt.Errorf("just before expiry: %w", err)
 	}
 	// Expired: a new request, whatever its payload.
 	next := acquireAt(id, fpB, "tok-3", t0.Add(ttl))
-	rec, err := acquire(ctx, s, next, idem.Created)
+	rec, err := acquire(ctx, s, next, idem.AcquireCreated)
 	if err != nil {
 		return fmt.Errorf("at expiry: %w", err)
 	}
@@ -302,20 +322,20 @@ func checkExpiredCompleted(ctx context.Context, s idem.Store) error {
 func checkExpiresFarAhead(ctx context.Context, s idem.Store) error {
 	id, held := idem.ID{Key: "k-forever"}, idem.ID{Key: "k-long-lease"}
 	a := idem.Acquire{ID: id, Fingerprint: fpA, Token: "tok-1", Now: t0, LeaseUntil: t0.Add(idem.MaxLease), ExpiresAt: t0.Add(idem.MaxTTL)}
-	if _, err := acquire(ctx, s, a, idem.Created); err != nil {
+	if _, err := acquire(ctx, s, a, idem.AcquireCreated); err != nil {
 		return err
 	}
 	if err := s.Complete(ctx, id, "tok-1", idem.Completion{Response: sampleResponse(), CompletedAt: t0, ExpiresAt: t0.Add(idem.MaxTTL)}); err != nil {
 		return fmt.Errorf("Complete: %w", err)
 	}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(time.Hour)), idem.Existing); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(time.Hour)), idem.AcquireExisting); err != nil {
 		return fmt.Errorf("a record expiring MaxTTL ahead, an hour later: %w", err)
 	}
 	h := idem.Acquire{ID: held, Fingerprint: fpA, Token: "tok-3", Now: t0, LeaseUntil: t0.Add(idem.MaxLease), ExpiresAt: t0.Add(idem.MaxTTL)}
-	if _, err := acquire(ctx, s, h, idem.Created); err != nil {
+	if _, err := acquire(ctx, s, h, idem.AcquireCreated); err != nil {
 		return err
 	}
-	if _, err := acquire(ctx, s, acquireAt(held, fpA, "tok-4", t0.Add(time.Hour)), idem.Existing); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(held, fpA, "tok-4", t0.Add(time.Hour)), idem.AcquireExisting); err != nil {
 		return fmt.Errorf("a lease ending MaxLease ahead, an hour later: %w", err)
 	}
 	if n, err := s.Purge(ctx, t0.Add(time.Hour), 10); err != nil || n != 0 {
@@ -328,7 +348,7 @@ func checkExpiresFarAhead(ctx context.Context, s idem.Store) error {
 // expires (now == ExpiresAt), and not a moment before.
 func checkPurgeAtExpiry(ctx context.Context, s idem.Store) error {
 	id := idem.ID{Key: "k-boundary"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	if err := completeAt(ctx, s, id, "tok-1", sampleResponse(), t0); err != nil {
@@ -348,29 +368,44 @@ func checkPurgeAtExpiry(ctx context.Context, s idem.Store) error {
 
 func checkExpiredInFlight(ctx context.Context, s idem.Store) error {
 	id := idem.ID{Key: "k-abandoned"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	next := acquireAt(id, fpB, "tok-2", t0.Add(ttl))
-	rec, err := acquire(ctx, s, next, idem.Created)
+	rec, err := acquire(ctx, s, next, idem.AcquireCreated)
 	if err != nil {
 		return fmt.Errorf("an abandoned in-flight record past its TTL is free for any payload: %w", err)
 	}
-	return checkRecord(rec, next)
+	if err := checkRecord(rec, next); err != nil {
+		return err
+	}
+	// A holder that still renews its lease keeps its key past the TTL,
+	// whatever payload asks for it (Record.Expired).
+	held := idem.ID{Key: "k-marathon-held"}
+	if _, err := acquire(ctx, s, acquireAt(held, fpA, "tok-3", t0), idem.AcquireCreated); err != nil {
+		return err
+	}
+	if err := s.Renew(ctx, held, "tok-3", t0.Add(ttl+time.Hour)); err != nil {
+		return fmt.Errorf("Renew: %w", err)
+	}
+	if _, err := acquire(ctx, s, acquireAt(held, fpB, "tok-4", t0.Add(ttl+time.Minute)), idem.AcquireExisting); err != nil {
+		return fmt.Errorf("a renewed lease past the TTL still holds the key: %w", err)
+	}
+	return nil
 }
 
 func checkRenewExtends(ctx context.Context, s idem.Store) error {
 	id := idem.ID{Key: "k-slow"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	if err := s.Renew(ctx, id, "tok-1", t0.Add(2*lease)); err != nil {
 		return fmt.Errorf("Renew by the owner: %w", err)
 	}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(lease)), idem.Existing); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(lease)), idem.AcquireExisting); err != nil {
 		return fmt.Errorf("after renewal the holder keeps the key past the first lease: %w", err)
 	}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-3", t0.Add(2*lease)), idem.TookOver); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-3", t0.Add(2*lease)), idem.AcquireTookOver); err != nil {
 		return fmt.Errorf("the renewed lease ends when it says: %w", err)
 	}
 	return nil
@@ -378,10 +413,10 @@ func checkRenewExtends(ctx context.Context, s idem.Store) error {
 
 // takenOver leaves id held by "tok-new" after "tok-old" lost its lease.
 func takenOver(ctx context.Context, s idem.Store, id idem.ID) error {
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-old", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-old", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
-	_, err := acquire(ctx, s, acquireAt(id, fpA, "tok-new", t0.Add(lease+time.Second)), idem.TookOver)
+	_, err := acquire(ctx, s, acquireAt(id, fpA, "tok-new", t0.Add(lease+time.Second)), idem.AcquireTookOver)
 	return err
 }
 
@@ -400,7 +435,15 @@ func checkRenewStale(ctx context.Context, s idem.Store) error {
 	if err != nil || rec.Token != "tok-new" || !sameTime(rec.LeaseUntil, t0.Add(2*lease+time.Second)) {
 		return fmt.Errorf("after a stale Renew the record is token %q lease %v (%v), want tok-new's untouched", rec.Token, rec.LeaseUntil, err)
 	}
-	return nil
+	// The token that completed a record holds no lease any more.
+	done := idem.ID{Key: "k-renew-done"}
+	if _, err := acquire(ctx, s, acquireAt(done, fpA, "tok-done", t0), idem.AcquireCreated); err != nil {
+		return err
+	}
+	if err := completeAt(ctx, s, done, "tok-done", sampleResponse(), t0); err != nil {
+		return err
+	}
+	return wantErr("Renew of a completed record by the token that completed it", s.Renew(ctx, done, "tok-done", t0.Add(time.Hour)), idem.ErrLockLost)
 }
 
 func checkCompleteRoundTrip(ctx context.Context, s idem.Store) error {
@@ -411,7 +454,7 @@ func checkCompleteRoundTrip(ctx context.Context, s idem.Store) error {
 	}
 	for i, want := range cases {
 		id := idem.ID{Scope: "s", Key: fmt.Sprintf("k-rt-%d", i)}
-		if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.Created); err != nil {
+		if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.AcquireCreated); err != nil {
 			return err
 		}
 		if err := completeAt(ctx, s, id, "tok", want, t0); err != nil {
@@ -435,7 +478,7 @@ func checkCompleteRoundTrip(ctx context.Context, s idem.Store) error {
 // hands to Complete, so the store must have copied what it keeps.
 func checkCompleteCopies(ctx context.Context, s idem.Store) error {
 	id := idem.ID{Scope: "s", Key: "k-copies"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	lent := sampleResponse()
@@ -468,13 +511,13 @@ func checkCompleteLarge(ctx context.Context, s idem.Store) error {
 	}
 	want := idem.Response{Status: 200, Header: []idem.HeaderField{{Name: "Content-Type", Values: []string{"application/octet-stream"}}}, Body: body}
 	id := idem.ID{Key: "k-large"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	if err := completeAt(ctx, s, id, "tok", want, t0); err != nil {
 		return err
 	}
-	rec, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(time.Minute)), idem.Existing)
+	rec, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(time.Minute)), idem.AcquireExisting)
 	if err != nil {
 		return err
 	}
@@ -502,12 +545,35 @@ func checkCompleteStale(ctx context.Context, s idem.Store) error {
 	if err != nil {
 		return err
 	}
-	return checkResponse(rec.Response, want)
+	if err := checkResponse(rec.Response, want); err != nil {
+		return err
+	}
+	return checkCompleteGone(ctx, s)
+}
+
+// checkCompleteGone: a holder whose record is gone (released, or purged
+// once its lease and TTL ran out) completes nothing, and writes no record.
+func checkCompleteGone(ctx context.Context, s idem.Store) error {
+	gone := idem.ID{Key: "k-fenced-gone"}
+	if _, err := acquire(ctx, s, acquireAt(gone, fpA, "tok-gone", t0), idem.AcquireCreated); err != nil {
+		return err
+	}
+	if err := s.Release(ctx, gone, "tok-gone"); err != nil {
+		return fmt.Errorf("Release: %w", err)
+	}
+	c := idem.Completion{Response: sampleResponse(), CompletedAt: t0, ExpiresAt: t0.Add(ttl)}
+	if err := wantErr("Complete of a released record", s.Complete(ctx, gone, "tok-gone", c), idem.ErrLockLost); err != nil {
+		return err
+	}
+	if _, err := s.Get(ctx, gone); !errors.Is(err, idem.ErrNotFound) {
+		return fmt.Errorf("Get after a Complete of a released record: %v, want ErrNotFound", err)
+	}
+	return nil
 }
 
 func checkCompleteTwice(ctx context.Context, s idem.Store) error {
 	id := idem.ID{Key: "k-twice"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	want := sampleResponse()
@@ -527,7 +593,7 @@ func checkCompleteTwice(ctx context.Context, s idem.Store) error {
 
 func checkReleaseAllowsRetry(ctx context.Context, s idem.Store) error {
 	id := idem.ID{Key: "k-5xx"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	if err := s.Release(ctx, id, "tok-1"); err != nil {
@@ -536,7 +602,7 @@ func checkReleaseAllowsRetry(ctx context.Context, s idem.Store) error {
 	if _, err := s.Get(ctx, id); !errors.Is(err, idem.ErrNotFound) {
 		return fmt.Errorf("Get after Release: %v, want ErrNotFound", err)
 	}
-	_, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(time.Millisecond)), idem.Created)
+	_, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(time.Millisecond)), idem.AcquireCreated)
 	return err
 }
 
@@ -556,7 +622,7 @@ func checkReleaseStale(ctx context.Context, s idem.Store) error {
 
 func checkReleaseCompleted(ctx context.Context, s idem.Store) error {
 	id := idem.ID{Key: "k-release-done"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	if err := completeAt(ctx, s, id, "tok", sampleResponse(), t0); err != nil {
@@ -584,7 +650,7 @@ func checkPurgeBatched(ctx context.Context, s idem.Store) error {
 		if i >= expired {
 			at = t0.Add(time.Hour) // completes later, so outlives the purge time
 		}
-		if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", at), idem.Created); err != nil {
+		if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", at), idem.AcquireCreated); err != nil {
 			return err
 		}
 		if err := completeAt(ctx, s, id, "tok", sampleResponse(), at); err != nil {
@@ -625,19 +691,30 @@ func checkPurgeBatched(ctx context.Context, s idem.Store) error {
 	return nil
 }
 
+// checkPurgeKeepsLive: Purge deletes only expired records (Record.Expired).
+// An in-flight record whose lease ran out still holds its key against
+// other payloads until its TTL; one whose holder still renews its lease
+// holds it past its TTL.
 func checkPurgeKeepsLive(ctx context.Context, s idem.Store) error {
-	// An in-flight record past its TTL whose holder still renews its lease.
-	id := idem.ID{Key: "k-marathon"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.Created); err != nil {
+	marathon, lapsedLease := idem.ID{Key: "k-marathon"}, idem.ID{Key: "k-lapsed"}
+	for _, id := range []idem.ID{marathon, lapsedLease} {
+		if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.AcquireCreated); err != nil {
+			return err
+		}
+	}
+	if n, err := s.Purge(ctx, t0.Add(2*lease), 100); err != nil || n != 0 {
+		return fmt.Errorf("Purge deleted %d (%v), want 0: an in-flight record whose lease ran out holds its key until its TTL", n, err)
+	}
+	if err := s.Renew(ctx, marathon, "tok", t0.Add(ttl+time.Hour)); err != nil {
 		return err
 	}
-	if err := s.Renew(ctx, id, "tok", t0.Add(ttl+time.Hour)); err != nil {
-		return err
+	if n, err := s.Purge(ctx, t0.Add(ttl+time.Minute), 100); err != nil || n != 1 {
+		return fmt.Errorf("Purge deleted %d (%v), want 1: the record past its TTL and lease, not the one whose holder still renews its lease", n, err)
 	}
-	if n, err := s.Purge(ctx, t0.Add(ttl+time.Minute), 100); err != nil || n != 0 {
-		return fmt.Errorf("Purge deleted %d (%v), want 0: the holder still renews its lease", n, err)
+	if _, err := s.Get(ctx, lapsedLease); !errors.Is(err, idem.ErrNotFound) {
+		return fmt.Errorf("Get of the record past its TTL and lease after Purge: %v, want ErrNotFound", err)
 	}
-	_, err := s.Get(ctx, id)
+	_, err := s.Get(ctx, marathon)
 	return err
 }
 
@@ -649,7 +726,7 @@ func checkCanceled(ctx context.Context, s idem.Store) error {
 		return errors.New("Acquire with a canceled context succeeded")
 	}
 	// Nothing was written: the key is free.
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.AcquireCreated); err != nil {
 		return fmt.Errorf("after a canceled Acquire: %w", err)
 	}
 	ops := map[string]error{
@@ -675,45 +752,53 @@ func checkCanceled(ctx context.Context, s idem.Store) error {
 	return nil
 }
 
-// race runs f from n goroutines released at once and collects the outcomes.
-func race(n int, f func(i int) (idem.AcquireOutcome, string, error)) (map[idem.AcquireOutcome]int, map[string]bool, error) {
-	var (
-		mu       sync.Mutex
-		outcomes = map[idem.AcquireOutcome]int{}
-		holders  = map[string]bool{}
-		firstErr error
-		wg       sync.WaitGroup
-	)
+// race runs f from n goroutines released at once and collects their
+// outcomes, until ctx ends: a store whose calls hang fails the check
+// instead of holding the test binary until its deadline.
+func race(ctx context.Context, n int, f func(i int) (idem.AcquireOutcome, string, error)) (map[idem.AcquireOutcome]int, map[string]bool, error) {
+	type answer struct {
+		outcome idem.AcquireOutcome
+		holder  string
+		err     error
+	}
+	answers := make(chan answer, n) // never blocks a caller, even after a timeout
 	start := make(chan struct{})
 	for i := range n {
-		wg.Go(func() {
+		go func() {
 			<-start
 			o, holder, err := f(i)
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil && firstErr == nil {
-				firstErr = err
-			}
-			outcomes[o]++
-			holders[holder] = true
-		})
+			answers <- answer{o, holder, err}
+		}()
 	}
 	close(start)
-	wg.Wait()
+	outcomes, holders := map[idem.AcquireOutcome]int{}, map[string]bool{}
+	var firstErr error
+	for range n {
+		select {
+		case a := <-answers:
+			if a.err != nil && firstErr == nil {
+				firstErr = a.err
+			}
+			outcomes[a.outcome]++
+			holders[a.holder] = true
+		case <-ctx.Done():
+			return nil, nil, fmt.Errorf("%d concurrent calls, not all returned: %w", n, ctx.Err())
+		}
+	}
 	return outcomes, holders, firstErr
 }
 
 func checkConcurrentOneWinner(ctx context.Context, s idem.Store) error {
 	const n = 100
 	id := idem.ID{Scope: "race", Key: "k-race"}
-	outcomes, holders, err := race(n, func(i int) (idem.AcquireOutcome, string, error) {
+	outcomes, holders, err := race(ctx, n, func(i int) (idem.AcquireOutcome, string, error) {
 		rec, o, err := s.Acquire(ctx, acquireAt(id, fpA, fmt.Sprintf("tok-%d", i), t0))
 		return o, rec.Token, err
 	})
 	if err != nil {
 		return err
 	}
-	if outcomes[idem.Created] != 1 || outcomes[idem.Existing] != n-1 || len(holders) != 1 {
+	if outcomes[idem.AcquireCreated] != 1 || outcomes[idem.AcquireExisting] != n-1 || len(holders) != 1 {
 		return fmt.Errorf("%d concurrent acquirers: outcomes %v, holders seen %d; want exactly one winner that all others see", n, outcomes, len(holders))
 	}
 	return nil
@@ -722,18 +807,18 @@ func checkConcurrentOneWinner(ctx context.Context, s idem.Store) error {
 func checkConcurrentOneTakeover(ctx context.Context, s idem.Store) error {
 	const n = 100
 	id := idem.ID{Scope: "race", Key: "k-race-takeover"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-dead", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-dead", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	later := t0.Add(lease + time.Second)
-	outcomes, holders, err := race(n, func(i int) (idem.AcquireOutcome, string, error) {
+	outcomes, holders, err := race(ctx, n, func(i int) (idem.AcquireOutcome, string, error) {
 		rec, o, err := s.Acquire(ctx, acquireAt(id, fpA, fmt.Sprintf("tok-%d", i), later))
 		return o, rec.Token, err
 	})
 	if err != nil {
 		return err
 	}
-	if outcomes[idem.TookOver] != 1 || outcomes[idem.Existing] != n-1 || len(holders) != 1 {
+	if outcomes[idem.AcquireTookOver] != 1 || outcomes[idem.AcquireExisting] != n-1 || len(holders) != 1 {
 		return fmt.Errorf("%d concurrent takeovers: outcomes %v, holders seen %d; want exactly one", n, outcomes, len(holders))
 	}
 	return nil

@@ -37,7 +37,7 @@ func oddIDs() []idem.ID {
 func checkAnyBytes(ctx context.Context, s idem.Store) error {
 	ids := oddIDs()
 	for i, id := range ids {
-		rec, err := acquire(ctx, s, acquireAt(id, fpA, fmt.Sprintf("tok-%d", i), t0), idem.Created)
+		rec, err := acquire(ctx, s, acquireAt(id, fpA, fmt.Sprintf("tok-%d", i), t0), idem.AcquireCreated)
 		if err != nil {
 			return fmt.Errorf("ID %d (scope of %d bytes, key of %d bytes): %w", i, len(id.Scope), len(id.Key), err)
 		}
@@ -64,33 +64,10 @@ func checkRenewBatch(ctx context.Context, s idem.Store) error {
 	if !ok {
 		return nil // optional capability
 	}
-	id := func(k string) idem.ID { return idem.ID{Scope: "acct", Key: k} }
-	for _, k := range []string{"held", "taken", "done", "gone"} {
-		if _, err := acquire(ctx, s, acquireAt(id(k), fpA, "tok-"+k, t0), idem.Created); err != nil {
-			return err
-		}
-	}
-	// taken: the lease ran out and another request took it over.
-	if _, err := acquire(ctx, s, acquireAt(id("taken"), fpA, "tok-new", t0.Add(lease)), idem.TookOver); err != nil {
+	held, wantLost, err := renewBatchRecords(ctx, s)
+	if err != nil {
 		return err
 	}
-	if err := s.Complete(ctx, id("done"), "tok-done", idem.Completion{Response: idem.Response{Status: 201, Body: []byte{}},
-		CompletedAt: t0, ExpiresAt: t0.Add(ttl)}); err != nil {
-		return err
-	}
-	if err := s.Release(ctx, id("gone"), "tok-gone"); err != nil {
-		return err
-	}
-	held := []idem.Held{
-		{ID: id("held"), Token: "tok-held"},
-		{ID: id("taken"), Token: "tok-taken"},
-		{ID: id("done"), Token: "tok-done"},
-		{ID: id("gone"), Token: "tok-gone"},
-		{ID: id("never"), Token: "tok-never"},
-		{ID: idem.ID{Scope: "other", Key: "held"}, Token: "tok-held"},
-		{ID: id("held"), Token: "tok-wrong"},
-	}
-	wantLost := []bool{false, true, true, true, true, true, true}
 	lost := make([]bool, len(held))
 	until := t0.Add(lease + 5*lease)
 	if err := b.RenewBatch(ctx, held, until, lost); err != nil {
@@ -103,22 +80,67 @@ func checkRenewBatch(ctx context.Context, s idem.Store) error {
 	}
 	// The renewed lease holds past the old one; the new holder of "taken"
 	// keeps its own lease.
-	if _, err := acquire(ctx, s, acquireAt(id("held"), fpA, "tok-late", t0.Add(2*lease)), idem.Existing); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(acctID("held"), fpA, "tok-late", t0.Add(2*lease)), idem.AcquireExisting); err != nil {
 		return fmt.Errorf("after RenewBatch, the renewed lease did not hold: %w", err)
 	}
-	if rec, err := s.Get(ctx, id("taken")); err != nil || rec.Token != "tok-new" || !sameTime(rec.LeaseUntil, t0.Add(2*lease)) {
+	if rec, err := s.Get(ctx, acctID("taken")); err != nil || rec.Token != "tok-new" || !sameTime(rec.LeaseUntil, t0.Add(2*lease)) {
 		return fmt.Errorf("RenewBatch touched the record of a lost lease: %+v, %v", rec, err)
 	}
-	// Many leases in one batch.
+	if err := checkRenewBatchMany(ctx, s, b, until); err != nil {
+		return err
+	}
+	if err := b.RenewBatch(ctx, nil, until, nil); err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("RenewBatch of no lease: %w", err)
+	}
+	return nil
+}
+
+func acctID(key string) idem.ID { return idem.ID{Scope: "acct", Key: key} }
+
+// renewBatchRecords makes a lease held, one taken over, one completed,
+// one released, and returns them in a batch with leases never held, and
+// which of them are lost.
+func renewBatchRecords(ctx context.Context, s idem.Store) ([]idem.Held, []bool, error) {
+	for _, k := range []string{"held", "taken", "done", "gone"} {
+		if _, err := acquire(ctx, s, acquireAt(acctID(k), fpA, "tok-"+k, t0), idem.AcquireCreated); err != nil {
+			return nil, nil, err
+		}
+	}
+	// taken: the lease ran out and another request took it over.
+	if _, err := acquire(ctx, s, acquireAt(acctID("taken"), fpA, "tok-new", t0.Add(lease)), idem.AcquireTookOver); err != nil {
+		return nil, nil, err
+	}
+	if err := s.Complete(ctx, acctID("done"), "tok-done", idem.Completion{Response: idem.Response{Status: 201, Body: []byte{}},
+		CompletedAt: t0, ExpiresAt: t0.Add(ttl)}); err != nil {
+		return nil, nil, err
+	}
+	if err := s.Release(ctx, acctID("gone"), "tok-gone"); err != nil {
+		return nil, nil, err
+	}
+	held := []idem.Held{
+		{ID: acctID("held"), Token: "tok-held"},
+		{ID: acctID("taken"), Token: "tok-taken"},
+		{ID: acctID("done"), Token: "tok-done"},
+		{ID: acctID("gone"), Token: "tok-gone"},
+		{ID: acctID("never"), Token: "tok-never"},
+		{ID: idem.ID{Scope: "other", Key: "held"}, Token: "tok-held"},
+		{ID: acctID("held"), Token: "tok-wrong"},
+	}
+	return held, []bool{false, true, true, true, true, true, true}, nil
+}
+
+// checkRenewBatchMany renews more leases in one batch than a store is
+// likely to send in one statement or script.
+func checkRenewBatchMany(ctx context.Context, s idem.Store, b idem.BatchRenewer, until time.Time) error {
 	var many []idem.Held
 	for i := range 1200 {
-		k := id(fmt.Sprintf("many-%d", i))
-		if _, err := acquire(ctx, s, acquireAt(k, fpA, "tok", t0), idem.Created); err != nil {
+		k := acctID(fmt.Sprintf("many-%d", i))
+		if _, err := acquire(ctx, s, acquireAt(k, fpA, "tok", t0), idem.AcquireCreated); err != nil {
 			return err
 		}
 		many = append(many, idem.Held{ID: k, Token: "tok"})
 	}
-	lost = make([]bool, len(many))
+	lost := make([]bool, len(many))
 	if err := b.RenewBatch(ctx, many, until, lost); err != nil {
 		return fmt.Errorf("RenewBatch of %d leases: %w", len(many), err)
 	}
@@ -130,9 +152,6 @@ func checkRenewBatch(ctx context.Context, s idem.Store) error {
 	if rec, err := s.Get(ctx, many[len(many)-1].ID); err != nil || !sameTime(rec.LeaseUntil, until) {
 		return fmt.Errorf("RenewBatch of %d leases did not renew the last one: %+v, %v", len(many), rec.LeaseUntil, err)
 	}
-	if err := b.RenewBatch(ctx, nil, until, nil); err != nil && !errors.Is(err, context.Canceled) {
-		return fmt.Errorf("RenewBatch of no lease: %w", err)
-	}
 	return nil
 }
 
@@ -141,7 +160,7 @@ func checkRenewBatch(ctx context.Context, s idem.Store) error {
 // batch.
 func checkRenewNeverShortens(ctx context.Context, s idem.Store) error {
 	id := idem.ID{Scope: "acct", Key: "k-late"}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.Created); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.AcquireCreated); err != nil {
 		return err
 	}
 	if err := s.Renew(ctx, id, "tok-1", t0.Add(3*lease)); err != nil {
@@ -156,7 +175,7 @@ func checkRenewNeverShortens(ctx context.Context, s idem.Store) error {
 			return fmt.Errorf("a late RenewBatch: %v (lost %v)", err, lost[0])
 		}
 	}
-	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(2*lease+time.Second)), idem.Existing); err != nil {
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(2*lease+time.Second)), idem.AcquireExisting); err != nil {
 		return fmt.Errorf("a late renewal moved the lease back: %w", err)
 	}
 	if rec, err := s.Get(ctx, id); err != nil || !sameTime(rec.LeaseUntil, t0.Add(3*lease)) {

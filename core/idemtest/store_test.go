@@ -2,219 +2,133 @@ package idemtest
 
 import (
 	"context"
-	"sync"
+	"strings"
 	"testing"
-	"time"
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
-// The suite must catch the mistakes a store author is likely to make: each
-// broken store below breaks one clause, and the check for it must fail.
+// brokenStore is a store with one mistake a store author is likely to
+// make, which check must catch, failing with an error that contains
+// caught: a check that fails for another reason does not count.
+type brokenStore struct {
+	check  string
+	name   string
+	caught string
+	broken func(*memstore.Store) idem.Store
+}
+
+// brokenStores: each store below (broken_test.go) breaks one clause of
+// the Store contract on top of the memory store.
+var brokenStores = []brokenStore{
+	{"Acquire/New", "ForgetsFingerprint", "fingerprint",
+		func(s *memstore.Store) idem.Store { return forgetsFingerprint{s} }},
+	{"Acquire/New", "WholeSeconds", "lease until",
+		func(s *memstore.Store) idem.Store { return wholeSeconds{s} }},
+	{"Acquire/InFlight", "RetryTakesOverLiveLease", "= took-over, want existing",
+		func(s *memstore.Store) idem.Store { return retryTakesOver{s} }},
+	{"Acquire/TakeoverAfterLease", "NoTakeover", "= existing, want took-over",
+		func(s *memstore.Store) idem.Store { return noTakeover{s} }},
+	{"Acquire/TakeoverAfterLease", "TakeoverKeepsToken", `record token = "tok-dead"`,
+		func(s *memstore.Store) idem.Store { return takeoverKeepsToken{s} }},
+	{"Acquire/NoTakeoverWithOtherFingerprint", "TakesOverAnyPayload", "another payload",
+		func(s *memstore.Store) idem.Store { return takesOverAnyPayload{s} }},
+	{"Acquire/Completed", "ExistingWithoutResponse", "stored status = 0",
+		func(s *memstore.Store) idem.Store { return existingWithoutResponse{s} }},
+	{"Acquire/ScopesApart", "IgnoresScope", "= existing, want created",
+		func(s *memstore.Store) idem.Store {
+			return mapsIDs{s, func(id idem.ID) idem.ID { return idem.ID{Key: id.Key} }}
+		}},
+	{"Acquire/ScopesApart", "JoinsScopeAndKey", "= existing, want created",
+		func(s *memstore.Store) idem.Store { return mapsIDs{s, joinScopeAndKey} }},
+	{"IDs/AnyBytes", "TruncatesIDs", "= existing, want created",
+		func(s *memstore.Store) idem.Store { return mapsIDs{s, truncateID} }},
+	{"Expired/Completed", "CompletedNeverExpire", "at expiry",
+		func(s *memstore.Store) idem.Store { return completedNeverExpire{s} }},
+	{"Expired/InFlight", "InFlightNeverExpire", "free for any payload",
+		func(s *memstore.Store) idem.Store { return inFlightNeverExpire{s} }},
+	{"Expired/InFlight", "ExpiresRenewedLease", "renewed lease",
+		func(s *memstore.Store) idem.Store { return expiresRenewedLease{s} }},
+	{"Expired/FarFuture", "Seconds32", "MaxTTL ahead",
+		func(s *memstore.Store) idem.Store { return seconds32{s} }},
+	{"Renew/ExtendsLease", "RenewsExpiry", "keeps the key past the first lease",
+		func(s *memstore.Store) idem.Store { return renewsExpiry{s} }},
+	{"Renew/StaleOwner", "RenewsAnyToken", "Renew by the stale owner",
+		func(s *memstore.Store) idem.Store { return renewsAnyToken{s} }},
+	{"Renew/StaleOwner", "RenewsCompleted", "Renew of a completed record",
+		func(s *memstore.Store) idem.Store { return renewsCompleted{s} }},
+	{"Renew/NeverShortens", "MovesLeaseBack", "moved the lease back",
+		func(s *memstore.Store) idem.Store { return movesLeaseBack{s} }},
+	{"RenewBatch/OnlyHeldLeases", "BatchWithoutFencing", "RenewBatch: lost[1]",
+		func(s *memstore.Store) idem.Store { return batchWithoutFencing{s} }},
+	{"Complete/RoundTrip", "HeaderAsMap", "stored header 1",
+		func(s *memstore.Store) idem.Store { return headerAsMap{s} }},
+	{"Complete/RoundTrip-1MiB", "Body64KiB", "stored body differs",
+		func(s *memstore.Store) idem.Store { return body64KiB{s} }},
+	{"Complete/CopiesResponse", "KeepsLentResponse", "after the caller reused its memory",
+		func(s *memstore.Store) idem.Store { return &keepsLentResponse{Store: s} }},
+	{"Complete/StaleOwner", "NoFencing", "Complete by the stale owner",
+		func(s *memstore.Store) idem.Store { return noFencing{s} }},
+	{"Complete/StaleOwner", "CompletesGoneRecord", "Complete of a released record",
+		func(s *memstore.Store) idem.Store { return completesGoneRecord{s} }},
+	{"Complete/Twice", "CompletesTwice", "second Complete",
+		func(s *memstore.Store) idem.Store { return &completesTwice{Store: s} }},
+	{"Release/AllowsRetry", "ReleaseEndsLease", "Get after Release",
+		func(s *memstore.Store) idem.Store { return releaseEndsLease{s} }},
+	{"Release/StaleOwner", "NoFencing", "Release by the stale owner",
+		func(s *memstore.Store) idem.Store { return noFencing{s} }},
+	{"Release/Completed", "ReleasesCompleted", "Release of a completed record",
+		func(s *memstore.Store) idem.Store { return &releasesCompleted{Store: s} }},
+	{"Get/NotFound", "EmptyRecordForMissing", "Get of a missing record",
+		func(s *memstore.Store) idem.Store { return emptyRecordForMissing{s} }},
+	{"Purge/Batched", "UnboundedPurge", "Purge(limit 10) deleted",
+		func(s *memstore.Store) idem.Store { return unboundedPurge{s} }},
+	{"Purge/KeepsLive", "PurgesAtTTL", "still renews its lease",
+		func(s *memstore.Store) idem.Store { return newPurgesInFlight(s, expiredIgnoringLease) }},
+	{"Purge/KeepsLive", "PurgesLapsedLeases", "holds its key until its TTL",
+		func(s *memstore.Store) idem.Store { return newPurgesInFlight(s, leaseLapsed) }},
+	{"Purge/AtExpiry", "PurgesLate", "at the instant of expiry",
+		func(s *memstore.Store) idem.Store { return purgesLate{s} }},
+	{"Context/Canceled", "IgnoresContext", "Acquire with a canceled context succeeded",
+		func(s *memstore.Store) idem.Store { return ignoresContext{s} }},
+	{"Concurrent/OneWinner", "ReadThenWrite", "want exactly one winner",
+		func(s *memstore.Store) idem.Store { return newReadThenWrite(s) }},
+	{"Concurrent/OneTakeover", "ReadThenTakeOver", "concurrent takeovers",
+		func(s *memstore.Store) idem.Store { return newReadThenTakeOver(s) }},
+}
+
+// The suite must catch the mistakes a store author is likely to make: a
+// check that no broken store fails would pass a store that ignores its
+// clause. Every check in storeChecks has at least one broken store here.
 func TestStoreSuiteCatchesBrokenStores(t *testing.T) {
-	cases := []struct {
-		check  string
-		broken func(*memstore.Store) idem.Store
-	}{
-		{"Complete/StaleOwner", func(s *memstore.Store) idem.Store { return noFencing{s} }},
-		{"Release/StaleOwner", func(s *memstore.Store) idem.Store { return noFencing{s} }},
-		{"Acquire/TakeoverAfterLease", func(s *memstore.Store) idem.Store { return noTakeover{s} }},
-		{"Context/Canceled", func(s *memstore.Store) idem.Store { return ignoresContext{s} }},
-		{"Purge/Batched", func(s *memstore.Store) idem.Store { return unboundedPurge{s} }},
-		{"Complete/CopiesResponse", func(s *memstore.Store) idem.Store { return &keepsLentResponse{Store: s} }},
-		{"Concurrent/OneWinner", func(*memstore.Store) idem.Store { return &readThenWrite{records: map[idem.ID]idem.Record{}} }},
-		{"IDs/AnyBytes", func(s *memstore.Store) idem.Store { return truncatesIDs{s} }},
-		{"RenewBatch/OnlyHeldLeases", func(s *memstore.Store) idem.Store { return batchWithoutFencing{s} }},
-		{"Expired/FarFuture", func(s *memstore.Store) idem.Store { return seconds32{s} }},
-		{"Purge/AtExpiry", func(s *memstore.Store) idem.Store { return purgesLate{s} }},
+	checks := map[string]func(context.Context, idem.Store) error{}
+	for _, c := range storeChecks {
+		checks[c.name] = c.check
 	}
-	for _, c := range cases {
-		t.Run(c.check, func(t *testing.T) {
-			var check func(context.Context, idem.Store) error
-			for _, sc := range storeChecks {
-				if sc.name == c.check {
-					check = sc.check
-				}
-			}
-			if check == nil {
-				t.Fatalf("no check named %q", c.check)
-			}
+	covered := map[string]bool{}
+	for _, b := range brokenStores {
+		check, ok := checks[b.check]
+		if !ok {
+			t.Errorf("broken store %s names no check: %q", b.name, b.check)
+			continue
+		}
+		covered[b.check] = true
+		t.Run(b.check+"/"+b.name, func(t *testing.T) {
 			s := memstore.New(memstore.WithPurgeInterval(0))
-			if err := check(context.Background(), c.broken(s)); err == nil {
-				t.Fatalf("check %s passed a store that breaks it", c.check)
-			} else {
-				t.Logf("caught: %v", err)
+			err := check(context.Background(), b.broken(s))
+			switch {
+			case err == nil:
+				t.Fatalf("check %s passed a store that breaks it", b.check)
+			case !strings.Contains(err.Error(), b.caught):
+				t.Fatalf("check %s failed for another reason than the broken store's: %v (want %q in it)", b.check, err, b.caught)
 			}
+			t.Logf("caught: %v", err)
 		})
 	}
-}
-
-// noFencing completes and releases for whoever holds the record now.
-type noFencing struct{ *memstore.Store }
-
-func (s noFencing) Complete(ctx context.Context, id idem.ID, _ string, c idem.Completion) error {
-	rec, err := s.Get(ctx, id)
-	if err != nil {
-		return err
-	}
-	return s.Store.Complete(ctx, id, rec.Token, c)
-}
-
-func (s noFencing) Release(ctx context.Context, id idem.ID, _ string) error {
-	rec, err := s.Get(ctx, id)
-	if err != nil {
-		return err
-	}
-	return s.Store.Release(ctx, id, rec.Token)
-}
-
-// purgesLate takes a record for expired only once its expiry has passed,
-// a tick late.
-type purgesLate struct{ *memstore.Store }
-
-func (s purgesLate) Purge(ctx context.Context, now time.Time, limit int) (int, error) {
-	return s.Store.Purge(ctx, now.Add(-time.Nanosecond), limit)
-}
-
-// seconds32 keeps its times as 32-bit Unix seconds, which wrap in 2038:
-// right for the times of today, wrong for an expiry decades ahead.
-type seconds32 struct{ *memstore.Store }
-
-func wrap32(t time.Time) time.Time { return time.Unix(int64(int32(t.Unix())), 0).UTC() }
-
-func (s seconds32) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
-	a.LeaseUntil, a.ExpiresAt = wrap32(a.LeaseUntil), wrap32(a.ExpiresAt)
-	return s.Store.Acquire(ctx, a)
-}
-
-func (s seconds32) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
-	c.ExpiresAt = wrap32(c.ExpiresAt)
-	return s.Store.Complete(ctx, id, token, c)
-}
-
-// noTakeover never frees a key whose holder crashed.
-type noTakeover struct{ *memstore.Store }
-
-func (s noTakeover) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
-	if rec, err := s.Get(ctx, a.ID); err == nil && rec.State == idem.InFlight && !rec.Expired(a.Now) {
-		return rec, idem.Existing, nil
-	}
-	return s.Store.Acquire(ctx, a)
-}
-
-// ignoresContext does its work whatever the caller's context says.
-type ignoresContext struct{ *memstore.Store }
-
-func (s ignoresContext) Acquire(_ context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
-	return s.Store.Acquire(context.Background(), a)
-}
-
-// unboundedPurge deletes everything at once.
-type unboundedPurge struct{ *memstore.Store }
-
-func (s unboundedPurge) Purge(ctx context.Context, now time.Time, _ int) (int, error) {
-	return s.Store.Purge(ctx, now, 1<<30)
-}
-
-// keepsLentResponse keeps the response Complete was given instead of a copy.
-type keepsLentResponse struct {
-	*memstore.Store
-	mu   sync.Mutex
-	kept map[idem.ID]idem.Response
-}
-
-func (s *keepsLentResponse) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
-	if err := s.Store.Complete(ctx, id, token, c); err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.kept == nil {
-		s.kept = map[idem.ID]idem.Response{}
-	}
-	s.kept[id] = c.Response
-	return nil
-}
-
-func (s *keepsLentResponse) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
-	rec, err := s.Store.Get(ctx, id)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if r, ok := s.kept[id]; ok && err == nil {
-		rec.Response = r
-	}
-	return rec, err
-}
-
-// readThenWrite checks for a record and writes it in two steps.
-type readThenWrite struct {
-	mu      sync.Mutex
-	records map[idem.ID]idem.Record
-}
-
-func (s *readThenWrite) Acquire(_ context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
-	s.mu.Lock()
-	rec, ok := s.records[a.ID]
-	s.mu.Unlock()
-	if ok && !rec.Expired(a.Now) {
-		return rec, idem.Existing, nil
-	}
-	time.Sleep(time.Millisecond) // the window every read-then-write has
-	rec = idem.Record{ID: a.ID, Fingerprint: a.Fingerprint, State: idem.InFlight, Token: a.Token,
-		LeaseUntil: a.LeaseUntil, ExpiresAt: a.ExpiresAt, CreatedAt: a.Now}
-	s.mu.Lock()
-	s.records[a.ID] = rec
-	s.mu.Unlock()
-	return rec, idem.Created, nil
-}
-
-func (s *readThenWrite) Renew(context.Context, idem.ID, string, time.Time) error { return nil }
-func (s *readThenWrite) Complete(context.Context, idem.ID, string, idem.Completion) error {
-	return nil
-}
-func (s *readThenWrite) Release(context.Context, idem.ID, string) error { return nil }
-func (s *readThenWrite) Get(context.Context, idem.ID) (idem.Record, error) {
-	return idem.Record{}, idem.ErrNotFound
-}
-func (s *readThenWrite) Purge(context.Context, time.Time, int) (int, error) { return 0, nil }
-
-// truncatesIDs keeps only the first 255 bytes of scope and key, as a
-// fixed-width column does.
-type truncatesIDs struct{ *memstore.Store }
-
-func cut(id idem.ID) idem.ID {
-	if len(id.Scope) > 255 {
-		id.Scope = id.Scope[:255]
-	}
-	if len(id.Key) > 255 {
-		id.Key = id.Key[:255]
-	}
-	return id
-}
-
-func (s truncatesIDs) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
-	id := a.ID
-	a.ID = cut(id)
-	rec, o, err := s.Store.Acquire(ctx, a)
-	rec.ID = id
-	return rec, o, err
-}
-
-func (s truncatesIDs) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
-	rec, err := s.Store.Get(ctx, cut(id))
-	rec.ID = id
-	return rec, err
-}
-
-// batchWithoutFencing renews every record named, whoever holds it.
-type batchWithoutFencing struct{ *memstore.Store }
-
-func (s batchWithoutFencing) RenewBatch(ctx context.Context, held []idem.Held, until time.Time, lost []bool) error {
-	for _, h := range held {
-		if rec, err := s.Get(ctx, h.ID); err == nil && rec.State == idem.InFlight {
-			_ = s.Renew(ctx, h.ID, rec.Token, until)
+	for _, c := range storeChecks {
+		if !covered[c.name] {
+			t.Errorf("check %s has no broken store in brokenStores that it must catch", c.name)
 		}
 	}
-	return nil
 }
