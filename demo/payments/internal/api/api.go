@@ -92,12 +92,13 @@ func account(r *http.Request) string {
 // without the key that keeps it single.
 var errNotGuarded = errors.New("a charge or refund ran without an idempotency key held: the server must mount the API behind idemkit")
 
-// ProviderKey is the payment provider's idempotency key for the charge
-// made under the request key id: a hash of the scope (the account) and
-// the key, so that every attempt of one charge gives the provider the same
-// key, two accounts never share one, and the provider never sees the
-// account's bearer token.
-func ProviderKey(id idem.ID) string {
+// RequestKey names the request key id in the database and to the payment
+// provider: a hash of the scope (the account) and the key, so that every
+// attempt of one charge finds the same, two accounts never share one, and
+// neither the rows nor the provider carry the account's bearer token. The
+// provider's idempotency key for a charge derives from it and the number
+// of the key's uses before (see payments.CreateCharge).
+func RequestKey(id idem.ID) string {
 	h := sha256.New()
 	var n [binary.MaxVarintLen64]byte
 	h.Write(n[:binary.PutUvarint(n[:], uint64(len(id.Scope)))])
@@ -136,7 +137,7 @@ func (a *API) createCharge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The provider gets an idempotency key of its own for this charge: the
-	// same for every attempt of it, as the request's key is.
+	// same for every attempt of it, derived from the request's key.
 	held, ok := idem.HeldKey(r.Context())
 	if !ok {
 		a.fail(w, r, errNotGuarded)
@@ -149,7 +150,7 @@ func (a *API) createCharge(w http.ResponseWriter, r *http.Request) {
 		c, existing, err = payments.CreateChargeOnce(r.Context(), a.DB, a.Provider, account(r), a.rowKey(held), req)
 		a.countExisting(r, existing)
 	} else {
-		c, err = payments.CreateCharge(r.Context(), a.tx(r.Context()), a.Provider, account(r), ProviderKey(held.ID), req, a.Now())
+		c, err = payments.CreateCharge(r.Context(), a.DB, a.tx(r.Context()), a.Provider, account(r), RequestKey(held.ID), req, a.Now())
 	}
 	if err != nil {
 		a.fail(w, r, err)
@@ -192,7 +193,7 @@ func (a *API) createRefund(w http.ResponseWriter, r *http.Request) {
 // rowKey is the key the rows of the request holding held are written
 // under (KeyedRows), at the time of the Engine's clock.
 func (a *API) rowKey(held idem.Held) payments.RowKey {
-	return payments.RowKey{Key: ProviderKey(held.ID), Now: a.Now(), TTL: a.TTL}
+	return payments.RowKey{Key: RequestKey(held.ID), Now: a.Now(), TTL: a.TTL}
 }
 
 // countExisting counts and logs a request answered with the row written
