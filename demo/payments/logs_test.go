@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -109,4 +111,75 @@ func TestScrapesAreLoggedAtDebug(t *testing.T) {
 		s := serveLogged(t, cfg, logs.logger())
 		check(t, &logs, &s.demo, &demo{url: s.admin, app: s.app})
 	})
+}
+
+// clientGoneLog is what the demo logs for a request it abandons because
+// its client went away.
+const clientGoneLog = "the client closed the connection"
+
+// TestClientHangingUpIsNoError: a client that closes its connection right
+// after sending a charge has gone, and its charge with it; that is no
+// failure of the demo's. Of 50 such charges, half closed at once and half
+// once the payment provider has them, none is answered 500 or logs an
+// error of the demo's, on any framework; each that the demo abandons for
+// it is logged once, at INFO, as such.
+func TestClientHangingUpIsNoError(t *testing.T) {
+	const n = 50
+	for _, fw := range server.Frameworks {
+		t.Run(fw, func(t *testing.T) {
+			var logs logBuffer
+			cfg := app.DefaultConfig()
+			cfg.Framework, cfg.DB, cfg.ProviderLatency = fw, filepath.Join(t.TempDir(), "p.db"), 500*time.Millisecond
+			d := startLogged(t, cfg, logs.logger())
+			host := strings.TrimPrefix(d.url, "http://")
+			var wg sync.WaitGroup
+			for i := range n {
+				wg.Go(func() {
+					conn, err := net.Dial("tcp", host)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					defer conn.Close()
+					acct := newAccount()
+					_, err = fmt.Fprintf(conn, "POST /v1/charges HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\nIdempotency-Key: %s\r\n"+
+						"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", host, acct, newKey(), len(chargeBody), chargeBody)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if i%2 == 0 {
+						return
+					}
+					for deadline := time.Now().Add(10 * time.Second); d.app.Provider.Counts(acct).Calls == 0; time.Sleep(time.Millisecond) {
+						if time.Now().After(deadline) {
+							t.Error("a charge never reached the provider")
+							return
+						}
+					}
+				})
+			}
+			wg.Wait()
+			logs.waitFor(t, n, "msg=request", "method=POST", "path=/v1/charges ")
+			for _, line := range logs.lines() {
+				// idemkit's own report of a key it could not take for a
+				// client already gone is the library's, not the demo's.
+				library := strings.Contains(line, "msg=idempotency event=store-error ")
+				if strings.Contains(line, "status=500") || (strings.Contains(line, "level=ERROR") && !library) {
+					t.Errorf("logged: %s", line)
+				}
+			}
+			gone := logs.lines(clientGoneLog)
+			for _, line := range gone {
+				if !strings.Contains(line, "level=INFO") && !strings.Contains(line, "level=DEBUG") {
+					t.Errorf("logged above INFO: %s", line)
+				}
+			}
+			// Fiber's server never tells a handler that its client has gone:
+			// there the charges simply run to their end.
+			if len(gone) > n || (fw != "fiber" && len(gone) < n/2) {
+				t.Errorf("%d requests logged as abandoned by their client, want one line for each of the %d to %d that were", len(gone), n/2, n)
+			}
+		})
+	}
 }

@@ -265,8 +265,12 @@ func (a *API) ProviderDebug(p *payments.Provider) http.Handler {
 	})
 }
 
-// fail maps business errors to problems. Only a transient provider failure
-// and unexpected errors are 5xx: those are not stored, so a retry runs again.
+// fail maps business errors to problems. Only a transient provider failure,
+// an unavailable database, a request abandoned (its key lost, its time
+// up, its client gone) and unexpected errors are 5xx: those are not
+// stored, so a retry runs again. Only an unexpected error is logged at
+// ERROR; a client that went away is no failure of the demo's, and is
+// logged once, at INFO.
 func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, payments.ErrInvalid):
@@ -290,6 +294,12 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(context.Cause(r.Context()), idem.ErrHandlerTimeout):
 		a.Logger.WarnContext(r.Context(), "request abandoned: it ran for a whole lease", slog.String("error", err.Error()))
 		a.writeProblem(w, 503, ProblemTimedOut, "Request timed out", "The request ran too long and was abandoned, so nothing was written. Not recorded: retry with the same Idempotency-Key; the payment provider got this charge's own idempotency key, so the money is taken once.")
+	case clientGone(r.Context()):
+		// Nobody reads this answer. It is a 503 so that idemkit does not
+		// record it: the request did not complete, and a retry must run it.
+		a.Logger.InfoContext(r.Context(), "request abandoned: the client closed the connection before the answer",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path))
+		a.writeProblem(w, 503, ProblemClientClosedRequest, "Client closed the request", "The client closed the connection before the answer, so the request was abandoned and nothing was written. Not recorded: retry with the same Idempotency-Key; the payment provider got this charge's own idempotency key, so the money is taken once.")
 	case a.databaseUnavailable(r.Context(), err):
 		a.Logger.WarnContext(r.Context(), "request failed: the database is unavailable", slog.String("error", err.Error()))
 		a.writeProblem(w, 503, ProblemDatabaseUnavailable, "Database unavailable", "The database could not be reached while the request ran, so nothing was written. Not recorded: retry with the same Idempotency-Key; the payment provider got this charge's own idempotency key, so the money is taken once.")
@@ -297,6 +307,14 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		a.Logger.ErrorContext(r.Context(), "request failed", slog.String("error", err.Error()))
 		a.writeProblem(w, 500, ProblemInternalError, "Internal error", "The request failed. No charge was made; retry with the same Idempotency-Key.")
 	}
+}
+
+// clientGone reports whether ctx, a request's, ended because its client
+// went away (net/http cancels it when the connection closes), rather than
+// because the request lost its key or ran out of time, which idemkit
+// reports as the cause.
+func clientGone(ctx context.Context) bool {
+	return ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
