@@ -57,8 +57,14 @@ type demo struct {
 
 func start(t *testing.T, cfg app.Config) *demo {
 	t.Helper()
+	return startLogged(t, cfg, quietLog())
+}
+
+// startLogged is start with the demo logging to log.
+func startLogged(t *testing.T, cfg app.Config, log *slog.Logger) *demo {
+	t.Helper()
 	cfg.Addr = "127.0.0.1:0"
-	a, err := app.Open(context.Background(), cfg, slog.New(slog.DiscardHandler))
+	a, err := app.Open(context.Background(), cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,8 +35,8 @@ Flags:
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, "admin listen address for /metrics and /debug/provider (default: served on -addr)")
 	fs.StringVar(&cfg.Framework, "framework", cfg.Framework, "gin|echo|fiber|nethttp")
 	fs.StringVar(&cfg.DB, "db", cfg.DB, "SQLite file path, or a postgres:// or mysql:// DSN")
-	fs.DurationVar(&cfg.TTL, "ttl", cfg.TTL, "how long idempotency keys are kept after completion")
-	fs.DurationVar(&cfg.Lease, "lease", cfg.Lease, "in-flight lease of a running request")
+	fs.DurationVar(&cfg.TTL, "ttl", cfg.TTL, "how long idempotency keys are kept after completion (above 0, at most 100 years)")
+	fs.DurationVar(&cfg.Lease, "lease", cfg.Lease, "in-flight lease of a running request (100ms to 100 years)")
 	fs.DurationVar(&cfg.ProviderLatency, "provider-latency", cfg.ProviderLatency, "simulated payment-provider latency")
 	fs.Float64Var(&cfg.ProviderFailureRate, "provider-failure-rate", cfg.ProviderFailureRate, "probability 0..1 of a transient provider failure")
 	fs.BoolVar(&cfg.FaultInjection, "fault-injection", cfg.FaultInjection, "let requests ask for injected network faults with the header Demo-Network: flaky (attempts held 4 s, answers broken off), for the checkout page's flaky-network switch; off, the header is ignored")
@@ -53,6 +53,14 @@ Flags:
 	}
 	if cfg.ProviderFailureRate < 0 || cfg.ProviderFailureRate > 1 {
 		return cfg, errors.New("-provider-failure-rate must be between 0 and 1")
+	}
+	// idemkit's Engine refuses these (it panics): refused here first, as
+	// any bad flag is, rather than as a crash at start.
+	if err := app.CheckTTL(cfg.TTL); err != nil {
+		return cfg, err
+	}
+	if err := app.CheckLease(cfg.Lease); err != nil {
+		return cfg, err
 	}
 	if err := app.CheckRecords(cfg.Records); err != nil {
 		return cfg, err

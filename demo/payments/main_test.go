@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idemkit/demo/payments/internal/app"
 )
 
 // binDir holds the demo's binary, built once for the tests that run it as
@@ -108,6 +111,48 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	t.Setenv("PAYMENTS_LEASE", "forever")
 	if _, err := parseFlags(nil, io.Discard); err == nil || !strings.Contains(err.Error(), "PAYMENTS_LEASE") {
 		t.Errorf("a bad environment variable gave %v", err)
+	}
+}
+
+// TestFlagsRefuseTimesIdemkitCannotKeep: a -ttl or -lease that idemkit's
+// Engine refuses (a TTL above 0 and up to 100 years, a lease from 100 ms
+// to 100 years) is a bad flag, from the command line or the environment:
+// parseFlags names it, and the command exits 2 with that message, not
+// with a panic.
+func TestFlagsRefuseTimesIdemkitCannotKeep(t *testing.T) {
+	const century = "876000h"
+	for _, args := range [][]string{{"-ttl", century}, {"-lease", "100ms"}, {"-lease", century}, {"-ttl", "1s", "-lease", "1s"}} {
+		if _, err := parseFlags(args, io.Discard); err != nil {
+			t.Errorf("parseFlags(%q): %v, want it accepted", args, err)
+		}
+	}
+	bad := map[string][]string{
+		"-ttl":   {"876000h0m0.001s", "1000000h", "0s", "-1s"},
+		"-lease": {"99ms", "0s", "-30s", "876000h0m0.001s", "2562047h"},
+	}
+	exe := binary(t)
+	for flag, values := range bad {
+		for _, v := range values {
+			if _, err := parseFlags([]string{flag, v}, io.Discard); err == nil || !strings.Contains(err.Error(), flag) {
+				t.Errorf("parseFlags(%s %s): %v, want an error naming %s", flag, v, err, flag)
+			}
+			env := app.EnvName(strings.TrimPrefix(flag, "-"))
+			t.Setenv(env, v)
+			if _, err := parseFlags(nil, io.Discard); err == nil || !strings.Contains(err.Error(), flag) {
+				t.Errorf("%s=%s: %v, want an error naming %s", env, v, err, flag)
+			}
+			os.Unsetenv(env)
+		}
+		// The command: exit status 2, the reason, no panic. One value
+		// each: each run builds nothing, but starts a process.
+		var out bytes.Buffer
+		cmd := exec.Command(exe, flag, values[0], "-addr", "127.0.0.1:0")
+		cmd.Dir, cmd.Stdout, cmd.Stderr = t.TempDir(), &out, &out
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 || strings.Contains(out.String(), "panic") || !strings.Contains(out.String(), flag+" must be") {
+			t.Errorf("payments %s %s: %v, want exit status 2 and the reason, no panic:\n%s", flag, values[0], err, out.String())
+		}
 	}
 }
 

@@ -27,7 +27,13 @@ type serving struct {
 
 func serve(t *testing.T, cfg app.Config) *serving {
 	t.Helper()
-	a, err := app.Open(t.Context(), cfg, quietLog())
+	return serveLogged(t, cfg, quietLog())
+}
+
+// serveLogged is serve with the demo logging to log.
+func serveLogged(t *testing.T, cfg app.Config, log *slog.Logger) *serving {
+	t.Helper()
+	a, err := app.Open(t.Context(), cfg, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,6 +25,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+
+	"github.com/idemkit/idemkit/demo/payments/internal/app"
 )
 
 func main() {
@@ -54,6 +56,12 @@ func main() {
 
 	for _, target := range []string{o.Target, o.AdminTarget} {
 		if err := checkTarget(target); err != nil {
+			fmt.Fprintln(os.Stderr, "storm:", err)
+			os.Exit(2)
+		}
+	}
+	if o.Lease != 0 {
+		if err := app.CheckLease(o.Lease); err != nil {
 			fmt.Fprintln(os.Stderr, "storm:", err)
 			os.Exit(2)
 		}

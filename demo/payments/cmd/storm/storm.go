@@ -506,6 +506,9 @@ func startServer(ctx context.Context, o Options) (string, *app.App, func(), erro
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	a, err := app.Open(ctx, cfg, quiet)
 	if err != nil {
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
 		return "", nil, nil, err
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)

@@ -29,6 +29,16 @@ func TestDefaultStorm(t *testing.T) {
 	}
 }
 
+// TestStormRefusesALeaseIdemkitCannotKeep: an in-process demo with a
+// lease outside idemkit's range is an error of the run, not a panic.
+func TestStormRefusesALeaseIdemkitCannotKeep(t *testing.T) {
+	o := DefaultOptions()
+	o.Charges, o.Lease = 1, 50*time.Millisecond
+	if _, err := Run(t.Context(), o); err == nil || !strings.Contains(err.Error(), "-lease") {
+		t.Fatalf("a storm with -lease %v: %v, want an error naming -lease", o.Lease, err)
+	}
+}
+
 // TestStormEveryFramework runs a shorter storm on the other frameworks, and
 // on PostgreSQL.
 func TestStormEveryFramework(t *testing.T) {

@@ -92,12 +92,13 @@ func account(r *http.Request) string {
 // without the key that keeps it single.
 var errNotGuarded = errors.New("a charge or refund ran without an idempotency key held: the server must mount the API behind idemkit")
 
-// ProviderKey is the payment provider's idempotency key for the charge
-// made under the request key id: a hash of the scope (the account) and
-// the key, so that every attempt of one charge gives the provider the same
-// key, two accounts never share one, and the provider never sees the
-// account's bearer token.
-func ProviderKey(id idem.ID) string {
+// RequestKey names the request key id in the database and to the payment
+// provider: a hash of the scope (the account) and the key, so that every
+// attempt of one charge finds the same, two accounts never share one, and
+// neither the rows nor the provider carry the account's bearer token. The
+// provider's idempotency key for a charge derives from it and the number
+// of the key's uses before (see payments.CreateCharge).
+func RequestKey(id idem.ID) string {
 	h := sha256.New()
 	var n [binary.MaxVarintLen64]byte
 	h.Write(n[:binary.PutUvarint(n[:], uint64(len(id.Scope)))])
@@ -136,7 +137,7 @@ func (a *API) createCharge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The provider gets an idempotency key of its own for this charge: the
-	// same for every attempt of it, as the request's key is.
+	// same for every attempt of it, derived from the request's key.
 	held, ok := idem.HeldKey(r.Context())
 	if !ok {
 		a.fail(w, r, errNotGuarded)
@@ -149,7 +150,7 @@ func (a *API) createCharge(w http.ResponseWriter, r *http.Request) {
 		c, existing, err = payments.CreateChargeOnce(r.Context(), a.DB, a.Provider, account(r), a.rowKey(held), req)
 		a.countExisting(r, existing)
 	} else {
-		c, err = payments.CreateCharge(r.Context(), a.tx(r.Context()), a.Provider, account(r), ProviderKey(held.ID), req, a.Now())
+		c, err = payments.CreateCharge(r.Context(), a.DB, a.tx(r.Context()), a.Provider, account(r), RequestKey(held.ID), req, a.Now())
 	}
 	if err != nil {
 		a.fail(w, r, err)
@@ -192,7 +193,7 @@ func (a *API) createRefund(w http.ResponseWriter, r *http.Request) {
 // rowKey is the key the rows of the request holding held are written
 // under (KeyedRows), at the time of the Engine's clock.
 func (a *API) rowKey(held idem.Held) payments.RowKey {
-	return payments.RowKey{Key: ProviderKey(held.ID), Now: a.Now(), TTL: a.TTL}
+	return payments.RowKey{Key: RequestKey(held.ID), Now: a.Now(), TTL: a.TTL}
 }
 
 // countExisting counts and logs a request answered with the row written
@@ -264,8 +265,12 @@ func (a *API) ProviderDebug(p *payments.Provider) http.Handler {
 	})
 }
 
-// fail maps business errors to problems. Only a transient provider failure
-// and unexpected errors are 5xx: those are not stored, so a retry runs again.
+// fail maps business errors to problems. Only a transient provider failure,
+// an unavailable database, a request abandoned (its key lost, its time
+// up, its client gone) and unexpected errors are 5xx: those are not
+// stored, so a retry runs again. Only an unexpected error is logged at
+// ERROR; a client that went away is no failure of the demo's, and is
+// logged once, at INFO.
 func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, payments.ErrInvalid):
@@ -289,6 +294,12 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(context.Cause(r.Context()), idem.ErrHandlerTimeout):
 		a.Logger.WarnContext(r.Context(), "request abandoned: it ran for a whole lease", slog.String("error", err.Error()))
 		a.writeProblem(w, 503, ProblemTimedOut, "Request timed out", "The request ran too long and was abandoned, so nothing was written. Not recorded: retry with the same Idempotency-Key; the payment provider got this charge's own idempotency key, so the money is taken once.")
+	case clientGone(r.Context()):
+		// Nobody reads this answer. It is a 503 so that idemkit does not
+		// record it: the request did not complete, and a retry must run it.
+		a.Logger.InfoContext(r.Context(), "request abandoned: the client closed the connection before the answer",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path))
+		a.writeProblem(w, 503, ProblemClientClosedRequest, "Client closed the request", "The client closed the connection before the answer, so the request was abandoned and nothing was written. Not recorded: retry with the same Idempotency-Key; the payment provider got this charge's own idempotency key, so the money is taken once.")
 	case a.databaseUnavailable(r.Context(), err):
 		a.Logger.WarnContext(r.Context(), "request failed: the database is unavailable", slog.String("error", err.Error()))
 		a.writeProblem(w, 503, ProblemDatabaseUnavailable, "Database unavailable", "The database could not be reached while the request ran, so nothing was written. Not recorded: retry with the same Idempotency-Key; the payment provider got this charge's own idempotency key, so the money is taken once.")
@@ -296,6 +307,14 @@ func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
 		a.Logger.ErrorContext(r.Context(), "request failed", slog.String("error", err.Error()))
 		a.writeProblem(w, 500, ProblemInternalError, "Internal error", "The request failed. No charge was made; retry with the same Idempotency-Key.")
 	}
+}
+
+// clientGone reports whether ctx, a request's, ended because its client
+// went away (net/http cancels it when the connection closes), rather than
+// because the request lost its key or ran out of time, which idemkit
+// reports as the cause.
+func clientGone(ctx context.Context) bool {
+	return ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

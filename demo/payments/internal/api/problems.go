@@ -14,6 +14,7 @@ const (
 	ProblemLeaseLost           = "lease-lost"
 	ProblemDatabaseUnavailable = "database-unavailable"
 	ProblemTimedOut            = "timed-out"
+	ProblemClientClosedRequest = "client-closed-request"
 	ProblemInternalError       = "internal-error"
 )
 
@@ -22,7 +23,7 @@ func ProblemNames() []string {
 	return []string{
 		ProblemInvalidRequest, ProblemUnauthorized, ProblemCardDeclined, ProblemRefundTooLarge, ProblemNotFound,
 		ProblemMethodNotAllowed, ProblemProviderUnavailable, ProblemLeaseLost, ProblemDatabaseUnavailable,
-		ProblemTimedOut, ProblemInternalError,
+		ProblemTimedOut, ProblemClientClosedRequest, ProblemInternalError,
 	}
 }
 

@@ -124,6 +124,28 @@ func CheckRecords(records string) error {
 	return nil
 }
 
+// CheckTTL reports why ttl cannot be how long the demo keeps a key after
+// its request completed (Config.TTL, the flag -ttl), or nil: it must be
+// above 0 and at most idem.MaxTTL, beyond which idemkit's stores cannot
+// keep the time.
+func CheckTTL(ttl time.Duration) error {
+	if ttl <= 0 || ttl > idem.MaxTTL {
+		return fmt.Errorf("-ttl must be above 0 and at most %v (100 years), not %v", idem.MaxTTL, ttl)
+	}
+	return nil
+}
+
+// CheckLease reports why lease cannot be the in-flight lease of a running
+// request (Config.Lease, the flag -lease), or nil: it must be from
+// idem.MinLease, the shortest the Engine can keep renewing in time, to
+// idem.MaxLease.
+func CheckLease(lease time.Duration) error {
+	if lease < idem.MinLease || lease > idem.MaxLease {
+		return fmt.Errorf("-lease must be from %v to %v (100 years), not %v", idem.MinLease, idem.MaxLease, lease)
+	}
+	return nil
+}
+
 // App is a started demo: its servers are built but not yet serving.
 type App struct {
 	Server server.Server
@@ -147,8 +169,17 @@ type App struct {
 	log          *slog.Logger
 }
 
-// Open connects to the database, migrates it and builds the server.
+// Open connects to the database, migrates it and builds the server. A TTL
+// or Lease out of range (CheckTTL, CheckLease; a TTL of 0 is idemkit's
+// default) is an error, before anything is opened.
 func Open(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
+	ttl := cfg.TTL
+	if ttl <= 0 {
+		ttl = idem.DefaultTTL
+	}
+	if err := errors.Join(CheckTTL(ttl), CheckLease(cfg.Lease)); err != nil {
+		return nil, err
+	}
 	db, err := openDB(cfg.DB)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)

@@ -2,8 +2,6 @@ package payments
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"time"
@@ -34,8 +32,9 @@ var ErrKeyReused = errors.New("the idempotency key was already used for another 
 
 // RowKey is the key a row is written under, and the time it is written.
 type RowKey struct {
-	// Key is the hash of the request's scope and idempotency key, which
-	// the payment provider also gets as its idempotency key.
+	// Key is the hash of the request's scope and idempotency key; the
+	// payment provider's idempotency key is that of its current use
+	// (useKey).
 	Key string
 	// Now is the time on the idempotency Engine's clock, and TTL the
 	// Engine's: a record completed at Now expires at Now + TTL, and the
@@ -71,20 +70,6 @@ func (k RowKey) live(expires *time.Time, created time.Time) bool {
 	return k.Now.Before(at)
 }
 
-// successorKey is the payment provider's idempotency key for the charge
-// made under requestKey after the key expired on charge prev: every
-// attempt of the new charge finds prev under the key until one of them
-// writes it, so they all give the provider this key, and the provider,
-// which may remember requestKey longer than the TTL, takes the money for
-// it anew.
-func successorKey(requestKey, prev string) string {
-	h := sha256.New()
-	h.Write([]byte(requestKey))
-	h.Write([]byte{0})
-	h.Write([]byte(prev))
-	return "idem_" + hex.EncodeToString(h.Sum(nil))
-}
-
 // retireKey takes key off model's row id, if it still carries it: the key
 // expired there, and the row written under it next takes it over.
 func retireKey(tx *gorm.DB, model any, id, key string) error {
@@ -93,8 +78,9 @@ func retireKey(tx *gorm.DB, model any, id, key string) error {
 
 // CreateChargeOnce is CreateCharge for records kept outside db: the charge
 // is written without waiting for a record to commit with it, carrying
-// k.Key, the hash of the request's scope and idempotency key, which is
-// also the provider's idempotency key. If a charge under k.Key exists
+// k.Key, the hash of the request's scope and idempotency key, and the
+// provider gets the key of k.Key's current use, as with CreateCharge; the
+// use is counted with the charge. If a charge under k.Key exists
 // whose key has not expired, from an attempt whose record was lost or
 // whose lease was taken over, it is returned, and no second charge is
 // written, whichever attempt reaches the database first: existing is then
@@ -118,13 +104,21 @@ func CreateChargeOnce(ctx context.Context, db *gorm.DB, p Authorizer, account st
 	if live || err != nil {
 		return prev, live, err
 	}
-	providerKey := k.Key
-	if prev.ID != "" {
-		providerKey = successorKey(k.Key, prev.ID)
+	uses, err := keyUses(db, k.Key)
+	if err != nil {
+		return Charge{}, false, err
 	}
-	err = p.Authorize(ctx, Authorization{IdempotencyKey: providerKey, Account: account, Customer: r.Customer, Amount: r.Amount, Currency: r.Currency})
+	err = p.Authorize(ctx, Authorization{IdempotencyKey: useKey(k.Key, uses), Account: account, Customer: r.Customer, Amount: r.Amount, Currency: r.Currency})
 	if leaseLost(ctx) {
 		return Charge{}, false, fmt.Errorf("%w: %w", ErrLeaseLost, context.Cause(ctx))
+	}
+	if errors.Is(err, ErrDeclined) {
+		// Counted, so that the key's next use asks the provider anew. An
+		// attempt that counted it first met the same decline.
+		if err := countUse(db, k.Key, uses); err != nil && !errors.Is(err, errUseTaken) {
+			return Charge{}, false, err
+		}
+		return Charge{}, false, ErrDeclined
 	}
 	if err != nil {
 		return Charge{}, false, err
@@ -134,16 +128,17 @@ func CreateChargeOnce(ctx context.Context, db *gorm.DB, p Authorizer, account st
 		Customer: r.Customer, Description: r.Description, Status: "succeeded", Created: k.Now.UTC().Truncate(time.Second),
 	}
 	c.RequestKey, c.KeyExpires = k.columns()
-	if prev.ID == "" {
-		err = db.Create(&c).Error
-	} else {
-		err = db.Transaction(func(tx *gorm.DB) error {
+	err = db.Transaction(func(tx *gorm.DB) error {
+		if prev.ID != "" {
 			if err := retireKey(tx, &Charge{}, prev.ID, k.Key); err != nil {
 				return err
 			}
-			return tx.Create(&c).Error
-		})
-	}
+		}
+		if err := tx.Create(&c).Error; err != nil {
+			return err
+		}
+		return countUse(tx, k.Key, uses)
+	})
 	if err != nil {
 		// Another attempt of this request wrote its charge first: the
 		// unique index refused this one. Whatever the driver calls that

@@ -182,7 +182,7 @@ func TestRequestKeyIsOptional(t *testing.T) {
 			ctx := t.Context()
 			acct := "acct_" + rand.Text()[:10]
 			for i := range 3 {
-				_, err := CreateCharge(ctx, func() (*gorm.DB, error) { return db, nil }, &Provider{}, acct, "p"+string(rune('a'+i)),
+				_, err := CreateCharge(ctx, db, func() (*gorm.DB, error) { return db, nil }, &Provider{}, acct, "p"+string(rune('a'+i)),
 					ChargeRequest{Amount: 100, Currency: "usd", Customer: "cus_1"}, time.Now())
 				if err != nil {
 					t.Fatalf("charge %d without a request key: %v", i, err)
@@ -261,6 +261,86 @@ func TestExpiredKeyIsNewAgain(t *testing.T) {
 			if b, err := GetBalance(ctx, db, acct); err != nil || b.Refunded != 2000 || b.Refunds != 2 {
 				t.Fatalf("balance %+v (%v), want two refunds of 1000", b, err)
 			}
+
+			// A key whose use was declined leaves no row; once expired, it
+			// charges another customer, whom the provider, remembering the
+			// decline under the key's first provider key, must charge anew.
+			dk := RowKey{Key: "d-" + rand.Text(), Now: t0, TTL: ttl}
+			if _, _, err := CreateChargeOnce(ctx, db, provider, acct, dk, ChargeRequest{Amount: 300, Currency: "usd", Customer: DeclinedCustomer}); !errors.Is(err, ErrDeclined) {
+				t.Fatalf("the declined customer: %v, want ErrDeclined", err)
+			}
+			dk.Now = t0.Add(ttl)
+			if c, existing, err := CreateChargeOnce(ctx, db, provider, acct, dk, req); err != nil || existing || c.Amount != req.Amount {
+				t.Fatalf("the declined key once expired, for another customer: %+v existing %v (%v), want a new charge", c, existing, err)
+			}
+			if c := provider.Counts(acct); c.Authorizations != 3 {
+				t.Fatalf("provider %+v: want the money taken for the three charges", c)
+			}
+		})
+	}
+}
+
+// TestEachUseOfAKeyChargesOnce: with the records in the database, every
+// attempt of one use of a request key gives the provider one key, so an
+// attempt that fails after the provider took the money is retried without
+// taking it twice, and of two attempts that run at once (one of them
+// outlived its lease) one writes the charge and the other nothing. The
+// key's next use, and the use after a declined one, are payments of their
+// own.
+func TestEachUseOfAKeyChargesOnce(t *testing.T) {
+	for name, db := range testDBs(t) {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			acct, k := "acct_"+rand.Text()[:10], "k-"+rand.Text()
+			req := ChargeRequest{Amount: 1000, Currency: "usd", Customer: "cus_1"}
+			provider := &Provider{}
+			inDB := func() (*gorm.DB, error) { return db, nil }
+			down := func() (*gorm.DB, error) { return nil, errors.New("the database is down") }
+			charge := func(a Authorizer, tx func() (*gorm.DB, error), r ChargeRequest) (Charge, error) {
+				return CreateCharge(ctx, db, tx, a, acct, k, r, time.Now())
+			}
+			want := func(what string, charges, authorizations int64) {
+				t.Helper()
+				if n, c := countRows(t, db, &Charge{}, acct), provider.Counts(acct); n != charges || c.Authorizations != authorizations {
+					t.Fatalf("%s: %d charges, provider %+v; want %d charges, %d authorizations", what, n, c, charges, authorizations)
+				}
+			}
+
+			if _, err := charge(provider, down, req); err == nil {
+				t.Fatal("an attempt whose database is down succeeded")
+			}
+			if _, err := charge(provider, inDB, req); err != nil {
+				t.Fatalf("its retry: %v", err)
+			}
+			want("the first use, retried", 1, 1)
+
+			// The next use, two attempts at once, with another amount.
+			next := req
+			next.Amount = 2500
+			b := &barrier{n: 2, provider: provider, open: make(chan struct{})}
+			errs := make(chan error, 2)
+			for range 2 {
+				go func() { _, err := charge(b, inDB, next); errs <- err }()
+			}
+			var failed []error
+			for range 2 {
+				if err := <-errs; err != nil {
+					failed = append(failed, err)
+				}
+			}
+			if len(failed) != 1 || !errors.Is(failed[0], ErrLeaseLost) {
+				t.Fatalf("two attempts of one use: errors %v, want one that lost the use to the other", failed)
+			}
+			want("the second use", 2, 2)
+
+			// A declined use, then one for a customer whose card works.
+			if _, err := charge(provider, inDB, ChargeRequest{Amount: 300, Currency: "usd", Customer: DeclinedCustomer}); !errors.Is(err, ErrDeclined) {
+				t.Fatalf("the declined customer: %v, want ErrDeclined", err)
+			}
+			if _, err := charge(provider, inDB, req); err != nil {
+				t.Fatalf("the use after a decline: %v", err)
+			}
+			want("the use after a decline", 3, 3)
 		})
 	}
 }

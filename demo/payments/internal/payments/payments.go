@@ -86,13 +86,14 @@ const DeclinedCustomer = "cus_declined"
 // case-insensitive collation would let account "ACCT_1" read the charges
 // of "acct_1". Tables created earlier keep their options, and get the
 // columns and indexes added since (request_key and key_expires, with
-// request_key's unique index, and the charges' seq, see migrateSeq).
+// request_key's unique index, and the charges' seq, see migrateSeq); the
+// table key_uses (KeyUse) is created where it is missing.
 func Migrate(ctx context.Context, db *gorm.DB) error {
 	db = db.WithContext(ctx)
 	if db.Dialector.Name() == "mysql" {
 		db = db.Set("gorm:table_options", "DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin")
 	}
-	if err := db.AutoMigrate(&Charge{}, &Refund{}); err != nil {
+	if err := db.AutoMigrate(&Charge{}, &Refund{}, &KeyUse{}); err != nil {
 		return err
 	}
 	return migrateSeq(db)
@@ -104,34 +105,43 @@ func Migrate(ctx context.Context, db *gorm.DB) error {
 //
 // Everything that could keep the charge from being written is checked
 // before the provider is asked for money: a charge the database would
-// refuse fails with ErrInvalid, having taken nothing. providerKey is the
-// provider's idempotency key for this logical charge, the same for every
-// attempt of it: if an attempt fails after the provider took the money
-// (the database failed, the answer was lost, the lease on the request's
-// idempotency key was lost), the next attempt gets the provider's first
-// authorization back instead of taking the money again.
+// refuse fails with ErrInvalid, having taken nothing. requestKey names the
+// request's idempotency key (its scope and key, hashed), the same for
+// every attempt of it; the provider gets the key of its current use
+// (useKey, the uses read from db), so that if an attempt fails after the
+// provider took the money (the database failed, the answer was lost, the
+// lease on the request's idempotency key was lost), the next attempt gets
+// the provider's first authorization back instead of taking the money
+// again, while the key's next use, once its record expired, is a payment
+// of its own. The use is counted in tx, with the charge or, for a declined
+// card, alone: tx commits with the recorded response.
 //
 // ctx is the request's context. If it is cancelled with cause
 // idem.ErrLeaseLost (another attempt may now hold the request's key),
 // nothing is written and the error wraps ErrLeaseLost.
-func CreateCharge(ctx context.Context, tx func() (*gorm.DB, error), p Authorizer, account, providerKey string, r ChargeRequest, now time.Time) (Charge, error) {
+func CreateCharge(ctx context.Context, db *gorm.DB, tx func() (*gorm.DB, error), p Authorizer, account, requestKey string, r ChargeRequest, now time.Time) (Charge, error) {
 	if err := ValidAccount(account); err != nil {
 		return Charge{}, err
 	}
 	if err := r.Validate(); err != nil {
 		return Charge{}, err
 	}
-	if providerKey == "" {
+	if requestKey == "" {
 		return Charge{}, errors.New("no idempotency key for the payment provider")
 	}
-	err := p.Authorize(ctx, Authorization{IdempotencyKey: providerKey, Account: account, Customer: r.Customer, Amount: r.Amount, Currency: r.Currency})
-	if leaseLost(ctx) {
-		return Charge{}, fmt.Errorf("%w: %w", ErrLeaseLost, context.Cause(ctx))
-	}
+	uses, err := keyUses(db.WithContext(ctx), requestKey)
 	if err != nil {
 		return Charge{}, err
 	}
-	db, err := tx()
+	err = p.Authorize(ctx, Authorization{IdempotencyKey: useKey(requestKey, uses), Account: account, Customer: r.Customer, Amount: r.Amount, Currency: r.Currency})
+	if leaseLost(ctx) {
+		return Charge{}, fmt.Errorf("%w: %w", ErrLeaseLost, context.Cause(ctx))
+	}
+	declined := errors.Is(err, ErrDeclined)
+	if err != nil && !declined {
+		return Charge{}, err
+	}
+	txdb, err := tx()
 	if err != nil {
 		return Charge{}, err
 	}
@@ -142,16 +152,22 @@ func CreateCharge(ctx context.Context, tx func() (*gorm.DB, error), p Authorizer
 	if leaseLost(ctx) {
 		return Charge{}, fmt.Errorf("%w: %w", ErrLeaseLost, context.Cause(ctx))
 	}
-	c := Charge{
-		ID: newID("ch_"), Account: account, Amount: r.Amount, Currency: r.Currency,
-		Customer: r.Customer, Description: r.Description, Status: "succeeded", Created: now.UTC().Truncate(time.Second),
-	}
 	// The transaction's own context, not the request's: a write that has
 	// begun is finished and committed with the stored response, for the
 	// client's retry to find. Cancelling it midway would gain nothing, and on
 	// SQLite the driver's late interrupt can hit the next statement on the
 	// connection (the completion), failing it after the 201 was written.
-	if err := db.Create(&c).Error; err != nil {
+	if err := countUse(txdb, requestKey, uses); err != nil {
+		return Charge{}, err
+	}
+	if declined {
+		return Charge{}, ErrDeclined
+	}
+	c := Charge{
+		ID: newID("ch_"), Account: account, Amount: r.Amount, Currency: r.Currency,
+		Customer: r.Customer, Description: r.Description, Status: "succeeded", Created: now.UTC().Truncate(time.Second),
+	}
+	if err := txdb.Create(&c).Error; err != nil {
 		return Charge{}, err
 	}
 	return c, nil

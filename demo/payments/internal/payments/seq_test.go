@@ -47,13 +47,13 @@ func TestChargesListNewestFirst(t *testing.T) {
 			tx := func() (*gorm.DB, error) { return db, nil }
 			var made []string
 			for i := range 8 {
-				c, err := CreateCharge(t.Context(), tx, &Provider{}, acct, "p-"+rand.Text(), ChargeRequest{Amount: int64(100 + i), Currency: "usd", Customer: "cus_1"}, now)
+				c, err := CreateCharge(t.Context(), db, tx, &Provider{}, acct, "p-"+rand.Text(), ChargeRequest{Amount: int64(100 + i), Currency: "usd", Customer: "cus_1"}, now)
 				if err != nil {
 					t.Fatal(err)
 				}
 				made = append(made, c.ID)
 				// Another account's charges in between take numbers too.
-				if _, err := CreateCharge(t.Context(), tx, &Provider{}, other, "p-"+rand.Text(), ChargeRequest{Amount: 1, Currency: "usd", Customer: "cus_1"}, now); err != nil {
+				if _, err := CreateCharge(t.Context(), db, tx, &Provider{}, other, "p-"+rand.Text(), ChargeRequest{Amount: 1, Currency: "usd", Customer: "cus_1"}, now); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -127,7 +127,7 @@ func TestMigrateNumbersEarlierCharges(t *testing.T) {
 					t.Fatalf("after the migration the charges list as %v, before as %v", got, want)
 				}
 			}
-			c, err := CreateCharge(t.Context(), func() (*gorm.DB, error) { return db, nil }, &Provider{}, acct, "p-"+rand.Text(),
+			c, err := CreateCharge(t.Context(), db, func() (*gorm.DB, error) { return db, nil }, &Provider{}, acct, "p-"+rand.Text(),
 				ChargeRequest{Amount: 5, Currency: "usd", Customer: "cus_1"}, base.Add(-time.Hour))
 			if err != nil {
 				t.Fatal(err)

@@ -157,7 +157,7 @@ func (w *statusWriter) Write(p []byte) (int, error) {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// logRequests writes one structured line per request.
+// logRequests writes one structured line per request (logLine).
 func logRequests(log *slog.Logger, framework string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -167,8 +167,16 @@ func logRequests(log *slog.Logger, framework string, next http.Handler) http.Han
 	})
 }
 
+// logLine logs one request at INFO, or at DEBUG for the operators'
+// endpoints that machines poll: a Prometheus scrape of /metrics and a
+// probe of /healthz come every few seconds, and would bury the requests
+// worth reading.
 func logLine(log *slog.Logger, framework, method, path string, status int, replayed bool, d time.Duration) {
-	log.LogAttrs(context.Background(), slog.LevelInfo, "request",
+	level := slog.LevelInfo
+	if path == "/metrics" || path == "/healthz" {
+		level = slog.LevelDebug
+	}
+	log.LogAttrs(context.Background(), level, "request",
 		slog.String("framework", framework), slog.String("method", method), slog.String("path", path),
 		slog.Int("status", status), slog.Bool("replayed", replayed), slog.Duration("duration", d))
 }
