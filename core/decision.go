@@ -14,6 +14,7 @@ type verdict struct {
 	limited bool       // the line is logged at level once a minute, at DEBUG otherwise
 	problem string     // the problem to answer with; "" for a run, a pass or a replay
 	replay  bool       // answer with the stored response
+	status  int        // answer with this status and nothing else (no problem, no replay)
 }
 
 // decideRequest decides a request from its key and body alone, before the
@@ -45,6 +46,8 @@ func rejected(kind EventKind, problem string) verdict {
 // such even while its first request runs.
 func decide(rec *Record, outcome AcquireOutcome, err error, fp Fingerprint, failOpen bool) verdict {
 	switch {
+	case errors.Is(err, errClientGone):
+		return verdict{action: ActionRespond, event: EventClientGone, level: slog.LevelDebug, status: StatusClientClosedRequest}
 	case errors.Is(err, ErrStoreFull):
 		return verdict{action: ActionRespond, event: EventStoreFull, level: slog.LevelWarn, limited: true, problem: ProblemStoreFull}
 	case err != nil && failOpen:
@@ -62,6 +65,17 @@ func decide(rec *Record, outcome AcquireOutcome, err error, fp Fingerprint, fail
 	}
 	return verdict{action: ActionRespond, event: EventReplay, level: slog.LevelDebug, replay: true}
 }
+
+// errClientGone says that the request's context ended before the store
+// answered Acquire: its client went away (or its own deadline passed). It
+// is no store error: nothing is wrong with the store, and nobody is left
+// to answer.
+var errClientGone = errors.New("the client went away before its key was taken")
+
+// StatusClientClosedRequest is the status a request whose client went away
+// before its key was taken is answered with (as nginx logs such requests):
+// nobody reads it, and nothing ran or was recorded.
+const StatusClientClosedRequest = 499
 
 // detail is the detail of one of the Engine's own problems for a request
 // whose key or body was refused with err.

@@ -203,8 +203,9 @@ type outcomeOf struct {
 // already gone. A key taken too late to be run safely counts as a store
 // error, and a failed call releases what it may have written.
 func (e *Engine) acquire(ctx context.Context, a *Acquire, start time.Time) outcomeOf {
-	o := outcomeOf{start: start, done: start, err: ctx.Err()} // a client already gone is not worth a store call
-	if o.err != nil {
+	o := outcomeOf{start: start, done: start}
+	if ctx.Err() != nil { // a client already gone is not worth a store call
+		o.err = errClientGone
 		return o
 	}
 	actx, cancel := e.storeContext(ctx)
@@ -217,6 +218,9 @@ func (e *Engine) acquire(ctx context.Context, a *Acquire, start time.Time) outco
 	if o.err != nil && !errors.Is(o.err, ErrStoreFull) {
 		e.releaseOrphan(ctx, *a)
 		o.done = elapsed(start)
+	}
+	if o.err != nil && !errors.Is(o.err, ErrStoreFull) && ctx.Err() != nil {
+		o.err = errClientGone // the store call ended with the request, not with a fault of the store
 	}
 	return o
 }
@@ -235,6 +239,8 @@ func (e *Engine) carryOut(ctx context.Context, r *Request, key string, v verdict
 		d.Response = e.BodyTooLarge(e.cfg.MaxRequestBody)
 	case v.problem != "":
 		d.Response = e.problem(v.problem, e.detail(v.problem, keyErr))
+	case v.status != 0:
+		d.Response = Response{Status: v.status, Body: []byte{}}
 	}
 	if v.event == 0 {
 		return d

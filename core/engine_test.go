@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -487,14 +489,51 @@ func TestFailedAcquireLeavesNoOrphan(t *testing.T) {
 // Begin reached the store neither acquires nor releases anything.
 func TestGoneClientCostsNoStoreCall(t *testing.T) {
 	store := &countingStore{Store: newStore(t)}
-	e := idem.New(quietConfig(store))
+	var kinds []idem.EventKind
+	cfg := quietConfig(store)
+	cfg.OnEvent = func(_ context.Context, ev idem.Event) { kinds = append(kinds, ev.Kind) }
+	e := idem.New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if d := e.Begin(ctx, charge(`"gone"`, `{"amount":1}`)); d.Action != idem.Respond || d.Response.Status != 503 {
-		t.Fatalf("action %v status %d, want a 503 problem", d.Action, d.Response.Status)
+	if d := e.Begin(ctx, charge(`"gone"`, `{"amount":1}`)); d.Action != idem.ActionRespond || d.Response.Status != idem.StatusClientClosedRequest {
+		t.Fatalf("action %v status %d, want %d", d.Action, d.Response.Status, idem.StatusClientClosedRequest)
 	}
 	if n := store.calls.Load(); n != 0 {
 		t.Fatalf("%d store calls for a request whose client had gone, want 0", n)
+	}
+	if !slices.Equal(kinds, []idem.EventKind{idem.EventClientGone}) {
+		t.Fatalf("events %v, want client-gone alone", kinds)
+	}
+}
+
+// waitsForCaller holds Acquire until its caller's context ends.
+type waitsForCaller struct{ idem.Store }
+
+func (waitsForCaller) Acquire(ctx context.Context, _ idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
+	<-ctx.Done()
+	return idem.Record{}, 0, fmt.Errorf("gormstore: acquire: %w", ctx.Err())
+}
+
+// Defect: a client that hung up while Acquire ran counted as a store
+// error (the event operators page on) and was logged at ERROR.
+func TestClientGoneIsNoStoreError(t *testing.T) {
+	var kinds []idem.EventKind
+	var logs bytes.Buffer
+	cfg := quietConfig(waitsForCaller{newStore(t)})
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	cfg.OnEvent = func(_ context.Context, ev idem.Event) { kinds = append(kinds, ev.Kind) }
+	e := idem.New(cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(10*time.Millisecond, cancel)
+	d := e.Begin(ctx, charge(`"hung-up"`, `{"amount":1}`))
+	if d.Action != idem.ActionRespond || d.Response.Status != idem.StatusClientClosedRequest {
+		t.Fatalf("action %v status %d, want %d", d.Action, d.Response.Status, idem.StatusClientClosedRequest)
+	}
+	if !slices.Equal(kinds, []idem.EventKind{idem.EventClientGone}) {
+		t.Fatalf("events %v, want client-gone alone (no store-error)", kinds)
+	}
+	if logs.Len() != 0 {
+		t.Fatalf("logged at INFO or above: %s", logs.String())
 	}
 }
 

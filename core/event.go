@@ -32,6 +32,7 @@ const (
 	EventLeaseLost                           // while the handler ran, its lease was lost: its context is cancelled
 	EventRenewError                          // a lease renewal failed; it is retried while the lease lasts
 	EventStoreFull                           // the store had no room for a new key: 429 store-full
+	EventClientGone                          // the client went away before its key was taken: nothing ran or was recorded
 )
 
 var eventNames = [...]string{
@@ -39,7 +40,7 @@ var eventNames = [...]string{
 	EventConflict: "conflict", EventMismatch: "mismatch", EventKeyMissing: "key-missing",
 	EventKeyInvalid: "key-invalid", EventTooLarge: "too-large", EventBodyUnreadable: "body-unreadable", EventStoreError: "store-error",
 	EventStored: "stored", EventNotStored: "not-stored", EventLeaseLost: "lease-lost",
-	EventRenewError: "renew-error", EventStoreFull: "store-full",
+	EventRenewError: "renew-error", EventStoreFull: "store-full", EventClientGone: "client-gone",
 }
 
 // EventKinds returns every event kind, in order: for metrics that register
