@@ -95,12 +95,15 @@ const (
 	// context is cancelled. Register timeouts outside idemkit, or use
 	// Config.HandlerTimeout.
 	ReasonTimeoutInside Reason = "timeout-inside"
+	// ReasonFailed: a job's function (Engine.Do) returned an error it did
+	// not mark permanent: the key is released and the next delivery runs it.
+	ReasonFailed Reason = "failed"
 )
 
 // Reasons returns every Reason, in order.
 func Reasons() []Reason {
 	return []Reason{ReasonStatus, ReasonTooLarge, ReasonStreamed, ReasonPanic, ReasonLockLost,
-		ReasonStore, ReasonIncomplete, ReasonTimeoutInside}
+		ReasonStore, ReasonIncomplete, ReasonTimeoutInside, ReasonFailed}
 }
 
 // Warnings and errors that could come once per request are logged at their

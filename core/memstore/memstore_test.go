@@ -97,3 +97,11 @@ func TestDefaultBoundHoldsMoreThanADayAtOneKeyASecond(t *testing.T) {
 		}
 	}
 }
+
+func TestDo(t *testing.T) {
+	idemtest.TestDo(t, func(tb testing.TB) idem.Store {
+		s := memstore.New(memstore.WithPurgeInterval(0))
+		tb.Cleanup(func() { s.Close() })
+		return s
+	})
+}
