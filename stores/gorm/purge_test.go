@@ -127,9 +127,8 @@ func TestPurger(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 	waitPurgers(t, before)
-	// The store stays usable after Close.
-	if _, err := s.Get(testCtx(t), idem.ID{Key: "x"}); !errors.Is(err, idem.ErrNotFound) {
-		t.Fatalf("Get after Close: %v", err)
+	if _, err := s.Get(testCtx(t), idem.ID{Key: "x"}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Get after Close: %v, want ErrClosed", err)
 	}
 }
 

@@ -29,6 +29,10 @@ const renewChunk = 500
 // (SELECT ... FOR UPDATE, under READ COMMITTED so that no gap is locked),
 // then updates them. A lock whose row was not renewed is lost.
 func (s *Store) RenewBatch(ctx context.Context, held []idem.Held, leaseUntil time.Time, lost []bool) error {
+	if err := s.calls.begin(); err != nil {
+		return err
+	}
+	defer s.calls.end()
 	if len(lost) != len(held) {
 		return fmt.Errorf("gormstore: renew batch: %d locks but %d lost flags", len(held), len(lost))
 	}
