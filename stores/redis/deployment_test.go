@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -155,6 +156,80 @@ func TestPlainClientOnClusterNode(t *testing.T) {
 			t.Fatalf("lease %d: lost %v, until %v (%v); want renewed until %v", i, lost[i], rec.LeaseUntil, err, until)
 		}
 	}
+}
+
+// unrenewed is what RenewBatch's error offers when only some leases
+// could not be renewed.
+type unrenewed interface {
+	Unrenewed(i int) bool
+}
+
+// TestRenewBatchOneMasterStalled: one master of the Cluster stops
+// answering writes (CLIENT PAUSE: the commands queue until it resumes, as
+// on a master that hangs or is cut off). The leases on the other masters
+// are renewed and each reported as such, or lost, as lost says; only the
+// stalled master's leases are reported unrenewed, through the error.
+func TestRenewBatchOneMasterStalled(t *testing.T) {
+	cc := dialCluster(t).(*redis.ClusterClient)
+	s := newStore(t, cc)
+	ctx := testContext(t)
+	ids := onEveryMaster(t, s, cc, 30)
+	held := make([]idem.Held, len(ids))
+	wantLost := make([]bool, len(ids))
+	for i, id := range ids {
+		held[i] = idem.Held{ID: id, Token: "tok"}
+		if wantLost[i] = i%5 == 4; wantLost[i] {
+			continue // never acquired
+		}
+		if _, _, err := s.Acquire(ctx, acquireAt(id, "tok", t0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stalledAddr := masterAddr(t, cc, s.Key(ids[0]))
+	stalled, err := cc.MasterForKey(ctx, s.Key(ids[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Bounded: the master resumes by itself if the test dies first.
+	if err := stalled.Do(ctx, "CLIENT", "PAUSE", 20000, "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	unpause := func() { _ = stalled.Do(context.Background(), "CLIENT", "UNPAUSE").Err() }
+	t.Cleanup(unpause)
+
+	until := t0.Add(3 * lease)
+	lost := make([]bool, len(held))
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	err = s.RenewBatch(rctx, held, until, lost)
+	cancel()
+	var partial unrenewed
+	if !errors.As(err, &partial) {
+		t.Fatalf("RenewBatch with one master stalled: %v; want an error telling which leases were not renewed", err)
+	}
+	onStalled := 0
+	for i, h := range held {
+		addr := masterAddr(t, cc, s.Key(h.ID))
+		if addr == stalledAddr {
+			onStalled++
+			if !partial.Unrenewed(i) {
+				t.Fatalf("lease %d, on the stalled master: reported renewed (lost %v)", i, lost[i])
+			}
+			continue
+		}
+		if partial.Unrenewed(i) {
+			t.Fatalf("lease %d, on a master that answered: reported unrenewed (%v)", i, err)
+		}
+		if lost[i] != wantLost[i] {
+			t.Fatalf("lease %d: lost = %v, want %v", i, lost[i], wantLost[i])
+		}
+		if rec, err := s.Get(ctx, h.ID); !wantLost[i] && (err != nil || !rec.LeaseUntil.Equal(until)) {
+			t.Fatalf("lease %d: until %v (%v), want renewed until %v", i, rec.LeaseUntil, err, until)
+		}
+	}
+	if onStalled == 0 || onStalled == len(held) {
+		t.Fatalf("%d of %d leases on the stalled master: the test proves nothing", onStalled, len(held))
+	}
+	unpause()
 }
 
 // TestRenewBatchWithoutInfo: a server that refuses to say whether it is

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
@@ -18,12 +19,21 @@ const maxBatchScript = 1000
 // one transaction.
 //
 // On a single node (or Sentinel) the leases go in one script per
-// thousand, all sent at once: one round trip. On a Cluster or a Ring each
-// lease has a script of its own (its record's slot is its own), all in one
-// pipeline that go-redis splits by node: one round trip to each node that
-// holds some of them, all at once. A plain client talking to a Cluster
-// node gets a script per lease too: the server refuses one whose keys are
-// on several slots.
+// thousand, all sent at once: one round trip. On a Cluster each lease has
+// a script of its own (its record's slot is its own), grouped by the
+// master that holds it: one pipeline per master, all at once, each
+// standing alone, so that a master that fails or stops answering takes
+// only its own leases with it. On a Ring the scripts go in one pipeline
+// that go-redis splits by shard. A plain client talking to a Cluster node
+// gets a script per lease too: the server refuses one whose keys are on
+// several slots.
+//
+// The error reports a failure of a node. When some nodes renewed their
+// leases and others failed, the error has a method Unrenewed(i int) bool,
+// true for each held[i] whose renewal is not known to have happened (its
+// node failed): for every other lease lost[i] is as if RenewBatch had
+// returned nil. When no node answered, the error has no such method:
+// nothing is known to be renewed.
 func (s *Store) RenewBatch(ctx context.Context, held []idem.Held, leaseUntil time.Time, lost []bool) error {
 	if len(lost) != len(held) {
 		return fmt.Errorf("redisstore: renew batch: %d leases but %d results", len(held), len(lost))
@@ -46,20 +56,15 @@ func (s *Store) RenewBatch(ctx context.Context, held []idem.Held, leaseUntil tim
 	for from := 0; from < len(held); from += size {
 		groups = append(groups, s.renewal(held, from, min(from+size, len(held)), leaseUntil))
 	}
-	s.send(ctx, groups)
-	for _, g := range groups {
-		renewed, err := g.cmd.Int64Slice()
-		if err == nil && len(renewed) != len(g.keys) {
-			err = fmt.Errorf("%d answers for %d leases", len(renewed), len(g.keys))
-		}
-		if err != nil {
-			return fmt.Errorf("redisstore: renew batch: %w", err)
-		}
-		for i, n := range renewed {
-			lost[g.from+i] = n != 1
-		}
+	if c := s.topo.cluster; c != nil {
+		err = s.renewPerMaster(ctx, c, groups)
+	} else {
+		s.send(ctx, groups)
 	}
-	return nil
+	if err != nil {
+		return fmt.Errorf("redisstore: renew batch: %w", err)
+	}
+	return settle(groups, len(held), lost)
 }
 
 // renewal is one script of a batch: the leases held[from:from+len(keys)].
@@ -108,3 +113,80 @@ func (s *Store) send(ctx context.Context, gs []*renewal) {
 		pipe(unknown, true)
 	}
 }
+
+// renewPerMaster sends the scripts of each master of c in a pipeline of
+// their own, all at once. In one pipeline for all, a master that did not
+// answer would fail every script: go-redis retries the failed part of a
+// pipeline, and if the context ends meanwhile it sets that error on every
+// command that has none, those that succeeded included.
+func (s *Store) renewPerMaster(ctx context.Context, c clusterClient, gs []*renewal) error {
+	byMaster := make(map[*redis.Client][]*renewal)
+	for _, g := range gs {
+		node, err := c.MasterForKey(ctx, g.keys[0])
+		if err != nil {
+			return err
+		}
+		byMaster[node] = append(byMaster[node], g)
+	}
+	var wg sync.WaitGroup
+	for _, mine := range byMaster {
+		wg.Go(func() { s.send(ctx, mine) })
+	}
+	wg.Wait()
+	return nil
+}
+
+// settle reads the answers of gs, which renewed n leases, into lost, and
+// returns the batch's error (see RenewBatch).
+func settle(gs []*renewal, n int, lost []bool) error {
+	var (
+		first     error
+		unrenewed []bool
+		failed    int
+	)
+	for _, g := range gs {
+		renewed, err := g.cmd.Int64Slice()
+		if err == nil && len(renewed) != len(g.keys) {
+			err = fmt.Errorf("%d answers for %d leases", len(renewed), len(g.keys))
+		}
+		if err != nil {
+			if first == nil {
+				first = err
+				unrenewed = make([]bool, n)
+			}
+			for i := range g.keys {
+				unrenewed[g.from+i] = true
+			}
+			failed += len(g.keys)
+			continue
+		}
+		for i, r := range renewed {
+			lost[g.from+i] = r != 1
+		}
+	}
+	switch {
+	case failed == 0:
+		return nil
+	case failed == n:
+		return fmt.Errorf("redisstore: renew batch: %w", first)
+	}
+	return &partialRenewal{err: first, unrenewed: unrenewed, failed: failed}
+}
+
+// partialRenewal is RenewBatch's error when only some of its leases are
+// not known to be renewed.
+type partialRenewal struct {
+	err       error // the first failure
+	unrenewed []bool
+	failed    int
+}
+
+func (e *partialRenewal) Error() string {
+	return fmt.Sprintf("redisstore: renew batch: %d of %d leases not renewed: %v", e.failed, len(e.unrenewed), e.err)
+}
+
+func (e *partialRenewal) Unwrap() error { return e.err }
+
+// Unrenewed reports whether the renewal of held[i] of the batch is not
+// known to have happened; for every other lease the batch's lost[i] holds.
+func (e *partialRenewal) Unrenewed(i int) bool { return e.unrenewed[i] }
