@@ -54,6 +54,23 @@ func onEveryMaster(t *testing.T, s *Store, cc *redis.ClusterClient, n int) []ide
 	return ids
 }
 
+// renewsAll checks that one batch renews every lease of held, which the
+// token "tok" holds, and reports none lost.
+func renewsAll(t *testing.T, s *Store, held []idem.Held, how string) {
+	t.Helper()
+	ctx := testContext(t)
+	until := t0.Add(3 * lease)
+	lost := make([]bool, len(held))
+	if err := s.RenewBatch(ctx, held, until, lost); err != nil {
+		t.Fatalf("RenewBatch %s: %v", how, err)
+	}
+	for i, h := range held {
+		if rec, err := s.Get(ctx, h.ID); lost[i] || err != nil || !rec.LeaseUntil.Equal(until) {
+			t.Fatalf("RenewBatch %s, lease %d: lost %v, until %v (%v); want renewed until %v", how, i, lost[i], rec.LeaseUntil, err, until)
+		}
+	}
+}
+
 func allTrue(m map[string]bool) bool {
 	for _, v := range m {
 		if !v {
@@ -82,16 +99,7 @@ func TestWrappedClusterClient(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	until := t0.Add(3 * lease)
-	lost := make([]bool, len(held))
-	if err := s.RenewBatch(ctx, held, until, lost); err != nil {
-		t.Fatalf("RenewBatch through the wrapped Cluster client: %v", err)
-	}
-	for i, h := range held {
-		if rec, err := s.Get(ctx, h.ID); lost[i] || err != nil || !rec.LeaseUntil.Equal(until) {
-			t.Fatalf("lease %d: lost %v, until %v (%v); want renewed until %v", i, lost[i], rec.LeaseUntil, err, until)
-		}
-	}
+	renewsAll(t, s, held, "through the wrapped Cluster client")
 	for _, h := range held {
 		if err := s.Complete(ctx, h.ID, "tok", idem.Completion{Response: idem.Response{Status: 201},
 			CompletedAt: t0, ExpiresAt: t0.Add(ttl)}); err != nil {
@@ -146,16 +154,7 @@ func TestPlainClientOnClusterNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	until := t0.Add(3 * lease)
-	lost := make([]bool, len(held))
-	if err := s.RenewBatch(ctx, held, until, lost); err != nil {
-		t.Fatalf("RenewBatch on a Cluster node through a plain client: %v", err)
-	}
-	for i, h := range held {
-		if rec, err := s.Get(ctx, h.ID); lost[i] || err != nil || !rec.LeaseUntil.Equal(until) {
-			t.Fatalf("lease %d: lost %v, until %v (%v); want renewed until %v", i, lost[i], rec.LeaseUntil, err, until)
-		}
-	}
+	renewsAll(t, s, held, "on a Cluster node through a plain client")
 }
 
 // unrenewed is what RenewBatch's error offers when only some leases
@@ -256,14 +255,5 @@ func TestRenewBatchWithoutInfo(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	until := t0.Add(3 * lease)
-	lost := make([]bool, len(held))
-	if err := s.RenewBatch(ctx, held, until, lost); err != nil {
-		t.Fatalf("RenewBatch without INFO: %v", err)
-	}
-	for i, h := range held {
-		if rec, err := s.Get(ctx, h.ID); lost[i] || err != nil || !rec.LeaseUntil.Equal(until) {
-			t.Fatalf("lease %d: lost %v, until %v (%v); want renewed until %v", i, lost[i], rec.LeaseUntil, err, until)
-		}
-	}
+	renewsAll(t, s, held, "without INFO")
 }
