@@ -139,6 +139,23 @@ func TestCloseUnderTraffic(t *testing.T) {
 					t.Errorf("%s after Close: %v, want ErrClosed", name, err)
 				}
 			}
+			// A handler's transaction that Complete would have committed is
+			// rolled back, and the error says so.
+			txCtx, done := WithTxSlot(ctx)
+			defer done()
+			slotFrom(txCtx).arm("tok")
+			tx, err := Tx(txCtx, b.open(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = s.Complete(txCtx, id, "tok", idem.Completion{Response: idem.Response{Status: 200},
+				CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)})
+			if !errors.Is(err, ErrClosed) || !errors.Is(err, idem.ErrRolledBack) {
+				t.Errorf("Complete in a transaction after Close: %v, want ErrClosed and idem.ErrRolledBack", err)
+			}
+			if err := tx.Commit().Error; err == nil {
+				t.Error("the request's transaction was still open after Complete refused it")
+			}
 			if err := s.Close(); err != nil {
 				t.Fatalf("second Close: %v", err)
 			}
