@@ -59,7 +59,6 @@ func TestCloseUnderTraffic(t *testing.T) {
 							cancel()
 							ctx, cancel = context.WithTimeout(context.Background(), time.Duration(i%7)*time.Millisecond)
 						}
-						wasClosing := closing.Load()
 						id := idem.ID{Scope: fmt.Sprint("client-", c), Key: fmt.Sprint("k-", i%50)}
 						_, _, err := s.Acquire(ctx, acquireAt(id, fmt.Sprint("tok-", c, "-", i), t0.Add(time.Duration(i)*time.Hour)))
 						cancel()
@@ -67,7 +66,7 @@ func TestCloseUnderTraffic(t *testing.T) {
 						case err == nil:
 							acquired.Add(1)
 						case errors.Is(err, ErrClosed):
-							if !wasClosing {
+							if !closing.Load() { // set before Close begins
 								mu.Lock()
 								other = append(other, fmt.Errorf("ErrClosed before Close: %w", err))
 								mu.Unlock()
