@@ -2,11 +2,18 @@ package memstore_test
 
 import (
 	"context"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemhttp"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
@@ -81,5 +88,79 @@ func TestLeasesFollowTheMonotonicClock(t *testing.T) {
 	if err != nil || outcome != idem.TookOver || rec.Token != "retry" {
 		t.Fatalf("retry 31 s into a 30 s lease, after a -1 h wall-clock step: %v (token %q), %v; want took-over, retry",
 			outcome, rec.Token, err)
+	}
+}
+
+// An Engine whose clock gives times without a monotonic reading
+// (Config.Now returning time.Now().UTC(), say) has its records reckoned on
+// the wall clock, while the purger's own clock, time.Now, carries one. The
+// wall clock is set back two hours: the Engine's times then lie two hours
+// behind the monotonic clock, and a purger reckoning by it deleted each
+// record two hours early. Here, with a TTL of one hour, the record of a
+// completed request was gone at the purger's first pass, and its retry ran
+// the handler again; and an in-flight record whose handler was still
+// running went too, so that a retry ran the handler beside it.
+func TestPurgerNeverAheadOfTheEngine(t *testing.T) {
+	const step = -2 * time.Hour
+	engineNow := func() time.Time { return stepped(t, time.Now(), step).UTC() }
+	var passes atomic.Int64
+	purgerNow := func() time.Time { // time.Now, after the step
+		passes.Add(1)
+		return stepped(t, time.Now(), step)
+	}
+	s := memstore.New(memstore.WithPurgeInterval(time.Millisecond), memstore.WithClock(purgerNow))
+	defer s.Close()
+	engine := idem.New(idem.Config{Store: s, Now: engineNow, TTL: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	var runs sync.Map // key -> *atomic.Int32
+	release := make(chan struct{})
+	srv := httptest.NewServer(idemhttp.Middleware(engine)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := r.Header.Get("Idempotency-Key")
+		n, _ := runs.LoadOrStore(key, new(atomic.Int32))
+		if n.(*atomic.Int32).Add(1) == 1 && key == "running" {
+			<-release
+		}
+		w.WriteHeader(http.StatusCreated)
+	})))
+	defer srv.Close()
+	post := func(key string) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("{}"))
+		req.Header.Set("Idempotency-Key", key)
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	runsOf := func(key string) int32 {
+		n, ok := runs.Load(key)
+		if !ok {
+			return 0
+		}
+		return n.(*atomic.Int32).Load()
+	}
+
+	if code := post("done"); code != http.StatusCreated {
+		t.Fatalf("first request: %d", code)
+	}
+	running := make(chan int, 1)
+	go func() { running <- post("running") }()
+	for runsOf("running") == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	// A few passes of the purger.
+	for from := passes.Load(); passes.Load() < from+5; {
+		time.Sleep(time.Millisecond)
+	}
+	if code := post("running"); code != http.StatusConflict || runsOf("running") != 1 {
+		t.Errorf("retry while the handler runs: %d after %d runs; want 409, one run", code, runsOf("running"))
+	}
+	close(release)
+	if code := <-running; code != http.StatusCreated {
+		t.Fatalf("the running request: %d", code)
+	}
+	if code := post("done"); code != http.StatusCreated || runsOf("done") != 1 {
+		t.Errorf("retry of the completed request: %d after %d runs; want its replay, one run", code, runsOf("done"))
 	}
 }

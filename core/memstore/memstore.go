@@ -34,7 +34,9 @@
 // the Engine passes carry a monotonic reading (its default clock, time.Now,
 // gives them one): a step of the wall clock, forward or back, neither lets
 // a retry take over a handler that is still running nor keeps a lapsed
-// lease alive.
+// lease alive. The purger, whose clock may carry a monotonic reading when
+// the Engine's times do not, goes by the earlier of its clock's two
+// readings: after a step it may delete records late, never early.
 //
 // Records do not survive a restart and are not shared between processes:
 // use a database store for several instances.
@@ -234,7 +236,7 @@ func (s *Store) purgeLoop(every time.Duration) {
 			// Batches release the shard locks between them, so requests
 			// are never held up for a whole sweep.
 			for {
-				n, _ := s.Purge(context.Background(), s.now(), s.batch)
+				n, _ := s.Purge(context.Background(), s.purgeTime(), s.batch)
 				if n < s.batch {
 					break
 				}
@@ -246,6 +248,24 @@ func (s *Store) purgeLoop(every time.Duration) {
 			}
 		}
 	}
+}
+
+// purgeTime is the purger's clock reading, by whichever of its wall and
+// monotonic readings is the earlier. Records are reckoned by the Engine's
+// times, on the monotonic clock if they carry a reading of it, on the wall
+// clock if not (Config.Now returning time.Now().UTC(), say), and the
+// purger's clock need not be alike: time.Now, its default, carries one.
+// After a step of the wall clock the two readings disagree, and by the
+// later one the purger would delete records early, a completed record
+// before its retry came, an in-flight one under its running handler. By
+// the earlier one it may delete late, which only holds their memory a
+// while longer (a store that is full sweeps by the time of the request).
+func (s *Store) purgeTime() time.Time {
+	now := s.now()
+	if wall := now.Round(0); s.offset(wall) < s.offset(now) {
+		return wall
+	}
+	return now
 }
 
 func (s *Store) shard(id idem.ID) *shard {

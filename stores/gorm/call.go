@@ -52,6 +52,16 @@ func (x session) row(query string, args ...any) *sql.Row {
 	return x.q.QueryRowContext(x.ctx, query, args...)
 }
 
+// query runs a query returning rows.
+func (x session) query(query string, args ...any) (*sql.Rows, error) {
+	if x.hook != nil {
+		if after := x.hook(x.ctx, query); after != nil {
+			defer after(-1, nil)
+		}
+	}
+	return x.q.QueryContext(x.ctx, query, args...)
+}
+
 // session returns a session on q under ctx.
 func (s *Store) session(ctx context.Context, q gorm.ConnPool) session {
 	return session{ctx, q, s.onStatement}

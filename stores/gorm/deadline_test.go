@@ -321,6 +321,7 @@ func TestServerAcquireDeadlineBehindALock(t *testing.T) {
 			if err := s.Close(); err != nil { // waits for the INSERT
 				t.Fatal(err)
 			}
+			s = reopen(t, s) // on the same table
 			if rec, err := s.Get(ctx, id); !errors.Is(err, idem.ErrNotFound) {
 				t.Fatalf("after the abandoned Acquire: %v held by %q (%v), want no record", rec.State, rec.Token, err)
 			}

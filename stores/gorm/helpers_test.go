@@ -190,6 +190,18 @@ func newStore(tb testing.TB, db *gorm.DB, opts ...Option) *Store {
 	return s
 }
 
+// reopen returns a new Store on closed's table, which closed, now closed,
+// no longer serves.
+func reopen(tb testing.TB, closed *Store) *Store {
+	tb.Helper()
+	s, err := New(closed.db, WithTable(closed.table), WithPurgeInterval(0))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 func dropTable(tb testing.TB, db *gorm.DB, quoted string) {
 	tb.Helper()
 	if err := db.Exec("DROP TABLE IF EXISTS " + quoted).Error; err != nil {

@@ -28,6 +28,7 @@ type options struct {
 	purgeBatch    int
 	now           func() time.Time
 	logger        *slog.Logger
+	closeTimeout  time.Duration
 }
 
 // WithTable sets the table name (default DefaultTable). It may be qualified
@@ -73,6 +74,19 @@ func WithLogger(l *slog.Logger) Option {
 	return func(o *options) {
 		if l != nil {
 			o.logger = l
+		}
+	}
+}
+
+// WithCloseTimeout sets how long Close waits for the calls under way when
+// it begins (default DefaultCloseTimeout). Each of them ends by its
+// context's deadline, except Acquire's writes left running after their
+// caller gave up, which end within a lease: a timeout shorter than the
+// Engine's Lease may leave such a write running after Close returned.
+func WithCloseTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.closeTimeout = d
 		}
 	}
 }

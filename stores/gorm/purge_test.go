@@ -16,25 +16,42 @@ import (
 // multi-row INSERTs, faster than n Acquire and Complete calls.
 func insertCompleted(t *testing.T, s *Store, prefix string, n int, expires time.Time) {
 	t.Helper()
+	at := func(int) time.Time { return expires }
+	insertRecords(t, s, idem.Completed, prefix, n, at, at)
+}
+
+// insertRecords writes n records in state, held by the token "tok", the
+// i-th keyed prefix-i, with a lease until lease(i) and expiring at
+// expires(i).
+func insertRecords(tb testing.TB, s *Store, state idem.State, prefix string, n int, lease, expires func(i int) time.Time) {
+	tb.Helper()
+	if err := writeRecords(s, state, prefix, n, lease, expires); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// writeRecords is insertRecords, for a goroutine other than the test's.
+func writeRecords(s *Store, state idem.State, prefix string, n int, lease, expires func(i int) time.Time) error {
 	const perStatement = 250
 	for done := 0; done < n; done += perStatement {
 		rows := min(perStatement, n-done)
 		var sql strings.Builder
 		sql.WriteString("INSERT INTO " + s.sql.quotedTableName +
 			" (scope_hash, key_hash, fingerprint, idem_state, owner_token, lease_until, created_at, expires_at, resp_status) VALUES ")
-		args := make([]any, 0, rows*5)
+		args := make([]any, 0, rows*6)
 		for i := range rows {
 			if i > 0 {
 				sql.WriteString(", ")
 			}
-			sql.WriteString("(?, ?, ?, 2, 'tok', ?, 0, ?, 200)")
+			sql.WriteString("(?, ?, ?, ?, 'tok', ?, 0, ?, 200)")
 			scope, key := hashID(idem.ID{Key: fmt.Sprintf("%s-%06d", prefix, done+i)})
-			args = append(args, scope, key, fpA[:], nanos(expires), nanos(expires))
+			args = append(args, scope, key, fpA[:], int(state), nanos(lease(done+i)), nanos(expires(done+i)))
 		}
 		if err := s.db.Exec(sql.String(), args...).Error; err != nil {
-			t.Fatal(err)
+			return err
 		}
 	}
+	return nil
 }
 
 func countRecords(t *testing.T, s *Store) int {
@@ -127,9 +144,8 @@ func TestPurger(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 	waitPurgers(t, before)
-	// The store stays usable after Close.
-	if _, err := s.Get(testCtx(t), idem.ID{Key: "x"}); !errors.Is(err, idem.ErrNotFound) {
-		t.Fatalf("Get after Close: %v", err)
+	if _, err := s.Get(testCtx(t), idem.ID{Key: "x"}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Get after Close: %v, want ErrClosed", err)
 	}
 }
 

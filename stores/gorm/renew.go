@@ -29,6 +29,10 @@ const renewChunk = 500
 // (SELECT ... FOR UPDATE, under READ COMMITTED so that no gap is locked),
 // then updates them. A lock whose row was not renewed is lost.
 func (s *Store) RenewBatch(ctx context.Context, held []idem.Held, leaseUntil time.Time, lost []bool) error {
+	if err := s.calls.begin(); err != nil {
+		return err
+	}
+	defer s.calls.end()
 	if len(lost) != len(held) {
 		return fmt.Errorf("gormstore: renew batch: %d locks but %d lost flags", len(held), len(lost))
 	}
@@ -99,14 +103,19 @@ func (s *Store) renewChunk(db *gorm.DB, held []idem.Held, leaseUntil int64, rene
 // batchSQL is head, the condition on one lock n times joined by OR, then
 // tail.
 func (s *Store) batchSQL(head string, n int, tail string) string {
+	return orJoined(head, s.sql.held, n, tail)
+}
+
+// orJoined is head, then cond n times joined by OR, then tail.
+func orJoined(head, cond string, n int, tail string) string {
 	var b strings.Builder
-	b.Grow(len(head) + n*(len(s.sql.held)+4) + len(tail))
+	b.Grow(len(head) + n*(len(cond)+4) + len(tail))
 	b.WriteString(head)
 	for i := range n {
 		if i > 0 {
 			b.WriteString(" OR ")
 		}
-		b.WriteString(s.sql.held)
+		b.WriteString(cond)
 	}
 	b.WriteString(tail)
 	return b.String()

@@ -81,6 +81,10 @@ type statements struct {
 	held                           string
 	renewBatchHead, renewBatchTail string
 	lockBatchHead, lockBatchTail   string
+	// On MySQL the purge reads the expired records (purgeFind), then
+	// deletes those: purgeHead, then byKey once per record joined by OR,
+	// then ")" (see Store.purgeMySQL).
+	purgeFind, purgeHead, byKey string
 
 	// native holds the statements of the hot path with the dialect's own
 	// placeholders, for database/sql (see session).
@@ -166,11 +170,19 @@ func buildStatements(db *gorm.DB, d dialect, table string) statements {
 	owned := func() *sqlWriter {
 		return byID().s(" AND ").id(colToken).s(" = ? AND ").id(colState).s(" = " + stateInFlight)
 	}
-	// expiredAt is idem.Record.Expired: both placeholders take the same now.
-	expiredAt := func() *sqlWriter {
-		return w.id(colExpiresAt).s(" <= ? AND (").id(colState).s(" = " + stateCompleted + " OR ").
+	// expiredBy is idem.Record.Expired: both placeholders take the same
+	// now. With unindexed, expires_at is hidden from the planner ("+ 0"),
+	// so that a statement cannot go by the expiry index.
+	expiredBy := func(unindexed bool) *sqlWriter {
+		if unindexed {
+			w.s("(").id(colExpiresAt).s(" + 0)")
+		} else {
+			w.id(colExpiresAt)
+		}
+		return w.s(" <= ? AND (").id(colState).s(" = " + stateCompleted + " OR ").
 			id(colLeaseUntil).s(" <= ?)")
 	}
+	expiredAt := func() *sqlWriter { return expiredBy(false) }
 
 	w.s("INSERT INTO "+t+" (").
 		ids(colScope, colKey, colFingerprint, colState, colToken, colLeaseUntil, colCreatedAt,
@@ -275,10 +287,21 @@ func buildStatements(db *gorm.DB, d dialect, table string) statements {
 			ids(colScope, colKey).s(" FROM " + t + " WHERE ")
 		expiredAt().s(" LIMIT ? FOR UPDATE SKIP LOCKED)")
 	case dialectMySQL:
-		// MySQL refuses LIMIT in an IN subquery on the same table; a
-		// single-table DELETE takes ORDER BY and LIMIT itself.
-		w.s("DELETE FROM " + t + " WHERE ")
+		// MySQL refuses LIMIT in an IN subquery on the same table, and a
+		// DELETE ... ORDER BY ... LIMIT locks every row it reads: the
+		// purge reads first, then deletes what it read (Store.purgeMySQL).
+		w.s("SELECT ").ids(colScope, colKey).s(" FROM " + t + " WHERE ")
 		expiredAt().s(" ORDER BY ").id(colExpiresAt).s(" LIMIT ?")
+		st.purgeFind = w.done()
+		// The expiry index stays out of the DELETE's plan: going by it (the
+		// optimizer did, for batches of tens of rows), the DELETE would
+		// lock rows in expiry order again.
+		w.s("DELETE FROM " + t + " WHERE ")
+		expiredBy(true).s(" AND (")
+		st.purgeHead = w.done()
+		w.s("(").id(colScope).s(" = ? AND ").id(colKey).s(" = ?)")
+		st.byKey = w.done()
+		// Purge runs purgeFind; purge stays empty.
 	default:
 		w.s("DELETE FROM " + t + " WHERE rowid IN (SELECT rowid FROM " + t + " WHERE ")
 		expiredAt().s(" LIMIT ?)")

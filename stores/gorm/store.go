@@ -45,9 +45,11 @@ type Store struct {
 	stopPurge context.CancelFunc
 	purgeDone chan struct{}
 	closeOnce sync.Once
-	// detached counts Acquire's writes left running after their caller
-	// gave up (see acquireDetached).
-	detached sync.WaitGroup
+	// calls counts the calls under way, Acquire's writes left running
+	// after their caller gave up among them (see acquireDetached), and
+	// refuses new ones once Close has begun.
+	calls        *calls
+	closeTimeout time.Duration
 
 	// beforeCommit, if set, runs between the completion's UPDATE and the
 	// COMMIT of a request's transaction. Tests use it to crash there.
@@ -84,6 +86,7 @@ func New(db *gorm.DB, opts ...Option) (*Store, error) {
 		purgeBatch:    DefaultPurgeBatch,
 		now:           time.Now,
 		logger:        slog.Default(),
+		closeTimeout:  DefaultCloseTimeout,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -96,16 +99,18 @@ func New(db *gorm.DB, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{
-		db:        db.Session(&gorm.Session{Logger: silent{}}),
-		dialect:   d,
-		sql:       buildStatements(db, d, o.table),
-		table:     o.table,
-		now:       o.now,
-		batch:     o.purgeBatch,
-		logger:    o.logger,
-		meter:     time.Now,
-		pause:     sleepCtx,
-		purgeDone: make(chan struct{}),
+		db:           db.Session(&gorm.Session{Logger: silent{}}),
+		dialect:      d,
+		sql:          buildStatements(db, d, o.table),
+		table:        o.table,
+		now:          o.now,
+		batch:        o.purgeBatch,
+		logger:       o.logger,
+		meter:        time.Now,
+		pause:        sleepCtx,
+		purgeDone:    make(chan struct{}),
+		calls:        newCalls(),
+		closeTimeout: o.closeTimeout,
 	}
 	if s.pool, err = db.DB(); err != nil {
 		return nil, fmt.Errorf("gormstore: the connection pool: %w", err)
@@ -141,17 +146,6 @@ func checkTableName(name string) error {
 	return nil
 }
 
-// Close stops the background purger and waits for it to exit, cancelling a
-// purge in progress, and waits for the writes of Acquire calls whose
-// caller gave up to finish (at most a lease, see Acquire). It does not
-// close the database, which belongs to the caller. The Store stays usable.
-func (s *Store) Close() error {
-	s.closeOnce.Do(s.stopPurge)
-	<-s.purgeDone
-	s.detached.Wait()
-	return nil
-}
-
 // Table returns the name of the table holding the records.
 func (s *Store) Table() string { return s.table }
 
@@ -166,6 +160,10 @@ func (s *Store) SchemaSQL() []string {
 // does not alter an existing table, and fails on one created by an earlier
 // version of the store, whose key columns differ.
 func (s *Store) AutoMigrate(ctx context.Context) error {
+	if err := s.calls.begin(); err != nil {
+		return err
+	}
+	defer s.calls.end()
 	err := s.run(ctx, func(x session) error {
 		for _, stmt := range s.sql.createTable {
 			if err := s.gorm(x).Exec(stmt).Error; err != nil {
@@ -243,6 +241,10 @@ func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 // server, which commits a statement its client abandoned, see
 // acquireDetached.
 func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
+	if err := s.calls.begin(); err != nil {
+		return idem.Record{}, 0, err
+	}
+	defer s.calls.end()
 	if err := ctx.Err(); err != nil {
 		return idem.Record{}, 0, err
 	}
@@ -295,9 +297,9 @@ func (s *Store) acquireDetached(ctx context.Context, a idem.Acquire) (idem.Recor
 		gone bool // the caller returned without the result
 	)
 	done := make(chan result, 1)
-	s.detached.Add(1)
+	s.calls.hold() // Close waits for the writes, which may outlive the call
 	go func() {
-		defer s.detached.Done()
+		defer s.calls.end()
 		defer cancel()
 		defer conn.Close()
 		rec, outcome, err := s.acquire(x, a)
@@ -479,6 +481,10 @@ func (s *Store) acquired(ctx context.Context, a idem.Acquire) idem.Record {
 
 // Renew implements idem.Store with one conditional UPDATE.
 func (s *Store) Renew(ctx context.Context, id idem.ID, token string, leaseUntil time.Time) error {
+	if err := s.calls.begin(); err != nil {
+		return err
+	}
+	defer s.calls.end()
 	lost := false
 	err := s.run(ctx, func(x session) error {
 		scope, key := hashID(id)
@@ -514,6 +520,16 @@ func (s *Store) Renew(ctx context.Context, id idem.ID, token string, leaseUntil 
 // it and Complete commits it: the handler's writes and the stored response
 // become visible together, or not at all.
 func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
+	if err := s.calls.begin(); err != nil {
+		// The request's transaction would wait for a commit that never
+		// comes: its writes go with the completion.
+		if tx, _ := takeTx(ctx, token); tx != nil {
+			tx.Rollback()
+			return fmt.Errorf("gormstore: complete: %w: %w", idem.ErrRolledBack, err)
+		}
+		return err
+	}
+	defer s.calls.end()
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -582,11 +598,15 @@ func (s *Store) completeInTx(ctx context.Context, tx *gorm.DB, args []any) error
 // Release implements idem.Store with one conditional DELETE. A transaction
 // begun with Tx for the request is rolled back first.
 func (s *Store) Release(ctx context.Context, id idem.ID, token string) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
 	if tx, _ := takeTx(ctx, token); tx != nil {
 		tx.Rollback()
+	}
+	if err := s.calls.begin(); err != nil {
+		return err
+	}
+	defer s.calls.end()
+	if err := ctx.Err(); err != nil {
+		return err
 	}
 	scope, key := hashID(id)
 	return s.fenced(ctx, "release", s.sql.native.release, scope, key, token)
@@ -594,6 +614,10 @@ func (s *Store) Release(ctx context.Context, id idem.ID, token string) error {
 
 // Get implements idem.Store with one read by primary key.
 func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
+	if err := s.calls.begin(); err != nil {
+		return idem.Record{ID: id}, err
+	}
+	defer s.calls.end()
 	scope, key := hashID(id)
 	var (
 		rec    idem.Record
@@ -680,6 +704,10 @@ func (s *Store) corrupt(key blob) error {
 // Purge implements idem.Store: one DELETE of at most limit expired records,
 // found through the index on expires_at.
 func (s *Store) Purge(ctx context.Context, now time.Time, limit int) (int, error) {
+	if err := s.calls.begin(); err != nil {
+		return 0, err
+	}
+	defer s.calls.end()
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
@@ -689,6 +717,10 @@ func (s *Store) Purge(ctx context.Context, now time.Time, limit int) (int, error
 	n := nanos(now)
 	var purged int64
 	err := s.run(ctx, func(x session) (err error) {
+		if s.dialect == dialectMySQL {
+			purged, err = s.purgeMySQL(x, n, limit)
+			return err
+		}
 		purged, err = x.exec(s.sql.native.purge, n, n, limit)
 		return err
 	})
@@ -696,4 +728,40 @@ func (s *Store) Purge(ctx context.Context, now time.Time, limit int) (int, error
 		return 0, fmt.Errorf("gormstore: purge: %w", err)
 	}
 	return int(purged), nil
+}
+
+// purgeMySQL is Purge on MySQL: a plain read of the first limit expired
+// records by expiry, which locks nothing, then one DELETE of those by
+// primary key, each checked again. A single DELETE ... ORDER BY
+// expires_at LIMIT locks every row it reads, by expiry, those it must
+// leave included: the in-flight records of handlers that run past their
+// expiry, whose leases a batch renewal locks at the same time, by key.
+// The two deadlocked (error 1213) dozens of times a second. Now the purge
+// locks only rows it deletes, by key, as a renewal does.
+func (s *Store) purgeMySQL(x session, now int64, limit int) (int64, error) {
+	rows, err := x.query(s.sql.purgeFind, now, now, limit)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	args := make([]any, 0, 2+2*limit)
+	args = append(args, now, now)
+	for rows.Next() {
+		var scope, key []byte
+		if err := rows.Scan(&scope, &key); err != nil {
+			return 0, err
+		}
+		args = append(args, blob(scope), blob(key))
+	}
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	if err := rows.Close(); err != nil {
+		return 0, err
+	}
+	n := (len(args) - 2) / 2
+	if n == 0 {
+		return 0, nil
+	}
+	return x.exec(orJoined(s.sql.purgeHead, s.sql.byKey, n, ")"), args...)
 }

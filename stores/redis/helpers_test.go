@@ -90,7 +90,11 @@ func dropPrefix(tb testing.TB, c redis.UniversalClient, prefix string) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	s := &Store{c: c, prefix: prefix}
+	s, err := New(c, WithPrefix(prefix))
+	if err != nil {
+		tb.Errorf("cleaning up %s: %v", prefix, err)
+		return
+	}
 	nodes, err := s.masters(ctx)
 	if err != nil {
 		tb.Errorf("cleaning up %s: %v", prefix, err)

@@ -85,7 +85,11 @@ func TestKeysAnyBytes(t *testing.T) {
 func countKeys(tb testing.TB, c redis.UniversalClient, prefix string) int {
 	tb.Helper()
 	ctx := testContext(tb)
-	nodes, err := (&Store{c: c, prefix: prefix}).masters(ctx)
+	s, err := New(c, WithPrefix(prefix))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	nodes, err := s.masters(ctx)
 	if err != nil {
 		tb.Fatal(err)
 	}

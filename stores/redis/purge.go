@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -108,39 +107,6 @@ func (s *Store) ownKeys(keys []string) []string {
 		}
 	}
 	return own
-}
-
-// scanner is a node whose keys SCAN walks.
-type scanner interface {
-	Scan(ctx context.Context, cursor uint64, match string, count int64) *redis.ScanCmd
-}
-
-// masters returns the nodes that hold the store's keys: every master of a
-// Cluster, every shard of a Ring, or the client itself.
-func (s *Store) masters(ctx context.Context) ([]scanner, error) {
-	var (
-		mu    sync.Mutex
-		nodes []scanner
-	)
-	add := func(_ context.Context, c *redis.Client) error {
-		mu.Lock()
-		defer mu.Unlock()
-		nodes = append(nodes, c)
-		return nil
-	}
-	switch c := s.c.(type) {
-	case *redis.ClusterClient:
-		if err := c.ForEachMaster(ctx, add); err != nil {
-			return nil, err
-		}
-	case *redis.Ring:
-		if err := c.ForEachShard(ctx, add); err != nil {
-			return nil, err
-		}
-	default:
-		nodes = append(nodes, s.c)
-	}
-	return nodes, nil
 }
 
 // globEscape escapes the characters SCAN's MATCH pattern gives a meaning.

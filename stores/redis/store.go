@@ -20,12 +20,14 @@ const DefaultPrefix = "idem:"
 
 // Store is an idem.Store keeping records in Redis: one hash per record,
 // written by Lua scripts, each one atomic round trip, and removed by Redis
-// itself when its TTL runs out. It works on any redis.UniversalClient: a
-// single node, Sentinel or Cluster. The caller owns the client and closes
-// it; the store starts no goroutine and needs no Close.
+// itself when its TTL runs out. It works on go-redis's clients, or types
+// that embed one: a single node, Sentinel, a Cluster or a Ring. The caller
+// owns the client and closes it; the store starts no goroutine and needs
+// no Close.
 type Store struct {
 	c      redis.UniversalClient
 	prefix string
+	topo   *deployment
 }
 
 var (
@@ -50,6 +52,16 @@ func WithPrefix(p string) Option {
 
 // New returns a Store on c. It does not contact Redis.
 //
+// c must be a client of go-redis's own (*redis.Client, *redis.ClusterClient
+// or *redis.Ring, as NewClient, NewFailoverClient, NewClusterClient, NewRing
+// and NewUniversalClient return), or a type that embeds one: the store
+// finds the nodes that hold its records through the client's methods
+// (ForEachMaster, ForEachShard), so that a Cluster client in a wrapper of
+// the application's counts as a Cluster client. New refuses a client that
+// offers none of them, which could reach a Cluster or a Ring the store
+// would take for one node. Whether the server is a Cluster node is asked of
+// the server itself, at the first batch renewal (see RenewBatch).
+//
 // c must have ContextTimeoutEnabled set (in redis.Options, ClusterOptions,
 // FailoverOptions, RingOptions or UniversalOptions): without it go-redis
 // lets a command wait for its own read timeout, retries included, however
@@ -60,7 +72,11 @@ func New(c redis.UniversalClient, opts ...Option) (*Store, error) {
 	if c == nil {
 		return nil, errors.New("redisstore: nil redis client")
 	}
-	if enabled, known := contextTimeouts(c); known && !enabled {
+	topo, enabled, err := classify(c)
+	if err != nil {
+		return nil, err
+	}
+	if !enabled {
 		return nil, errors.New("redisstore: the redis client needs ContextTimeoutEnabled: true, so that every store call keeps the deadline of its context")
 	}
 	o := options{prefix: DefaultPrefix}
@@ -70,21 +86,7 @@ func New(c redis.UniversalClient, opts ...Option) (*Store, error) {
 	if strings.ContainsAny(o.prefix, "{}") {
 		return nil, fmt.Errorf("redisstore: key prefix %q contains a brace, which would change the keys' Cluster hash tag", o.prefix)
 	}
-	return &Store{c: c, prefix: o.prefix}, nil
-}
-
-// contextTimeouts reports whether c honours its contexts' deadlines, and
-// whether it could tell (a client type of go-redis's own).
-func contextTimeouts(c redis.UniversalClient) (enabled, known bool) {
-	switch c := c.(type) {
-	case *redis.Client:
-		return c.Options().ContextTimeoutEnabled, true
-	case *redis.ClusterClient:
-		return c.Options().ContextTimeoutEnabled, true
-	case *redis.Ring:
-		return c.Options().ContextTimeoutEnabled, true
-	}
-	return false, false
+	return &Store{c: c, prefix: o.prefix, topo: topo}, nil
 }
 
 // Key returns the name of the Redis key that holds id's record: the
@@ -217,86 +219,4 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 		return idem.Record{}, fmt.Errorf("redisstore: get: %w", err)
 	}
 	return decodeRecord(id, v)
-}
-
-// maxBatchScript bounds the leases one script renews, so that a renewal
-// pass never holds a Redis node for long (a script runs alone).
-const maxBatchScript = 1000
-
-// RenewBatch implements idem.BatchRenewer. Each lease's renewal is atomic
-// and fenced by its token exactly as Renew is; the batch as a whole is not
-// one transaction. On a single node (or Sentinel) the leases go in one
-// script per thousand, all sent at once: one round trip. On a Cluster (or
-// Ring) the records live on many slots, so each lease has a script of its
-// own, all in one pipeline that go-redis splits by node: one round trip to
-// each node that holds some of them, all at once.
-func (s *Store) RenewBatch(ctx context.Context, held []idem.Held, leaseUntil time.Time, lost []bool) error {
-	if len(lost) != len(held) {
-		return fmt.Errorf("redisstore: renew batch: %d leases but %d results", len(held), len(lost))
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("redisstore: renew batch: %w", err)
-	}
-	if len(held) == 0 {
-		return nil
-	}
-	size := maxBatchScript
-	switch s.c.(type) {
-	case *redis.ClusterClient, *redis.Ring:
-		size = 1
-	}
-	type group struct {
-		from int
-		keys []string
-		args []any
-		cmd  *redis.Cmd
-	}
-	var groups []*group
-	for from := 0; from < len(held); from += size {
-		to := min(from+size, len(held))
-		g := &group{from: from, keys: make([]string, 0, to-from), args: make([]any, 0, 2+to-from)}
-		g.args = append(g.args, leaseUntil.Unix(), leaseUntil.Nanosecond())
-		for _, h := range held[from:to] {
-			g.keys = append(g.keys, s.Key(h.ID))
-			g.args = append(g.args, h.Token)
-		}
-		groups = append(groups, g)
-	}
-	send := func(gs []*group, eval bool) {
-		_, _ = s.c.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, g := range gs {
-				if eval {
-					g.cmd = renewBatchScript.Eval(ctx, p, g.keys, g.args...)
-				} else {
-					g.cmd = renewBatchScript.EvalSha(ctx, p, g.keys, g.args...)
-				}
-			}
-			return nil
-		})
-	}
-	send(groups, false)
-	// A node that did not know the script yet (its first use there, or a
-	// restart since) refused it without running it: send those in full.
-	var unknown []*group
-	for _, g := range groups {
-		if redis.HasErrorPrefix(g.cmd.Err(), "NOSCRIPT") {
-			unknown = append(unknown, g)
-		}
-	}
-	if len(unknown) > 0 {
-		send(unknown, true)
-	}
-	for _, g := range groups {
-		renewed, err := g.cmd.Int64Slice()
-		if err == nil && len(renewed) != len(g.keys) {
-			err = fmt.Errorf("%d answers for %d leases", len(renewed), len(g.keys))
-		}
-		if err != nil {
-			return fmt.Errorf("redisstore: renew batch: %w", err)
-		}
-		for i, n := range renewed {
-			lost[g.from+i] = n != 1
-		}
-	}
-	return nil
 }
