@@ -248,10 +248,12 @@ func (r *renewer) renewBatch(locks []*Lock, start, leaseUntil time.Time) {
 	done := time.Now()
 	cancel()
 	errs := make([]error, len(locks))
+	var partial PartialRenewal
+	isPartial := errors.As(err, &partial)
 	r.mu.Lock()
 	for i, l := range locks {
 		switch {
-		case err != nil:
+		case err != nil && (!isPartial || partial.Unrenewed(i)):
 			errs[i] = err
 		case lost[i]:
 			errs[i] = ErrLockLost

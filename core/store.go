@@ -81,8 +81,18 @@ type BatchRenewer interface {
 	// for each held[i] whose token no longer holds an in-flight record
 	// for its ID, exactly as Renew would return ErrLockLost for it. An
 	// error is a system error: then the Engine assumes nothing was renewed
-	// and ignores lost.
+	// and ignores lost, unless the error is a PartialRenewal.
 	RenewBatch(ctx context.Context, held []Held, leaseUntil time.Time, lost []bool) error
+}
+
+// PartialRenewal is an error RenewBatch may return when only some of its
+// leases could not be renewed (a store spread over nodes, one of which
+// failed): for every i where Unrenewed(i) is false, lost[i] is set as if
+// RenewBatch had returned nil, so the Engine keeps the leases the healthy
+// nodes renewed and tells only the others' handlers.
+type PartialRenewal interface {
+	error
+	Unrenewed(i int) bool
 }
 
 // LocalStore is an optional capability of a Store whose calls run in the

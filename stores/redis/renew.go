@@ -181,6 +181,8 @@ type partialRenewal struct {
 	failed    int
 }
 
+var _ idem.PartialRenewal = (*partialRenewal)(nil)
+
 func (e *partialRenewal) Error() string {
 	return fmt.Sprintf("redisstore: renew batch: %d of %d leases not renewed: %v", e.failed, len(e.unrenewed), e.err)
 }
