@@ -27,6 +27,17 @@ func TestConformance(t *testing.T) {
 	}
 }
 
+// TestDo holds the store to what jobs, webhooks and queue consumers get
+// from Engine.Do, on every dialect.
+func TestDo(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			idemtest.TestDo(t, func(tb testing.TB) idem.Store { return newStore(tb, b.open(tb)) })
+		})
+	}
+}
+
 var (
 	t0  = time.Date(2031, 3, 14, 15, 9, 26, 535_000_000, time.UTC)
 	fpA = idem.Fingerprint{0: 'a'}

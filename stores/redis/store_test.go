@@ -16,3 +16,14 @@ func TestStore(t *testing.T) {
 		})
 	}
 }
+
+// TestDo holds the store to what jobs, webhooks and queue consumers get
+// from Engine.Do, on a single node and a Cluster.
+func TestDo(t *testing.T) {
+	for _, top := range topologies {
+		t.Run(top.name, func(t *testing.T) {
+			c := top.dial(t)
+			idemtest.TestDo(t, func(tb testing.TB) idem.Store { return newStore(tb, c) })
+		})
+	}
+}
