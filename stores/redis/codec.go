@@ -8,98 +8,44 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/storecodec"
 )
 
 // responseVersion is the first byte of a stored response, so that a later
 // release can change the layout and still read what this one wrote.
 const responseVersion = 1
 
-// encodeResponse lays a response out as one string: version, status,
-// header fields (name and values, each length-prefixed) and the body,
-// which runs to the end. Copying into a buffer of its own is also what
-// lets the Engine reuse the memory of r once Complete returns.
+// encodeResponse lays a response out as one string: version, status, the
+// header fields in the encoding every idemkit store shares (package
+// storecodec), and the body, which runs to the end. Copying into a buffer
+// of its own is also what lets the Engine reuse the memory of r once
+// Complete returns.
 func encodeResponse(r idem.Response) []byte {
-	n := 1 + binary.MaxVarintLen64*2 + len(r.Body)
-	for _, f := range r.Header {
-		n += binary.MaxVarintLen64*2 + len(f.Name)
-		for _, v := range f.Values {
-			n += binary.MaxVarintLen64 + len(v)
-		}
-	}
-	b := make([]byte, 0, n)
+	b := make([]byte, 0, 1+binary.MaxVarintLen64+storecodec.HeaderSize(r.Header)+len(r.Body))
 	b = append(b, responseVersion)
 	b = binary.AppendUvarint(b, uint64(r.Status))
-	b = binary.AppendUvarint(b, uint64(len(r.Header)))
-	for _, f := range r.Header {
-		b = binary.AppendUvarint(b, uint64(len(f.Name)))
-		b = append(b, f.Name...)
-		b = binary.AppendUvarint(b, uint64(len(f.Values)))
-		for _, v := range f.Values {
-			b = binary.AppendUvarint(b, uint64(len(v)))
-			b = append(b, v...)
-		}
-	}
+	b = storecodec.AppendHeader(b, r.Header)
 	return append(b, r.Body...)
 }
 
 var errCorrupt = errors.New("redisstore: corrupt stored response")
 
-// decodeResponse reads what encodeResponse wrote. Strings and the body are
-// cut from one copy of s, so a replay costs few allocations.
+// decodeResponse reads what encodeResponse wrote. The body is cut from
+// one copy of s, the header's strings from one string.
 func decodeResponse(s string) (idem.Response, error) {
 	b := []byte(s)
 	if len(b) == 0 || b[0] != responseVersion {
 		return idem.Response{}, errCorrupt
 	}
-	b = b[1:]
-	next := func() (uint64, bool) {
-		v, n := binary.Uvarint(b)
-		if n <= 0 {
-			return 0, false
-		}
-		b = b[n:]
-		return v, true
-	}
-	str := func() (string, bool) {
-		l, ok := next()
-		if !ok || l > uint64(len(b)) {
-			return "", false
-		}
-		v := string(b[:l])
-		b = b[l:]
-		return v, true
-	}
-	status, ok := next()
-	if !ok || status > 999 {
+	status, n := binary.Uvarint(b[1:])
+	if n <= 0 || status > 999 || n > 1 && b[n] == 0 {
 		return idem.Response{}, errCorrupt
 	}
-	nf, ok := next()
-	if !ok || nf > uint64(len(b)) {
+	h, body, err := storecodec.ReadHeader(b[1+n:])
+	if err != nil {
 		return idem.Response{}, errCorrupt
 	}
-	r := idem.Response{Status: int(status)}
-	if nf > 0 {
-		r.Header = make([]idem.HeaderField, nf)
-	}
-	for i := range r.Header {
-		name, ok := str()
-		if !ok {
-			return idem.Response{}, errCorrupt
-		}
-		nv, ok := next()
-		if !ok || nv > uint64(len(b)) {
-			return idem.Response{}, errCorrupt
-		}
-		f := idem.HeaderField{Name: name, Values: make([]string, nv)}
-		for j := range f.Values {
-			if f.Values[j], ok = str(); !ok {
-				return idem.Response{}, errCorrupt
-			}
-		}
-		r.Header[i] = f
-	}
-	r.Body = b
-	return r, nil
+	return idem.Response{Status: int(status), Header: h, Body: body}, nil
 }
 
 // ttlMillis is the TTL, in whole milliseconds rounded up, of a key that
