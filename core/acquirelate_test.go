@@ -56,13 +56,13 @@ func TestAcquireAnsweredTooLateDoesNotRun(t *testing.T) {
 			id := idem.ID{Key: "k"}
 			d := e.Begin(context.Background(), &idem.Request{Method: "POST", Path: "/p", KeyLines: []string{`"k"`}, Body: []byte{}})
 			if c.run {
-				if d.Action != idem.Run {
+				if d.Action != idem.ActionRun {
 					t.Fatalf("action %v, want Run", d.Action)
 				}
 				_ = d.Lock.Abandon(context.Background(), idem.ReasonPanic)
 				return
 			}
-			if d.Action != idem.Respond || d.Response.Status != 503 {
+			if d.Action != idem.ActionRespond || d.Response.Status != 503 {
 				t.Fatalf("action %v, status %d: the handler would run on a lease that is over; want 503", d.Action, d.Response.Status)
 			}
 			if len(events) != 1 || events[0].Kind != idem.EventStoreError || events[0].Err == nil {

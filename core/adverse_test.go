@@ -18,7 +18,7 @@ import (
 	"github.com/idemkit/idemkit/core/idemtest"
 )
 
-// goClock is the test clock without its Spawner: the renewer then starts
+// goClock is the test clock without its spawner: the renewer then starts
 // its workers with the go statement, so that renewal calls really run at
 // once, while timers and deadlines still move only with Advance.
 type goClock struct{ c *idemtest.Clock }
@@ -328,7 +328,7 @@ func TestBodyTooLargeIsBeginsProblem(t *testing.T) {
 	cfg.MaxRequestBody, cfg.ProblemBase = 10, "https://errors.example/"
 	e := idem.New(cfg)
 	d := e.Begin(context.Background(), charge("k", strings.Repeat("x", 11)))
-	if d.Action != idem.Respond || d.Response.Status != 413 {
+	if d.Action != idem.ActionRespond || d.Response.Status != 413 {
 		t.Fatalf("Begin: action %v, status %d; want a 413", d.Action, d.Response.Status)
 	}
 	got := e.BodyTooLarge(10)

@@ -16,7 +16,7 @@ import (
 
 // ResponseCapture is the http.ResponseWriter a guarded handler writes to:
 // it passes everything through to the writer below and copies the body
-// into the Lock (see Delivery), records the final status, and marks the
+// into the Lock (see delivery), records the final status, and marks the
 // response streamed when it is flushed, hijacked or switches protocols, so
 // that it is never stored. Reset it before use; an adapter keeps it in the
 // per-request memory it allocates anyway.
@@ -27,7 +27,8 @@ type ResponseCapture struct {
 	wroteHeader   bool
 	streamed      bool
 	headerOnWrite bool // the writer below sends the header with the body, not at WriteHeader
-	delivery      Delivery
+	delivery      delivery
+	body          bodyReader // the request body Begin read, handed back to the handler
 }
 
 // Reset makes c capture what is written to w for l.
@@ -56,7 +57,7 @@ func (c *ResponseCapture) WriteHeader(code int) {
 	c.ResponseWriter.WriteHeader(code)
 }
 
-// Write sends p and keeps all of it (see Delivery): what is stored is what
+// Write sends p and keeps all of it (see delivery): what is stored is what
 // the handler wrote, whether or not the client took it.
 func (c *ResponseCapture) Write(p []byte) (int, error) {
 	c.bodyWritten()
@@ -130,18 +131,27 @@ func (l *Lock) AbandonOnPanic(ctx context.Context) {
 	}
 }
 
-// BodyReader hands the body Begin read back to the handler as its request
-// body, so that bindings read it as usual. Reset it with Decision.Body.
-type BodyReader struct{ bytes.Reader }
+// bodyReader hands the body Begin read back to the handler as its request
+// body, so that bindings read it as usual.
+type bodyReader struct{ bytes.Reader }
 
-// Close implements io.Closer; there is nothing to close.
-func (*BodyReader) Close() error { return nil }
+func (*bodyReader) Close() error { return nil }
+
+// SetRequestBody gives r, the request of the handler that writes to c,
+// the body Begin read, if it read one (Decision.Body), from memory c
+// already holds.
+func (c *ResponseCapture) SetRequestBody(r *http.Request, body []byte) {
+	if body != nil {
+		c.body.Reset(body)
+		r.Body = &c.body
+	}
+}
 
 // SetBody gives r the body Begin read, if it read one (Decision.Body), for
 // a request that passes through.
 func (d *Decision) SetBody(r *http.Request) {
 	if d.Body != nil {
-		b := new(BodyReader)
+		b := new(bodyReader)
 		b.Reset(d.Body)
 		r.Body = b
 	}

@@ -9,6 +9,13 @@ import "time"
 // Tests and the deterministic simulation (package idemsim) give their own,
 // so that one seed always yields the same schedule and a simulated day
 // takes milliseconds.
+//
+// A Clock may also have a method Go(f func()), which starts the goroutines
+// the Engine runs beside requests (its renewal calls to the store): with
+// it, the Engine starts each of them with Go instead of the go statement,
+// so that a simulation decides when each one runs, as it decides when
+// timers fire. Go must run f exactly once, concurrently with the caller;
+// it must not wait for f. idemtest.Clock has it.
 type Clock interface {
 	// Now returns the current time.
 	Now() time.Time
@@ -17,13 +24,8 @@ type Clock interface {
 	AfterFunc(d time.Duration, f func()) Timer
 }
 
-// Spawner is an optional capability of a Clock: starting the goroutines
-// the Engine runs beside requests (its renewal calls to the store). With a
-// Clock that has it, the Engine starts each of them with Go instead of the
-// go statement, so that a simulation (package idemsim) decides when each
-// one runs, as it decides when timers fire. Go must run f exactly once,
-// concurrently with the caller; it must not wait for f.
-type Spawner interface {
+// spawner is the optional Go method of a Clock (see Clock).
+type spawner interface {
 	Go(f func())
 }
 
@@ -34,18 +36,12 @@ type Timer interface {
 	Stop() bool
 }
 
-// SystemClock is the Clock of the operating system: time.Now and
+// systemClock is the Clock of the operating system: time.Now and
 // time.AfterFunc.
-type SystemClock struct{}
+type systemClock struct{}
 
 // Now returns time.Now().
-func (SystemClock) Now() time.Time { return time.Now() }
+func (systemClock) Now() time.Time { return time.Now() }
 
 // AfterFunc returns time.AfterFunc(d, f).
-func (SystemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
-
-// nowClock is a Config.Now function with the system's timers.
-type nowClock struct{ now func() time.Time }
-
-func (c nowClock) Now() time.Time                          { return c.now() }
-func (nowClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }
+func (systemClock) AfterFunc(d time.Duration, f func()) Timer { return time.AfterFunc(d, f) }

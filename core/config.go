@@ -10,29 +10,33 @@ import (
 	"time"
 )
 
-// Defaults applied by New to zero Config fields. They are the published policy.
+// DefaultHeaderName is the request header that carries the key, unless
+// Config.HeaderName names another.
+const DefaultHeaderName = "Idempotency-Key"
+
+// Defaults applied by New to zero Config fields: the published policy.
+// Engine.Config returns a Config with them filled in.
 const (
-	DefaultHeaderName      = "Idempotency-Key"
-	DefaultTTL             = 24 * time.Hour
-	DefaultLease           = 30 * time.Second
-	DefaultRetryAfter      = time.Second
-	DefaultStoreTimeout    = 5 * time.Second
-	DefaultMaxRequestBody  = 1 << 20
-	DefaultMaxResponseBody = 1 << 20
-	DefaultProblemBase     = "https://github.com/idemkit/idemkit/blob/main/docs/problems.md#"
+	defaultTTL             = 24 * time.Hour
+	defaultLease           = 30 * time.Second
+	defaultRetryAfter      = time.Second
+	defaultStoreTimeout    = 5 * time.Second
+	defaultMaxRequestBody  = 1 << 20
+	defaultMaxResponseBody = 1 << 20
+	defaultProblemBase     = "https://github.com/idemkit/idemkit/blob/main/docs/problems.md#"
 )
 
-// The accepted ranges of Config.TTL and Config.Lease; New panics, naming
-// the field, outside them. A lease shorter than MinLease cannot be kept by
-// the renewer (each renewal pass comes at least a millisecond after the
-// last, and a handler is told to stop two passes before its lease ends), and
-// a time further off than MaxTTL or MaxLease would not fit the stores'
-// clocks: the GORM store keeps nanoseconds since 1970 in 64 bits (which
-// end in 2262), and Redis counts its expiries in milliseconds.
+// The accepted ranges of Config.TTL and Config.Lease: a TTL up to
+// MaxDuration, a lease from MinLease to MaxDuration; New panics, naming the
+// field, outside them. A lease shorter than MinLease cannot be kept by the
+// renewer (each renewal pass comes at least a millisecond after the last,
+// and a handler is told to stop two passes before its lease ends), and a
+// time further off than MaxDuration would not fit the stores' clocks: the
+// GORM store keeps nanoseconds since 1970 in 64 bits (which end in 2262),
+// and Redis counts its expiries in milliseconds.
 const (
-	MinLease = 100 * time.Millisecond
-	MaxLease = 100 * 365 * 24 * time.Hour
-	MaxTTL   = 100 * 365 * 24 * time.Hour
+	MinLease    = 100 * time.Millisecond
+	MaxDuration = 100 * 365 * 24 * time.Hour
 )
 
 // ReplayedHeader is set to "true" on every replayed response.
@@ -57,11 +61,11 @@ type Config struct {
 	StrictKeys bool
 
 	// TTL is how long a completed record is replayed. Default 24 h; at most
-	// MaxTTL (100 years).
+	// MaxDuration (100 years).
 	TTL time.Duration
 	// Lease is how long an in-flight holder keeps the key without renewing;
 	// a crashed holder's key is free again after at most one lease. Default
-	// 30 s; at least MinLease (100 ms), at most MaxLease (100 years).
+	// 30 s; at least MinLease (100 ms), at most MaxDuration (100 years).
 	Lease time.Duration
 	// RenewEvery is how often a running handler's lease is renewed. Default
 	// Lease/3; a value above Lease/2 leaves too little time for a failed
@@ -104,7 +108,7 @@ type Config struct {
 
 	// ProblemBase prefixes the problem type names (key-missing, key-invalid,
 	// key-reused, request-in-progress, payload-too-large, store-unavailable,
-	// store-full, body-unreadable) to form their type URIs. Default DefaultProblemBase.
+	// store-full, body-unreadable) to form their type URIs. Default defaultProblemBase.
 	ProblemBase string
 
 	// FailOpen runs handlers unprotected when the store cannot be reached.
@@ -113,12 +117,9 @@ type Config struct {
 	FailOpen bool
 
 	// Clock is the source of time for records, leases, renewals, timeouts
-	// and store deadlines. Default SystemClock; Now, if set and Clock is
-	// not, replaces only the reading of the time.
+	// and store deadlines. Default systemClock; tests give a clock they
+	// move by hand (idemtest.Clock).
 	Clock Clock
-	// Now is the clock's reading, for tests that move time by hand.
-	// Default time.Now. Ignored when Clock is set.
-	Now func() time.Time
 	// Logger receives one debug line per decision and warnings for store
 	// errors. Default slog.Default().
 	Logger *slog.Logger
@@ -148,46 +149,41 @@ func (c *Config) setDefaults() {
 		c.Methods = []string{http.MethodPost, http.MethodPatch}
 	}
 	if c.TTL <= 0 {
-		c.TTL = DefaultTTL
+		c.TTL = defaultTTL
 	}
 	if c.Lease <= 0 {
-		c.Lease = DefaultLease
+		c.Lease = defaultLease
 	}
-	if c.TTL > MaxTTL {
-		panic(fmt.Sprintf("idem: Config.TTL is %v, above MaxTTL (%v): expiry times that far off do not fit the stores' clocks", c.TTL, MaxTTL))
+	if c.TTL > MaxDuration {
+		panic(fmt.Sprintf("idem: Config.TTL is %v, above MaxDuration (%v): expiry times that far off do not fit the stores' clocks", c.TTL, MaxDuration))
 	}
-	if c.Lease < MinLease || c.Lease > MaxLease {
-		panic(fmt.Sprintf("idem: Config.Lease is %v, outside [MinLease, MaxLease] = [%v, %v]: "+
-			"a shorter lease cannot be renewed in time, a longer one does not fit the stores' clocks", c.Lease, MinLease, MaxLease))
+	if c.Lease < MinLease || c.Lease > MaxDuration {
+		panic(fmt.Sprintf("idem: Config.Lease is %v, outside [MinLease, MaxDuration] = [%v, %v]: "+
+			"a shorter lease cannot be renewed in time, a longer one does not fit the stores' clocks", c.Lease, MinLease, MaxDuration))
 	}
 	if c.RenewEvery <= 0 || c.RenewEvery > c.Lease/2 {
 		c.RenewEvery = c.Lease / 3
 	}
 	if c.StoreTimeout <= 0 {
-		c.StoreTimeout = DefaultStoreTimeout
+		c.StoreTimeout = defaultStoreTimeout
 	}
 	if c.RetryAfter <= 0 {
-		c.RetryAfter = DefaultRetryAfter
+		c.RetryAfter = defaultRetryAfter
 	}
 	if c.MaxRequestBody <= 0 {
-		c.MaxRequestBody = DefaultMaxRequestBody
+		c.MaxRequestBody = defaultMaxRequestBody
 	}
 	if c.MaxResponseBody <= 0 {
-		c.MaxResponseBody = DefaultMaxResponseBody
+		c.MaxResponseBody = defaultMaxResponseBody
 	}
 	if c.Fingerprint == nil {
 		c.Fingerprint = DefaultFingerprint
 	}
 	if c.ProblemBase == "" {
-		c.ProblemBase = DefaultProblemBase
+		c.ProblemBase = defaultProblemBase
 	}
-	switch {
-	case c.Clock != nil:
-		c.Now = c.Clock.Now
-	case c.Now != nil:
-		c.Clock = nowClock{c.Now}
-	default:
-		c.Clock, c.Now = SystemClock{}, time.Now
+	if c.Clock == nil {
+		c.Clock = systemClock{}
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

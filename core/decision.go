@@ -47,7 +47,7 @@ func rejected(kind EventKind, problem string) verdict {
 func decide(rec *Record, outcome AcquireOutcome, err error, fp Fingerprint, failOpen bool) verdict {
 	switch {
 	case errors.Is(err, errClientGone):
-		return verdict{action: ActionRespond, event: EventClientGone, level: slog.LevelDebug, status: StatusClientClosedRequest}
+		return verdict{action: ActionRespond, event: EventClientGone, level: slog.LevelDebug, status: statusClientClosedRequest}
 	case errors.Is(err, ErrStoreFull):
 		return verdict{action: ActionRespond, event: EventStoreFull, level: slog.LevelWarn, limited: true, problem: ProblemStoreFull}
 	case err != nil && failOpen:
@@ -72,10 +72,10 @@ func decide(rec *Record, outcome AcquireOutcome, err error, fp Fingerprint, fail
 // to answer.
 var errClientGone = errors.New("the client went away before its key was taken")
 
-// StatusClientClosedRequest is the status a request whose client went away
+// statusClientClosedRequest is the status a request whose client went away
 // before its key was taken is answered with (as nginx logs such requests):
 // nobody reads it, and nothing ran or was recorded.
-const StatusClientClosedRequest = 499
+const statusClientClosedRequest = 499
 
 // detail is the detail of one of the Engine's own problems for a request
 // whose key or body was refused with err.

@@ -72,3 +72,14 @@ func TestDecide(t *testing.T) {
 		})
 	}
 }
+
+func TestStorable(t *testing.T) {
+	for status, want := range map[int]bool{
+		100: false, 200: true, 201: true, 204: true, 301: true, 304: true, 400: true, 401: true, 404: true,
+		408: false, 409: false, 422: true, 425: false, 429: false, 499: true, 500: false, 503: false,
+	} {
+		if got := storable(status); got != want {
+			t.Errorf("storable(%d) = %v, want %v", status, got, want)
+		}
+	}
+}

@@ -42,7 +42,7 @@ type preparedProblem struct {
 // if cfg.Store is nil: that is a programming error, found at start-up.
 func New(cfg Config) *Engine {
 	cfg.setDefaults()
-	_, realClock := cfg.Clock.(SystemClock)
+	_, realClock := cfg.Clock.(systemClock)
 	_, local := cfg.Store.(LocalStore)
 	e := &Engine{cfg: cfg, clock: cfg.Clock, realClock: realClock, local: local, replayHeaders: cfg.replayHeaderSet(),
 		epoch: time.Now()}
@@ -57,6 +57,10 @@ func New(cfg Config) *Engine {
 	e.tokenPrefix = hex.EncodeToString(prefix[:])
 	return e
 }
+
+// Config returns the Engine's configuration, with New's defaults in its
+// zero fields: the settings in force, for a program to log or check.
+func (e *Engine) Config() Config { return e.cfg }
 
 // HeaderName returns the canonical name of the key header.
 func (e *Engine) HeaderName() string { return e.cfg.HeaderName }
@@ -108,15 +112,6 @@ const (
 	// Decision.Lock as it is written, then call Lock.Finish, or
 	// Lock.Abandon if the handler panicked or streamed its response.
 	ActionRun
-)
-
-// The names of the Actions before they had their type's name in front.
-//
-// Deprecated: use ActionPass, ActionRespond and ActionRun.
-const (
-	Pass    = ActionPass
-	Respond = ActionRespond
-	Run     = ActionRun
 )
 
 // Decision is the Engine's answer to Begin.
@@ -326,7 +321,7 @@ func (e *Engine) timeoutContext(ctx context.Context, d time.Duration) (context.C
 // response sends instead of one whose work was rolled back (Lock.Finish
 // returned ErrRolledBack): a 503 store-unavailable problem with
 // Retry-After, which the client retries with its key. Adapters whose
-// response may already be under way abort it instead (AbortResponse).
+// response may already be under way abort it instead (abortResponse).
 func (e *Engine) WithheldResponse() Response {
 	return e.problem(ProblemStoreUnavailable,
 		"The request's work could not be recorded, so it was undone. Retry with the same key.")
@@ -341,10 +336,10 @@ func (e *Engine) BodyTooLarge(limit int64) Response {
 	return e.problem(ProblemPayloadTooLarge, fmt.Sprintf("The request body exceeds the limit of %d bytes.", limit))
 }
 
-// Storable reports whether a response with this status is recorded. Server
+// storable reports whether a response with this status is recorded. Server
 // errors and the statuses that ask the client to retry (408, 409, 425, 429)
 // are not: their retry must run the handler again.
-func Storable(status int) bool {
+func storable(status int) bool {
 	switch status {
 	case 408, 409, 425, 429:
 		return false

@@ -64,7 +64,7 @@ func TestRenewalKeepsSlowHandlerLocked(t *testing.T) {
 	// The handler runs for several leases; renewals keep the key.
 	for range 4 {
 		clock.Advance(100 * time.Millisecond)
-		if r := e.Begin(context.Background(), charge("slow", `{}`)); r.Action != idem.Respond || r.Response.Status != 409 {
+		if r := e.Begin(context.Background(), charge("slow", `{}`)); r.Action != idem.ActionRespond || r.Response.Status != 409 {
 			t.Fatalf("retry while the slow handler runs: %+v, want 409", r)
 		}
 	}
@@ -104,9 +104,9 @@ func TestCrashedHolderIsFencedOff(t *testing.T) {
 	}
 	first := &killable{Store: store}
 	cfg1 := quietConfig(first)
-	cfg1.Now = clock.Now
+	cfg1.Clock = clock
 	cfg2 := quietConfig(store)
-	cfg2.Now, cfg2.OnEvent = clock.Now, record
+	cfg2.Clock, cfg2.OnEvent = clock, record
 	e1, e2 := idem.New(cfg1), idem.New(cfg2)
 
 	d1 := e1.Begin(context.Background(), charge("pay-1", `{"amount":5}`))
@@ -114,8 +114,8 @@ func TestCrashedHolderIsFencedOff(t *testing.T) {
 		t.Fatal("first instance did not get the lock")
 	}
 	first.dead.Store(true) // the first instance stops renewing
-	clock.Advance(idem.DefaultLease - time.Second)
-	if d := e2.Begin(context.Background(), charge("pay-1", `{"amount":5}`)); d.Action != idem.Respond || d.Response.Status != 409 {
+	clock.Advance(e1.Config().Lease - time.Second)
+	if d := e2.Begin(context.Background(), charge("pay-1", `{"amount":5}`)); d.Action != idem.ActionRespond || d.Response.Status != 409 {
 		t.Fatalf("within the lease: %+v, want 409", d)
 	}
 	clock.Advance(time.Second)
@@ -209,7 +209,7 @@ func TestStoreErrorFailsClosed(t *testing.T) {
 	cfg := quietConfig(brokenStore{})
 	cfg.OnEvent = func(_ context.Context, ev idem.Event) { kinds = append(kinds, ev.Kind) }
 	d := idem.New(cfg).Begin(context.Background(), charge("k", `{}`))
-	if d.Action != idem.Respond || d.Response.Status != 503 || d.Lock != nil {
+	if d.Action != idem.ActionRespond || d.Response.Status != 503 || d.Lock != nil {
 		t.Fatalf("decision %+v, want 503", d)
 	}
 	if d.Response.Get("Retry-After") != "1" {
@@ -338,17 +338,6 @@ func TestNoGoroutineOutlivesRequests(t *testing.T) {
 	}
 }
 
-func TestStorable(t *testing.T) {
-	for status, want := range map[int]bool{
-		100: false, 200: true, 201: true, 204: true, 301: true, 304: true, 400: true, 401: true, 404: true,
-		408: false, 409: false, 422: true, 425: false, 429: false, 499: true, 500: false, 503: false,
-	} {
-		if got := idem.Storable(status); got != want {
-			t.Errorf("Storable(%d) = %v, want %v", status, got, want)
-		}
-	}
-}
-
 func TestNewWithoutStorePanics(t *testing.T) {
 	defer func() {
 		if recover() == nil {
@@ -471,7 +460,7 @@ func TestFailedAcquireLeavesNoOrphan(t *testing.T) {
 	store := &writeThenFailStore{Store: newStore(t)}
 	e := idem.New(quietConfig(store))
 	store.fail.Store(true)
-	if d := e.Begin(context.Background(), charge(`"orphan"`, `{"amount":1}`)); d.Action != idem.Respond || d.Response.Status != 503 {
+	if d := e.Begin(context.Background(), charge(`"orphan"`, `{"amount":1}`)); d.Action != idem.ActionRespond || d.Response.Status != 503 {
 		t.Fatalf("failed Acquire: action %v status %d, want a 503 problem", d.Action, d.Response.Status)
 	}
 	if _, err := store.Get(context.Background(), idem.ID{Key: "orphan"}); !errors.Is(err, idem.ErrNotFound) {
@@ -479,7 +468,7 @@ func TestFailedAcquireLeavesNoOrphan(t *testing.T) {
 	}
 	store.fail.Store(false)
 	d := e.Begin(context.Background(), charge(`"orphan"`, `{"amount":1}`))
-	if d.Action != idem.Run {
+	if d.Action != idem.ActionRun {
 		t.Fatalf("retry: action %v status %d, want Run", d.Action, d.Response.Status)
 	}
 	d.Lock.Finish(context.Background(), 201, nil)
@@ -495,8 +484,8 @@ func TestGoneClientCostsNoStoreCall(t *testing.T) {
 	e := idem.New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if d := e.Begin(ctx, charge(`"gone"`, `{"amount":1}`)); d.Action != idem.ActionRespond || d.Response.Status != idem.StatusClientClosedRequest {
-		t.Fatalf("action %v status %d, want %d", d.Action, d.Response.Status, idem.StatusClientClosedRequest)
+	if d := e.Begin(ctx, charge(`"gone"`, `{"amount":1}`)); d.Action != idem.ActionRespond || d.Response.Status != 499 {
+		t.Fatalf("action %v status %d, want %d", d.Action, d.Response.Status, 499)
 	}
 	if n := store.calls.Load(); n != 0 {
 		t.Fatalf("%d store calls for a request whose client had gone, want 0", n)
@@ -526,8 +515,8 @@ func TestClientGoneIsNoStoreError(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(10*time.Millisecond, cancel)
 	d := e.Begin(ctx, charge(`"hung-up"`, `{"amount":1}`))
-	if d.Action != idem.ActionRespond || d.Response.Status != idem.StatusClientClosedRequest {
-		t.Fatalf("action %v status %d, want %d", d.Action, d.Response.Status, idem.StatusClientClosedRequest)
+	if d.Action != idem.ActionRespond || d.Response.Status != 499 {
+		t.Fatalf("action %v status %d, want %d", d.Action, d.Response.Status, 499)
 	}
 	if !slices.Equal(kinds, []idem.EventKind{idem.EventClientGone}) {
 		t.Fatalf("events %v, want client-gone alone (no store-error)", kinds)
@@ -564,12 +553,12 @@ func TestNewRefusesDurationsOutOfRange(t *testing.T) {
 	}{
 		{"TTL max int64", idem.Config{TTL: math.MaxInt64}, "Config.TTL"},
 		{"TTL 250 years", idem.Config{TTL: 250 * 365 * 24 * time.Hour}, "Config.TTL"},
-		{"TTL MaxTTL", idem.Config{TTL: idem.MaxTTL}, ""},
+		{"TTL MaxDuration", idem.Config{TTL: idem.MaxDuration}, ""},
 		{"Lease max int64", idem.Config{Lease: math.MaxInt64}, "Config.Lease"},
 		{"Lease 2ms", idem.Config{Lease: 2 * time.Millisecond}, "Config.Lease"},
 		{"Lease below MinLease", idem.Config{Lease: idem.MinLease - 1}, "Config.Lease"},
 		{"Lease MinLease", idem.Config{Lease: idem.MinLease}, ""},
-		{"Lease MaxLease", idem.Config{Lease: idem.MaxLease}, ""},
+		{"Lease MaxDuration", idem.Config{Lease: idem.MaxDuration}, ""},
 		{"zero values take the defaults", idem.Config{}, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {

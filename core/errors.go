@@ -22,7 +22,7 @@ var (
 	// writes down with it (they were part of the store's transaction), so
 	// the response the handler wrote describes work that did not happen.
 	// Lock.Finish passes it on; adapters then withhold that response (see
-	// AbortResponse) and the client's retry runs the handler again.
+	// abortResponse) and the client's retry runs the handler again.
 	ErrRolledBack = errors.New("the handler's writes were rolled back with the failed completion")
 	// ErrLeaseLost is the cause (context.Cause) with which the Engine
 	// cancels a running handler's context once its lease on the key is

@@ -36,11 +36,11 @@ func ExampleEngine_Begin() {
 		}
 		d := engine.Begin(ctx, req)
 		switch d.Action {
-		case idem.Pass:
+		case idem.ActionPass:
 			fmt.Println("pass: run the handler, record nothing")
-		case idem.Respond:
+		case idem.ActionRespond:
 			fmt.Printf("respond %d (replayed %v): %s\n", d.Response.Status, d.Replayed, d.Response.Body)
-		case idem.Run:
+		case idem.ActionRun:
 			// The handler runs with d.Lock.Context() and its body is
 			// copied into the Lock as it is written.
 			charges++

@@ -40,7 +40,7 @@ func TestLeaseLostAtLeastATickBeforeTheLeaseEnds(t *testing.T) {
 			})
 			begin := func(key string) *idem.Lock {
 				d := e.Begin(context.Background(), &idem.Request{Method: "POST", Path: "/p", KeyLines: []string{key}, Body: []byte{}})
-				if d.Action != idem.Run {
+				if d.Action != idem.ActionRun {
 					t.Fatalf("Begin %s: action %v, want Run", key, d.Action)
 				}
 				return d.Lock

@@ -112,18 +112,19 @@ func (l *Lock) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// HeaderReader reads response headers; http.Header satisfies it.
+// HeaderReader reads response headers; http.Header satisfies it. A
+// HeaderReader may also have a method AppendValues(dst []string, name
+// string) []string, which appends a header's values to dst instead of
+// returning a slice of its own: Finish then gathers the replayable headers
+// without an allocation per header, for frameworks whose headers are not
+// kept as []string (fasthttp's). The values it appends need only stay valid
+// until Finish returns, since the store copies what it keeps.
 type HeaderReader interface {
 	Values(key string) []string
 }
 
-// HeaderAppender is a HeaderReader that can append a header's values to a
-// slice it is given instead of returning a slice of its own: Finish then
-// gathers the replayable headers without an allocation per header, for
-// frameworks whose headers are not kept as []string (fasthttp's). The
-// values appended need only stay valid until Finish returns, since the
-// store copies what it keeps.
-type HeaderAppender interface {
+// headerAppender is a HeaderReader with AppendValues (see HeaderReader).
+type headerAppender interface {
 	HeaderReader
 	AppendValues(dst []string, name string) []string
 }
@@ -146,7 +147,7 @@ func (l *Lock) Finish(ctx context.Context, status int, header HeaderReader) erro
 	ctx, cancel := l.e.storeContext(detached)
 	defer cancel()
 	switch {
-	case !Storable(status):
+	case !storable(status):
 		return l.release(ctx, ReasonStatus, status)
 	case l.overflow:
 		return l.release(ctx, ReasonTooLarge, status)

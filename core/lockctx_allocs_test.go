@@ -19,7 +19,7 @@ import (
 type createdStore struct{ idem.Store }
 
 func (createdStore) Acquire(_ context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
-	return idem.Record{}, idem.Created, nil
+	return idem.Record{}, idem.AcquireCreated, nil
 }
 func (createdStore) Complete(context.Context, idem.ID, string, idem.Completion) error { return nil }
 func (createdStore) Local()                                                           {}
@@ -69,7 +69,7 @@ func TestUnwatchedLockContextAllocs(t *testing.T) {
 // Finish gathers the replayable headers into the Lock: storing a response
 // with its Content-Type and Location allocates no more than one without
 // headers, whether the adapter hands over an http.Header or a
-// HeaderAppender.
+// headerAppender.
 func TestFinishHeaderAllocs(t *testing.T) {
 	e := idem.New(quietConfig(createdStore{}))
 	req := charge(`"k"`, `{"amount":100}`)
@@ -83,7 +83,7 @@ func TestFinishHeaderAllocs(t *testing.T) {
 	h := header("Content-Type", "application/json", "Location", "/v1/charges/ch_1")
 	none, plain, appending := run(nil), run(h), run(appendingHeader{h})
 	if plain != none || appending != none {
-		t.Fatalf("Finish: %v allocations with an http.Header, %v with a HeaderAppender, %v without headers", plain, appending, none)
+		t.Fatalf("Finish: %v allocations with an http.Header, %v with a headerAppender, %v without headers", plain, appending, none)
 	}
 }
 

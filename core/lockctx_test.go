@@ -20,7 +20,7 @@ func TestLockContextCancelledBeforeItIsWatched(t *testing.T) {
 	cfg := quietConfig(renewFails{newStore(t), idem.ErrLockLost})
 	cfg.Clock, cfg.Lease, cfg.RenewEvery = clock, 30*time.Second, 10*time.Second
 	d := idem.New(cfg).Begin(context.Background(), charge(`"k"`, `{}`))
-	if d.Action != idem.Run {
+	if d.Action != idem.ActionRun {
 		t.Fatalf("action %v, want Run", d.Action)
 	}
 	defer d.Lock.Abandon(context.Background(), idem.ReasonPanic)

@@ -76,7 +76,7 @@ func (d *Decision) WriteTo(w http.ResponseWriter) {
 
 // FinishHTTP is Lock.Finish for adapters built on net/http: it records the
 // response the handler wrote to w, and withholds that response (see
-// AbortResponse) when the store rolled the handler's writes back with a
+// abortResponse) when the store rolled the handler's writes back with a
 // failed completion (ErrRolledBack).
 //
 // One response is neither stored nor released: the answer of a timeout
@@ -89,16 +89,16 @@ func (d *Decision) WriteTo(w http.ResponseWriter) {
 // out), the handler's context is cancelled, and an error says to use
 // Config.HandlerTimeout or to register the timeout outside idemkit.
 func (l *Lock) FinishHTTP(ctx context.Context, w http.ResponseWriter, status int, header HeaderReader) {
-	if l.timeoutInside != "" && !Storable(status) {
+	if l.timeoutInside != "" && !storable(status) {
 		l.leaveToLease(ctx, status)
 		return
 	}
 	if err := l.Finish(ctx, status, header); errors.Is(err, ErrRolledBack) {
-		AbortResponse(w) // a success for work that was rolled back must not reach the client
+		abortResponse(w) // a success for work that was rolled back must not reach the client
 	}
 }
 
-// AbortResponse withholds the response written to w so far and ends the
+// abortResponse withholds the response written to w so far and ends the
 // connection, for a Finish that returned ErrRolledBack: the client then
 // sees a broken connection, not a success for work that was rolled back,
 // and retries with its key. It sets a write deadline in the past through
@@ -110,14 +110,14 @@ func (l *Lock) FinishHTTP(ctx context.Context, w http.ResponseWriter, status int
 // chain that cannot reach the connection (a wrapper without Unwrap) gets a
 // panic with http.ErrAbortHandler, which a recovery middleware that
 // swallows it (gin.Recovery does) turns back into delivery.
-func AbortResponse(w http.ResponseWriter) {
+func abortResponse(w http.ResponseWriter) {
 	if http.NewResponseController(w).SetWriteDeadline(time.Unix(1, 0)) == nil {
 		return
 	}
 	panic(http.ErrAbortHandler)
 }
 
-// Delivery carries a guarded handler's response body to the client for an
+// delivery carries a guarded handler's response body to the client for an
 // adapter built on net/http, while the Lock keeps every byte the handler
 // writes. After the first write that fails because the client is gone (a
 // reset connection, an HTTP/2 stream reset), it stops sending and tells
@@ -125,14 +125,14 @@ func AbortResponse(w http.ResponseWriter) {
 // the end, so what is stored is that response whole, and the client's
 // retry gets it replayed. The bytes the client happened to accept never
 // decide what is stored. The zero value is ready to use.
-type Delivery struct {
+type delivery struct {
 	failed bool
 }
 
 // Write sends p to w unless an earlier write failed, keeps p in l, and
 // reports all of p written. A body the response may not have (a 204 or
 // 304, a HEAD) is neither sent nor kept, and its error is returned.
-func (d *Delivery) Write(w io.Writer, l *Lock, p []byte) (int, error) {
+func (d *delivery) Write(w io.Writer, l *Lock, p []byte) (int, error) {
 	if !d.failed {
 		if _, err := w.Write(p); err != nil {
 			if errors.Is(err, http.ErrBodyNotAllowed) {
@@ -145,7 +145,7 @@ func (d *Delivery) Write(w io.Writer, l *Lock, p []byte) (int, error) {
 }
 
 // WriteString is Write for writers with a WriteString method.
-func (d *Delivery) WriteString(w io.StringWriter, l *Lock, s string) (int, error) {
+func (d *delivery) WriteString(w io.StringWriter, l *Lock, s string) (int, error) {
 	if !d.failed {
 		if _, err := w.WriteString(s); err != nil {
 			if errors.Is(err, http.ErrBodyNotAllowed) {
@@ -160,4 +160,4 @@ func (d *Delivery) WriteString(w io.StringWriter, l *Lock, s string) (int, error
 
 // Failed reports whether a write to the client failed: the response was
 // recorded but did not reach the client whole.
-func (d *Delivery) Failed() bool { return d.failed }
+func (d *delivery) Failed() bool { return d.failed }

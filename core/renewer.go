@@ -32,7 +32,7 @@ type renewer struct {
 	tick  time.Duration
 	guard time.Duration // a handler is stopped within this of its lease's end, unrenewed
 	batch BatchRenewer  // the store's capability, or nil
-	spawn Spawner       // the clock's capability, or nil: start renewals with go
+	spawn spawner       // the clock's capability, or nil: start renewals with go
 
 	mu      sync.Mutex
 	head    *Lock     // intrusive list of the locks held
@@ -61,7 +61,7 @@ func newRenewer(e *Engine) *renewer {
 	// that stops within a tick of being told never overlaps its successor.
 	r.guard = 2 * r.tick
 	r.batch, _ = e.cfg.Store.(BatchRenewer)
-	r.spawn, _ = e.clock.(Spawner)
+	r.spawn, _ = e.clock.(spawner)
 	return r
 }
 
@@ -159,7 +159,7 @@ func (r *renewer) pass() {
 }
 
 // start runs f on a goroutine of its own, through the clock if it is a
-// Spawner.
+// spawner.
 func (r *renewer) start(f func()) {
 	if r.spawn != nil {
 		r.spawn.Go(f)

@@ -33,7 +33,7 @@ func (l *Lock) storedHeader(h HeaderReader, hs *headerScratch) []HeaderField {
 	}
 	found := hs.fields[:0]
 	hh, direct := h.(http.Header) // names are canonical already: skip Values' canonicalisation
-	appender, appends := h.(HeaderAppender)
+	appender, appends := h.(headerAppender)
 	values := hs.values[:0]
 	for _, name := range l.e.replayHeaders {
 		var vs []string

@@ -35,7 +35,7 @@ func (c *countingSpawner) Go(f func()) {
 	c.Clock.Go(f)
 }
 
-// A Clock that is also an idem.Spawner starts the Engine's renewal calls:
+// A Clock with a Go method starts the Engine's renewal calls:
 // none runs on a goroutine of its own, so a simulation decides when each
 // one happens.
 func TestSpawnerStartsRenewals(t *testing.T) {

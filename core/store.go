@@ -187,15 +187,6 @@ const (
 	AcquireTookOver
 )
 
-// The names of the outcomes before they had their type's name in front.
-//
-// Deprecated: use AcquireExisting, AcquireCreated and AcquireTookOver.
-const (
-	Existing = AcquireExisting
-	Created  = AcquireCreated
-	TookOver = AcquireTookOver
-)
-
 // String returns the lower-case name of the outcome.
 func (o AcquireOutcome) String() string {
 	switch o {

@@ -51,7 +51,7 @@ func timeoutMiddlewareWriting() string {
 // still run: FinishHTTP then leaves the key locked until its lease runs out
 // instead of releasing it (see HandlerMayRun).
 func (l *Lock) WritingStatus(code int) {
-	if Storable(code) || l.timeoutInside != "" {
+	if storable(code) || l.timeoutInside != "" {
 		return
 	}
 	l.timeoutInside = timeoutMiddlewareWriting()

@@ -92,23 +92,14 @@ func (r bodyLimitReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// locked is what serveLocked needs per request, in one allocation.
-type locked struct {
-	idem.ResponseCapture
-	body idem.BodyReader
-}
-
 func serveLocked(c echo.Context, next echo.HandlerFunc, d idem.Decision) error {
 	lock, ctx, res, orig := d.Lock, c.Request().Context(), c.Response(), c.Response().Writer
-	x := new(locked)
+	x := new(idem.ResponseCapture) // one allocation for the writer and the body
 	x.Reset(orig, lock)
-	if d.Body != nil {
-		x.body.Reset(d.Body)
-		c.Request().Body = &x.body
-	}
+	x.SetRequestBody(c.Request(), d.Body)
 	// Below echo.Response, so its Committed, Before and After hooks and the
 	// middleware registered before idemkit see the response as usual.
-	res.Writer = &x.ResponseCapture
+	res.Writer = x
 	req := c.Request()
 	c.SetRequest(req.WithContext(lock.Context()))
 	defer lock.AbandonOnPanic(ctx)

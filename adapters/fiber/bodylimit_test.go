@@ -65,7 +65,7 @@ func TestBodyLimitProblem(t *testing.T) {
 		resp := rawRequest(t, addr, func(w io.Writer) {
 			fmt.Fprintf(w, "POST /charges HTTP/1.1\r\nHost: api.test\r\nIdempotency-Key: \"k3\"\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
 		})
-		wantProblemResponse(t, resp, e.BodyTooLarge(idem.DefaultMaxRequestBody))
+		wantProblemResponse(t, resp, e.BodyTooLarge(e.Config().MaxRequestBody))
 	})
 	if n := calls.Load(); n != 0 {
 		t.Fatalf("the handler ran %d times for bodies over a limit", n)

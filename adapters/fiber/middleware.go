@@ -80,10 +80,10 @@ func New(e *idem.Engine, opts ...Option) fiber.Handler {
 			r.SetBodyRaw(d.Body) // Begin consumed the stream; d.Body is ours to hand on
 		}
 		switch d.Action {
-		case idem.Respond:
+		case idem.ActionRespond:
 			respond(c.Response(), &d.Response, d.Replayed)
 			return nil
-		case idem.Run:
+		case idem.ActionRun:
 			return run(c, e, d.Lock)
 		default:
 			return c.Next()
@@ -193,7 +193,8 @@ func respond(resp *fasthttp.Response, r *idem.Response, replayed bool) {
 }
 
 // responseHeader lets Lock.Finish read the headers of the handler's
-// response as they go on the wire; it is an idem.HeaderAppender.
+// response as they go on the wire; it is an idem.HeaderReader with
+// AppendValues.
 type responseHeader fasthttp.Response
 
 // Values returns copies of the values of the header name: the stored record
@@ -202,7 +203,7 @@ func (h *responseHeader) Values(name string) []string {
 	return ownLines(h.peekAll(name))
 }
 
-// AppendValues implements idem.HeaderAppender: the values of the header
+// AppendValues is idem.HeaderReader's optional method: the values of the header
 // name, without copies, for Lock.Finish, which needs them only until the
 // store has copied them, while fasthttp's buffers are still the handler's
 // response.

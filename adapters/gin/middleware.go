@@ -62,22 +62,13 @@ func Middleware(e *idem.Engine, opts ...Option) gin.HandlerFunc {
 	}
 }
 
-// locked is what serveLocked needs per request, in one allocation.
-type locked struct {
-	captureWriter
-	body idem.BodyReader
-}
-
 func serveLocked(c *gin.Context, d idem.Decision) {
 	lock, ctx, orig := d.Lock, c.Request.Context(), c.Writer
-	x := &locked{captureWriter: captureWriter{ResponseWriter: orig}}
+	x := &captureWriter{ResponseWriter: orig} // one allocation for the writer and the body
 	x.capture.Reset(orig, lock)
 	x.capture.HeaderSentWithBody()
-	if d.Body != nil {
-		x.body.Reset(d.Body)
-		c.Request.Body = &x.body
-	}
-	c.Writer = &x.captureWriter
+	x.capture.SetRequestBody(c.Request, d.Body)
+	c.Writer = x
 	req := c.Request
 	c.Request = req.WithContext(lock.Context())
 	defer lock.AbandonOnPanic(ctx)

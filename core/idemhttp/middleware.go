@@ -73,21 +73,12 @@ func unrouted(mux *http.ServeMux, r *http.Request) bool {
 	return pattern == ""
 }
 
-// locked is what serveLocked needs per request, in one allocation.
-type locked struct {
-	idem.ResponseCapture
-	body idem.BodyReader
-}
-
 func serveLocked(w http.ResponseWriter, r *http.Request, next http.Handler, d idem.Decision) {
-	x := new(locked)
-	x.Reset(w, d.Lock)
-	if d.Body != nil {
-		x.body.Reset(d.Body)
-		r.Body = &x.body
-	}
+	c := new(idem.ResponseCapture) // one allocation for the writer and the body
+	c.Reset(w, d.Lock)
+	c.SetRequestBody(r, d.Body)
 	ctx := r.Context()
 	defer d.Lock.AbandonOnPanic(ctx)
-	next.ServeHTTP(&x.ResponseCapture, r.WithContext(d.Lock.Context()))
-	x.End(ctx, x.Status())
+	next.ServeHTTP(c, r.WithContext(d.Lock.Context()))
+	c.End(ctx, c.Status())
 }

@@ -48,7 +48,7 @@ type neverTakesOver struct{ *memstore.Store }
 
 func (s neverTakesOver) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
 	if rec, err := s.Get(ctx, a.ID); err == nil && rec.State == idem.InFlight && !rec.Expired(a.Now) {
-		return rec, idem.Existing, nil
+		return rec, idem.AcquireExisting, nil
 	}
 	return s.Store.Acquire(ctx, a)
 }

@@ -326,7 +326,7 @@ type respWriter struct {
 	cut      int    // the connection breaks after this many body bytes (-1: never)
 	broken   bool   // a write failed: the connection was reset
 	gone     bool   // the client hung up
-	aborted  bool   // the server withheld the response (idem.AbortResponse) or panicked
+	aborted  bool   // the server withheld the response (the Engine's abortResponse) or panicked
 	flushed  bool
 	hijacked bool
 	raw      []byte // what was written to the hijacked connection
@@ -421,7 +421,7 @@ func (rw *respWriter) overConn() result {
 	return result{resp: &response{status: hr.StatusCode, header: hr.Header, body: body, hijacked: true}}
 }
 
-// SetWriteDeadline lets idem.AbortResponse withhold the response, as a
+// SetWriteDeadline lets the Engine withhold the response, as a
 // deadline in the past does on a real connection.
 func (rw *respWriter) SetWriteDeadline(time.Time) error {
 	rw.aborted = true

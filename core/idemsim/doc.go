@@ -36,7 +36,7 @@
 // wait for a context or a response). Time is virtual: the Engines' clock
 // (idem.Config.Clock) reads it, their timers fire as procs when it reaches
 // them, and their renewal goroutines start as procs (the clock is an
-// idem.Spawner). It moves only when no proc is ready, so a simulated day
+// its Go method, see idem.Clock). It moves only when no proc is ready, so a simulated day
 // takes milliseconds and nothing depends on the host's speed. A store call
 // reaches the store in one step, at one instant of virtual time: a real
 // database answers the same sequence of calls the same way, so one seed
@@ -94,7 +94,7 @@
 // are the same is decided by decoding them (JSON with encoding/json's
 // tokenizer, in member order, compared by the policy's rule; forms part
 // by part), not by idem.DefaultFingerprint; what is stored by the
-// policy's table, not by idem.Storable; when a record expires by the
+// policy's table, not by the Engine's own; when a record expires by the
 // contract's rule, not by idem.Record.Expired. A replay is recognised by
 // evidence, not by its Idempotent-Replayed header: no handler ran for the
 // request (the model counts every run), and the response names the run

@@ -69,7 +69,7 @@ func (m *model) checkAnswer(att *attempt, res result) {
 // origin is the attempt that acquired the record the Engine found for
 // att, if the store answered its Acquire with one.
 func (m *model) origin(att *attempt) *attempt {
-	if att.acquired == nil || att.acquired.out != idem.Existing {
+	if att.acquired == nil || att.acquired.out != idem.AcquireExisting {
 		return nil
 	}
 	if t := m.tokens[att.acquired.rec.Token]; t != nil {

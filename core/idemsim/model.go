@@ -269,24 +269,24 @@ func (m *model) observeAcquire(n *node, a idem.Acquire, rec idem.Record, out ide
 		return
 	}
 	s := m.sh(a.ID)
-	want := idem.Existing
+	want := idem.AcquireExisting
 	switch {
 	case s.rec.State == 0 || expiredAt(s.rec, a.Now):
-		want = idem.Created
+		want = idem.AcquireCreated
 	case s.rec.State == idem.InFlight && leaseOver(s.rec, a.Now) && s.rec.Fingerprint == a.Fingerprint:
-		want = idem.TookOver
+		want = idem.AcquireTookOver
 	}
 	tok := m.label(a.Token)
 	m.w.tracef("acquire %s %s → %s", idName(a.ID), tok, out)
 	if out != want {
 		m.contractf("Acquire of %s by %s returned %s; the record (%s) calls for %s", idName(a.ID), tok, out, m.describe(s.rec), want)
 	}
-	if out == idem.TookOver {
+	if out == idem.AcquireTookOver {
 		m.checkTakeover(a, s.rec)
 	}
 	switch out {
-	case idem.Created, idem.TookOver:
-		if out == idem.Created {
+	case idem.AcquireCreated, idem.AcquireTookOver:
+		if out == idem.AcquireCreated {
 			s.life++
 			s.commits = 0
 		}
@@ -295,8 +295,8 @@ func (m *model) observeAcquire(n *node, a idem.Acquire, rec idem.Record, out ide
 		if err := sameRecord(rec, s.rec); err != nil {
 			m.contractf("Acquire of %s by %s (%s) returned a record that differs from what it wrote: %v", idName(a.ID), tok, out, err)
 		}
-	case idem.Existing:
-		if want == idem.Existing {
+	case idem.AcquireExisting:
+		if want == idem.AcquireExisting {
 			if err := sameRecord(rec, s.rec); err != nil {
 				m.contractf("Acquire of %s returned the existing record, but not as it is: %v", idName(a.ID), err)
 			}

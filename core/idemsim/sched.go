@@ -310,7 +310,7 @@ func (h *timerHeap) Pop() any {
 }
 
 // clock is an engine process's idem.Clock: the scheduler's virtual time,
-// timers that fire as procs of that process, and the idem.Spawner
+// timers that fire as procs of that process, and the idem.Clock Go method
 // capability, so that the Engine's renewal goroutines are procs too.
 type clock struct {
 	s *sched
@@ -318,8 +318,7 @@ type clock struct {
 }
 
 var (
-	_ idem.Clock   = clock{}
-	_ idem.Spawner = clock{}
+	_ idem.Clock = clock{}
 )
 
 // Now implements idem.Clock: virtual time, off by the process's skew.
@@ -328,5 +327,5 @@ func (c clock) Now() time.Time { return c.s.now.Add(c.n.skew) }
 // AfterFunc implements idem.Clock.
 func (c clock) AfterFunc(d time.Duration, f func()) idem.Timer { return c.s.afterFunc(c.n, d, f) }
 
-// Go implements idem.Spawner.
+// Go is idem.Clock's optional method: the proc runs when the scheduler picks it.
 func (c clock) Go(f func()) { c.s.spawn(c.n, c.n.name()+" renewal", f) }

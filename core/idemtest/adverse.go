@@ -55,7 +55,7 @@ var adverseCases = []httpCase{
 			done := make(chan *result, 1)
 			go func() { done <- e.send(call{key: "k-lost", path: "/ctx", body: `{}`}) }()
 			waitEntered(t, e)
-			e.clock.Advance(idem.DefaultLease)
+			e.clock.Advance(e.lease)
 			r := recv(t, done, "the handler's answer")
 			if r.err != nil || r.status != 503 || !strings.Contains(string(r.body), idem.ErrLeaseLost.Error()) {
 				t.Fatalf("handler answered %d %q (%v), want its context cancelled with ErrLeaseLost", r.status, r.body, r.err)

@@ -31,7 +31,7 @@ func bigBody(n int64, size int) []byte {
 //
 // The evidence that a reset met the response while it was being written
 // has to be gathered below idemkit's capture, which tells the handler
-// every write succeeded (Delivery: the handler writes on, so that its
+// every write succeeded (the capture: the handler writes on, so that its
 // response is stored whole). So the handler looks at the server's own
 // writer, the one at the bottom of the Unwrap chain. Where that is
 // net/http's (HTTP/1.1 or HTTP/2), whose server writes the response to the

@@ -11,7 +11,7 @@ import (
 // Clock is a manual idem.Clock for tests of leases, renewals and expiry:
 // give it to idem.Config.Clock and move it with Advance instead of
 // sleeping. Its timers fire, in order, only as Advance reaches them, in
-// the goroutine that calls Advance. It is also an idem.Spawner: the
+// the goroutine that calls Advance. It is also an idem.Clock: the
 // goroutines an Engine starts (its renewal calls) run in Advance too, one
 // after another, once the timer that started them has returned. So an
 // Advance returns only when every renewal it made due has reached the store
@@ -27,8 +27,8 @@ type Clock struct {
 func NewClock(start time.Time) *Clock { return &Clock{now: start} }
 
 var (
-	_ idem.Clock   = (*Clock)(nil)
-	_ idem.Spawner = (*Clock)(nil)
+	_ idem.Clock                = (*Clock)(nil)
+	_ interface{ Go(f func()) } = (*Clock)(nil) // the Engine starts its renewals through it
 )
 
 // Now returns the clock's time.
@@ -48,7 +48,7 @@ func (c *Clock) AfterFunc(d time.Duration, f func()) idem.Timer {
 	return t
 }
 
-// Go implements idem.Spawner: f runs in the Advance under way once the
+// Go implements idem.Clock: f runs in the Advance under way once the
 // timer that called Go has returned, or in the next Advance.
 func (c *Clock) Go(f func()) {
 	c.mu.Lock()
@@ -116,3 +116,13 @@ func (t *clockTimer) Stop() bool {
 	t.c.timers = slices.DeleteFunc(t.c.timers, func(x *clockTimer) bool { return x == t })
 	return len(t.c.timers) < n
 }
+
+// ClockOf returns an idem.Clock that reads the time from now and keeps the
+// system's timers: for a test that shifts or freezes the time records get
+// while leases and deadlines run in real time.
+func ClockOf(now func() time.Time) idem.Clock { return nowClock(now) }
+
+type nowClock func() time.Time
+
+func (c nowClock) Now() time.Time                               { return c() }
+func (nowClock) AfterFunc(d time.Duration, f func()) idem.Timer { return time.AfterFunc(d, f) }

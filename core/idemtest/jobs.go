@@ -173,7 +173,7 @@ var jobCases = []struct {
 		if _, err := j.e.Do(ctx, settle("evt_1"), j.job); err != nil {
 			t.Fatal(err)
 		}
-		j.clock.Advance(idem.DefaultTTL)
+		j.clock.Advance(j.e.Config().TTL)
 		if got, err := j.e.Do(ctx, settle("evt_1"), j.job); err != nil || string(got) != "result 2" {
 			t.Fatalf("delivery after the record expired: %q, %v; want a new run", got, err)
 		}

@@ -129,6 +129,7 @@ type env struct {
 	app    *app
 	clock  *Clock
 	store  idem.Store // the Engine's, as the case configured it
+	lease  time.Duration
 	client *http.Client
 }
 
@@ -154,7 +155,8 @@ func newEnv(t *testing.T, mount Mount, configure func(*idem.Config)) *env {
 	}
 	a := newApp()
 	t.Cleanup(a.releaseSlow)
-	url := mount(t, idem.New(cfg), a)
+	engine := idem.New(cfg)
+	url := mount(t, engine, a)
 	transport := &http.Transport{MaxIdleConnsPerHost: 64}
 	// Cleanups run last in, first out: the client lets go of its idle
 	// connections before the server shuts down, so no server waits for them.
@@ -164,6 +166,7 @@ func newEnv(t *testing.T, mount Mount, configure func(*idem.Config)) *env {
 		app:   a,
 		clock: clock,
 		store: cfg.Store,
+		lease: engine.Config().Lease,
 		client: &http.Client{
 			Transport: transport,
 			// Every request a case sends ends long before this: a broken
@@ -710,7 +713,7 @@ var httpCases = []httpCase{
 		done := make(chan *result, 1)
 		go func() { done <- e.send(call{key: "k1", path: "/slow", body: `{}`}) }()
 		waitEntered(t, e)
-		e.clock.Advance(idem.DefaultLease + time.Second)
+		e.clock.Advance(e.lease + time.Second)
 		second := make(chan *result, 1)
 		go func() { second <- e.send(call{key: "k1", path: "/slow", body: `{}`}) }()
 		waitEntered(t, e)

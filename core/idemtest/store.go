@@ -321,17 +321,17 @@ func checkExpiredCompleted(ctx context.Context, s idem.Store) error {
 // now is live now, not taken for one in the past.
 func checkExpiresFarAhead(ctx context.Context, s idem.Store) error {
 	id, held := idem.ID{Key: "k-forever"}, idem.ID{Key: "k-long-lease"}
-	a := idem.Acquire{ID: id, Fingerprint: fpA, Token: "tok-1", Now: t0, LeaseUntil: t0.Add(idem.MaxLease), ExpiresAt: t0.Add(idem.MaxTTL)}
+	a := idem.Acquire{ID: id, Fingerprint: fpA, Token: "tok-1", Now: t0, LeaseUntil: t0.Add(idem.MaxDuration), ExpiresAt: t0.Add(idem.MaxDuration)}
 	if _, err := acquire(ctx, s, a, idem.AcquireCreated); err != nil {
 		return err
 	}
-	if err := s.Complete(ctx, id, "tok-1", idem.Completion{Response: sampleResponse(), CompletedAt: t0, ExpiresAt: t0.Add(idem.MaxTTL)}); err != nil {
+	if err := s.Complete(ctx, id, "tok-1", idem.Completion{Response: sampleResponse(), CompletedAt: t0, ExpiresAt: t0.Add(idem.MaxDuration)}); err != nil {
 		return fmt.Errorf("Complete: %w", err)
 	}
 	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(time.Hour)), idem.AcquireExisting); err != nil {
 		return fmt.Errorf("a record expiring MaxTTL ahead, an hour later: %w", err)
 	}
-	h := idem.Acquire{ID: held, Fingerprint: fpA, Token: "tok-3", Now: t0, LeaseUntil: t0.Add(idem.MaxLease), ExpiresAt: t0.Add(idem.MaxTTL)}
+	h := idem.Acquire{ID: held, Fingerprint: fpA, Token: "tok-3", Now: t0, LeaseUntil: t0.Add(idem.MaxDuration), ExpiresAt: t0.Add(idem.MaxDuration)}
 	if _, err := acquire(ctx, s, h, idem.AcquireCreated); err != nil {
 		return err
 	}

@@ -56,7 +56,7 @@ func churn(t *testing.T, s *Store, seed uint64, keys, ops, check int) {
 			switch {
 			case err != nil:
 				t.Fatalf("step %d: Acquire: %v", i, err)
-			case held && outcome != idem.Existing, !held && outcome != idem.Created:
+			case held && outcome != idem.AcquireExisting, !held && outcome != idem.AcquireCreated:
 				t.Fatalf("step %d: Acquire %v of a key held=%v", i, outcome, held)
 			case !held:
 				model[id] = modelRecord{token: token, expires: now.Add(time.Hour)}

@@ -41,7 +41,7 @@ func BenchmarkAcquireComplete(b *testing.B) {
 		}
 		id := idem.ID{Scope: "acct", Key: keys[i%1024]}
 		a := idem.Acquire{ID: id, Token: "t", Now: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}
-		if _, outcome, err := s.Acquire(ctx, a); err != nil || outcome != idem.Created {
+		if _, outcome, err := s.Acquire(ctx, a); err != nil || outcome != idem.AcquireCreated {
 			b.Fatal(outcome, err)
 		}
 		if err := s.Complete(ctx, id, "t", idem.Completion{Response: benchResponse, CompletedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
@@ -66,7 +66,7 @@ func BenchmarkAcquireExisting(b *testing.B) {
 	}
 	b.ReportAllocs()
 	for b.Loop() {
-		if rec, outcome, err := s.Acquire(ctx, a); err != nil || outcome != idem.Existing || rec.Response.Status != 201 {
+		if rec, outcome, err := s.Acquire(ctx, a); err != nil || outcome != idem.AcquireExisting || rec.Response.Status != 201 {
 			b.Fatal(outcome, err)
 		}
 	}

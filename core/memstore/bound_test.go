@@ -100,7 +100,7 @@ func TestOneTenantCannotFillTheStore(t *testing.T) {
 	}
 	for i := range 100 {
 		id := idem.ID{Scope: fmt.Sprint("tenant-", i), Key: "k-0"}
-		if _, outcome, err := acquireAt(s, id, "t", at); err != nil || outcome != idem.Created {
+		if _, outcome, err := acquireAt(s, id, "t", at); err != nil || outcome != idem.AcquireCreated {
 			t.Fatalf("tenant %d after another filled its share: %v, %v", i, outcome, err)
 		}
 	}
@@ -258,11 +258,11 @@ func TestCountsStayExact(t *testing.T) {
 		return rec.Token
 	}
 	for _, k := range []string{"1", "2", "3"} {
-		acquire("a", k, at, time.Minute, idem.Created)
+		acquire("a", k, at, time.Minute, idem.AcquireCreated)
 	}
-	acquire("b", "1", at, time.Minute, idem.Created)
-	acquire("", "1", at, time.Hour, idem.Created)
-	acquire("a", "1", at, time.Minute, idem.Existing)
+	acquire("b", "1", at, time.Minute, idem.AcquireCreated)
+	acquire("", "1", at, time.Hour, idem.AcquireCreated)
+	acquire("a", "1", at, time.Minute, idem.AcquireExisting)
 	checkCounts(t, s, "acquired", map[string]int{"a": 3, "b": 1, "": 1})
 
 	if err := s.Complete(ctx, idem.ID{Scope: "a", Key: "1"}, token("a", "1"), idem.Completion{
@@ -280,8 +280,8 @@ func TestCountsStayExact(t *testing.T) {
 	}
 	checkCounts(t, s, "completed, released, renewed", map[string]int{"a": 2, "b": 1, "": 1})
 
-	acquire("b", "1", at.Add(2*time.Second), time.Minute, idem.TookOver)
-	acquire("a", "1", at.Add(2*time.Minute), time.Minute, idem.Created) // expired, replaced
+	acquire("b", "1", at.Add(2*time.Second), time.Minute, idem.AcquireTookOver)
+	acquire("a", "1", at.Add(2*time.Minute), time.Minute, idem.AcquireCreated) // expired, replaced
 	checkCounts(t, s, "taken over, replaced", map[string]int{"a": 2, "b": 1, "": 1})
 
 	// At +30 min, b/1 (expired at +62 s) goes; a/1 (expires at +3 min)
@@ -297,7 +297,7 @@ func TestCountsStayExact(t *testing.T) {
 		t.Fatalf("scope c got %d records", got)
 	}
 	checkCounts(t, s, "c filled", map[string]int{"a": 1, "c": 10, "": 1})
-	acquire("c", "new", at.Add(40*time.Minute), time.Minute, idem.Created)
+	acquire("c", "new", at.Add(40*time.Minute), time.Minute, idem.AcquireCreated)
 	checkCounts(t, s, "swept for room", map[string]int{"a": 1, "c": 1, "": 1})
 }
 

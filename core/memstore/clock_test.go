@@ -14,6 +14,7 @@ import (
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemhttp"
+	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
@@ -54,13 +55,13 @@ func TestLeasesFollowTheMonotonicClock(t *testing.T) {
 	t0 := time.Now()
 
 	running := idem.ID{Scope: "acct", Key: "running"}
-	if _, outcome, err := acquire(running, "first", t0); err != nil || outcome != idem.Created {
+	if _, outcome, err := acquire(running, "first", t0); err != nil || outcome != idem.AcquireCreated {
 		t.Fatal(outcome, err)
 	}
 	// 10 ms later by the monotonic clock, the wall clock jumps an hour ahead.
 	later := stepped(t, t0.Add(10*time.Millisecond), time.Hour)
 	rec, outcome, err := acquire(running, "retry", later)
-	if err != nil || outcome != idem.Existing || rec.Token != "first" {
+	if err != nil || outcome != idem.AcquireExisting || rec.Token != "first" {
 		t.Fatalf("retry 10 ms into a 30 s lease, after a +1 h wall-clock step: %v (token %q), %v; want existing, first",
 			outcome, rec.Token, err)
 	}
@@ -79,13 +80,13 @@ func TestLeasesFollowTheMonotonicClock(t *testing.T) {
 	}
 
 	lapsed := idem.ID{Scope: "acct", Key: "lapsed"}
-	if _, outcome, err := acquire(lapsed, "first", t0); err != nil || outcome != idem.Created {
+	if _, outcome, err := acquire(lapsed, "first", t0); err != nil || outcome != idem.AcquireCreated {
 		t.Fatal(outcome, err)
 	}
 	// 31 s later by the monotonic clock, the wall clock has been set back an
 	// hour: the lease has run out all the same.
 	rec, outcome, err = acquire(lapsed, "retry", stepped(t, t0.Add(lease+time.Second), -time.Hour))
-	if err != nil || outcome != idem.TookOver || rec.Token != "retry" {
+	if err != nil || outcome != idem.AcquireTookOver || rec.Token != "retry" {
 		t.Fatalf("retry 31 s into a 30 s lease, after a -1 h wall-clock step: %v (token %q), %v; want took-over, retry",
 			outcome, rec.Token, err)
 	}
@@ -108,9 +109,9 @@ func TestPurgerNeverAheadOfTheEngine(t *testing.T) {
 		passes.Add(1)
 		return stepped(t, time.Now(), step)
 	}
-	s := memstore.New(memstore.WithPurgeInterval(time.Millisecond), memstore.WithClock(purgerNow))
+	s := memstore.New(memstore.WithPurgeInterval(time.Millisecond), memstore.WithClock(idemtest.ClockOf(purgerNow)))
 	defer s.Close()
-	engine := idem.New(idem.Config{Store: s, Now: engineNow, TTL: time.Hour, Logger: slog.New(slog.DiscardHandler)})
+	engine := idem.New(idem.Config{Store: s, Clock: idemtest.ClockOf(engineNow), TTL: time.Hour, Logger: slog.New(slog.DiscardHandler)})
 	var runs sync.Map // key -> *atomic.Int32
 	release := make(chan struct{})
 	srv := httptest.NewServer(idemhttp.Middleware(engine)(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -157,10 +157,10 @@ func TestCountsUnderConcurrentChurn(t *testing.T) {
 					var outcome idem.AcquireOutcome
 					_, outcome, err = s.Acquire(ctx, idem.Acquire{ID: id, Token: token, Now: now,
 						LeaseUntil: now.Add(50 * time.Millisecond), ExpiresAt: now.Add(500 * time.Millisecond)})
-					if err == nil && outcome != idem.Existing {
+					if err == nil && outcome != idem.AcquireExisting {
 						held[id] = token
 					}
-					if outcome == idem.TookOver {
+					if outcome == idem.AcquireTookOver {
 						tookOver.Add(1)
 					}
 				case op < 7:

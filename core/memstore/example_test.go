@@ -5,11 +5,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemhttp"
+	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
@@ -87,18 +87,16 @@ func ExampleWithMaxRecordsPerScope() {
 // With the Engine and the store on one hand-moved clock, a completed key
 // is replayed for the TTL (24 h by default) and is a new key after it.
 func ExampleWithClock() {
-	start := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	var elapsed atomic.Int64 // read by the Engine's and the store's goroutines too
-	clock := func() time.Time { return start.Add(time.Duration(elapsed.Load())) }
+	clock := idemtest.NewClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
 	store := memstore.New(memstore.WithClock(clock))
 	defer store.Close()
-	engine := idem.New(idem.Config{Store: store, Now: clock})
+	engine := idem.New(idem.Config{Store: store, Clock: clock})
 	h := idemhttp.Middleware(engine)(charge())
 
 	post(h, "", `"c-1"`)
-	elapsed.Add(int64(23 * time.Hour))
+	clock.Advance(23 * time.Hour)
 	post(h, "", `"c-1"`)
-	elapsed.Add(int64(2 * time.Hour))
+	clock.Advance(2 * time.Hour)
 	post(h, "", `"c-1"`)
 	// Output:
 	// "c-1": 201

@@ -51,6 +51,7 @@ import (
 	"unsafe"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/purge"
 )
 
 const shardCount = 64
@@ -67,9 +68,8 @@ type Store struct {
 	// at New so that it carries a monotonic reading.
 	base time.Time
 
-	now       func() time.Time
-	batch     int
-	stop      chan struct{}
+	purge     purge.Options
+	stop      context.CancelFunc
 	done      chan struct{}
 	closeOnce sync.Once
 }
@@ -181,10 +181,8 @@ func (*Store) Local() {}
 // WithPurgeInterval(0)).
 func New(opts ...Option) *Store {
 	o := options{
-		maxRecords:    DefaultMaxRecords,
-		purgeInterval: DefaultPurgeInterval,
-		purgeBatch:    DefaultPurgeBatch,
-		now:           time.Now,
+		maxRecords: DefaultMaxRecords,
+		purge:      purge.Defaults(DefaultPurgeInterval, DefaultPurgeBatch),
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -193,9 +191,7 @@ func New(opts ...Option) *Store {
 		seed:    maphash.MakeSeed(),
 		tagMask: math.MaxUint32,
 		base:    time.Now(),
-		now:     o.now,
-		batch:   o.purgeBatch,
-		stop:    make(chan struct{}),
+		purge:   o.purge,
 		done:    make(chan struct{}),
 	}
 	s.maxRecords = int64(o.maxRecords)
@@ -209,8 +205,13 @@ func New(opts ...Option) *Store {
 		s.shards[i].flights = make(map[idem.ID]flight)
 		s.scopes[i].index = make(map[string]uint32)
 	}
-	if o.purgeInterval > 0 {
-		go s.purgeLoop(o.purgeInterval)
+	ctx, stop := context.WithCancel(context.Background())
+	s.stop = stop
+	if s.purge.Interval > 0 {
+		go func() {
+			defer close(s.done)
+			s.purge.Run(ctx, s.purgeExpired)
+		}()
 	} else {
 		close(s.done)
 	}
@@ -219,53 +220,20 @@ func New(opts ...Option) *Store {
 
 // Close stops the purger and waits for it to exit. The Store stays usable.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() { close(s.stop) })
+	s.closeOnce.Do(s.stop)
 	<-s.done
 	return nil
 }
 
-func (s *Store) purgeLoop(every time.Duration) {
-	defer close(s.done)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
+// purgeExpired deletes what has expired, batch by batch: the shard locks
+// are released between batches, so requests are never held up for a whole
+// sweep.
+func (s *Store) purgeExpired(ctx context.Context) {
+	for ctx.Err() == nil {
+		if n, _ := s.Purge(ctx, s.purge.Now(s.base), s.purge.Batch); n < s.purge.Batch {
 			return
-		case <-t.C:
-			// Batches release the shard locks between them, so requests
-			// are never held up for a whole sweep.
-			for {
-				n, _ := s.Purge(context.Background(), s.purgeTime(), s.batch)
-				if n < s.batch {
-					break
-				}
-				select {
-				case <-s.stop:
-					return
-				default:
-				}
-			}
 		}
 	}
-}
-
-// purgeTime is the purger's clock reading, by whichever of its wall and
-// monotonic readings is the earlier. Records are reckoned by the Engine's
-// times, on the monotonic clock if they carry a reading of it, on the wall
-// clock if not (Config.Now returning time.Now().UTC(), say), and the
-// purger's clock need not be alike: time.Now, its default, carries one.
-// After a step of the wall clock the two readings disagree, and by the
-// later one the purger would delete records early, a completed record
-// before its retry came, an in-flight one under its running handler. By
-// the earlier one it may delete late, which only holds their memory a
-// while longer (a store that is full sweeps by the time of the request).
-func (s *Store) purgeTime() time.Time {
-	now := s.now()
-	if wall := now.Round(0); s.offset(wall) < s.offset(now) {
-		return wall
-	}
-	return now
 }
 
 func (s *Store) shard(id idem.ID) *shard {
@@ -306,22 +274,22 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 func (s *Store) acquire(sh *shard, a idem.Acquire, d *digest, tag uint32, now int64) (rec idem.Record, outcome idem.AcquireOutcome, ok bool) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	outcome = idem.Created
+	outcome = idem.AcquireCreated
 	f, found := sh.flights[a.ID]
 	switch {
 	case found && now >= f.expiry():
 		// Replaced in place: the record was counted when it was added.
 	case found && now >= f.leaseUntil && f.fp == a.Fingerprint:
-		outcome = idem.TookOver
+		outcome = idem.AcquireTookOver
 	case found:
-		return s.flightRecord(a.ID, &f), idem.Existing, true
+		return s.flightRecord(a.ID, &f), idem.AcquireExisting, true
 	default:
 		slot, loc, done := sh.find(tag, d)
 		switch {
 		case done:
 			c := unpackRecord(sh.arena.record(loc))
 			if now < c.expiresAt {
-				return s.completedRecord(a.ID, &c), idem.Existing, true
+				return s.completedRecord(a.ID, &c), idem.AcquireExisting, true
 			}
 			// Replaced: the new record takes the expired one's count.
 			f.scope = c.scope

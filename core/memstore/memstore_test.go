@@ -54,7 +54,7 @@ func TestPurgerRunsAndStops(t *testing.T) {
 	before := runtime.NumGoroutine()
 	now := time.Unix(2_000_000, 0)
 	clock := func() time.Time { return now.Add(48 * time.Hour) }
-	s := memstore.New(memstore.WithPurgeInterval(5*time.Millisecond), memstore.WithClock(clock), memstore.WithPurgeBatch(3))
+	s := memstore.New(memstore.WithPurgeInterval(5*time.Millisecond), memstore.WithClock(idemtest.ClockOf(clock)), memstore.WithPurgeBatch(3))
 	ctx := context.Background()
 	for i := range 20 {
 		id := idem.ID{Key: fmt.Sprint(i)}

@@ -1,6 +1,11 @@
 package memstore
 
-import "time"
+import (
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/purge"
+)
 
 // Defaults of the options.
 const (
@@ -23,11 +28,9 @@ const defaultScopeShare = 10
 type Option func(*options)
 
 type options struct {
-	maxRecords    int
-	maxPerScope   int
-	purgeInterval time.Duration
-	purgeBatch    int
-	now           func() time.Time
+	maxRecords  int
+	maxPerScope int
+	purge       purge.Options
 }
 
 // WithMaxRecords bounds the number of records the whole store holds
@@ -66,28 +69,15 @@ func WithMaxRecordsPerScope(n int) Option {
 	}
 }
 
-// WithPurgeInterval sets how often the background purger runs (default one
-// minute); 0 disables it, leaving purging to explicit Purge calls and to
-// the sweeps a full store makes.
-func WithPurgeInterval(d time.Duration) Option {
-	return func(o *options) { o.purgeInterval = max(d, 0) }
-}
+// WithPurgeInterval sets how often the background purger runs (default
+// DefaultPurgeInterval); 0 disables it, leaving purging to explicit Purge
+// calls and to the sweeps a full store makes.
+func WithPurgeInterval(d time.Duration) Option { return func(o *options) { o.purge.SetInterval(d) } }
 
-// WithPurgeBatch sets how many records one purge batch deletes (default 1000).
-func WithPurgeBatch(n int) Option {
-	return func(o *options) {
-		if n > 0 {
-			o.purgeBatch = n
-		}
-	}
-}
+// WithPurgeBatch sets the most records one purge batch deletes (default
+// DefaultPurgeBatch).
+func WithPurgeBatch(n int) Option { return func(o *options) { o.purge.SetBatch(n) } }
 
-// WithClock sets the clock the background purger uses to decide what has
-// expired (default time.Now). Give it the Engine's clock.
-func WithClock(now func() time.Time) Option {
-	return func(o *options) {
-		if now != nil {
-			o.now = now
-		}
-	}
-}
+// WithClock sets the clock by which the background purger decides what has
+// expired (default the system clock). Give it the Engine's Clock.
+func WithClock(c idem.Clock) Option { return func(o *options) { o.purge.SetClock(c) } }

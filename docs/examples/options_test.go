@@ -262,15 +262,17 @@ func TestOptionsReferenceMatchesTheCode(t *testing.T) {
 func TestOptionsReferenceDefaults(t *testing.T) {
 	tables := optionTables(t)
 	redisPrefix := stringConst(t, "stores/redis", "DefaultPrefix")
+	// The Engine's defaults, as New fills them in.
+	def := idem.New(idem.Config{Store: memstore.New(memstore.WithPurgeInterval(0))}).Config()
 	checks := map[string]map[string]string{
 		"fields: core Config": {
-			"HeaderName":      "`" + idem.DefaultHeaderName + "`",
-			"TTL":             human(idem.DefaultTTL),
-			"Lease":           human(idem.DefaultLease),
-			"RetryAfter":      human(idem.DefaultRetryAfter),
-			"StoreTimeout":    human(idem.DefaultStoreTimeout),
-			"MaxRequestBody":  mib(idem.DefaultMaxRequestBody),
-			"MaxResponseBody": mib(idem.DefaultMaxResponseBody),
+			"HeaderName":      "`" + def.HeaderName + "`",
+			"TTL":             human(def.TTL),
+			"Lease":           human(def.Lease),
+			"RetryAfter":      human(def.RetryAfter),
+			"StoreTimeout":    human(def.StoreTimeout),
+			"MaxRequestBody":  mib(int(def.MaxRequestBody)),
+			"MaxResponseBody": mib(def.MaxResponseBody),
 		},
 		"fields: core/idemclient Config": {
 			"HeaderName":  "`" + idem.DefaultHeaderName + "`",
@@ -288,6 +290,7 @@ func TestOptionsReferenceDefaults(t *testing.T) {
 			"WithTable":         "`" + gormstore.DefaultTable + "`",
 			"WithPurgeInterval": human(gormstore.DefaultPurgeInterval),
 			"WithPurgeBatch":    strconv.Itoa(gormstore.DefaultPurgeBatch),
+			"WithCloseTimeout":  human(gormstore.DefaultCloseTimeout),
 		},
 		"options: stores/redis": {
 			"WithPrefix": "`" + redisPrefix + "`",

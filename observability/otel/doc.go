@@ -27,7 +27,7 @@
 // key-missing, key-invalid, too-large, body-unreadable, store-error,
 // stored, not-stored, lease-lost, renew-error, store-full, client-gone); reason is set
 // on not-stored only (status, too-large, streamed, panic, lock-lost,
-// store-error, incomplete, timeout-inside).
+// store-error, incomplete, timeout-inside, failed).
 //
 // The route attribute is off by default: an event's route is the raw
 // request path, and paths holding ids would create one time series per

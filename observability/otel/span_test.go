@@ -115,7 +115,7 @@ func TestSpanEvents(t *testing.T) {
 				req := idem.Request{Method: "POST", Path: "/v1/charges", KeyLines: []string{key},
 					ContentType: "application/json", Body: []byte(s.body)}
 				d := engine.Begin(ctx, &req)
-				if d.Action == idem.Run {
+				if d.Action == idem.ActionRun {
 					d.Lock.Write([]byte(`{"ok":true}`))
 					if err := d.Lock.Finish(ctx, s.finish, http.Header{}); err != nil {
 						t.Fatal(err)

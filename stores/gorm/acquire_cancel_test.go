@@ -96,7 +96,7 @@ func TestAcquireWhenTheClientLeavesMidWrite(t *testing.T) {
 			}
 			if c.name == "sqlite" {
 				rec, getErr := s.Get(context.Background(), id)
-				if err != nil || outcome != idem.Created {
+				if err != nil || outcome != idem.AcquireCreated {
 					t.Fatalf("Acquire with the client gone mid-write: %v, %v; want Created", outcome, err)
 				}
 				if getErr != nil || rec.State != idem.InFlight || rec.Token != "tok" {
@@ -120,7 +120,7 @@ func TestAcquireWhenTheClientLeavesMidWrite(t *testing.T) {
 			if rec, err := s.Get(context.Background(), id); !errors.Is(err, idem.ErrNotFound) {
 				t.Fatalf("record after the abandoned Acquire: %v held by %q (%v), want none", rec.State, rec.Token, err)
 			}
-			if _, o, err := s.Acquire(context.Background(), acquireAt(id, "retry", t0)); err != nil || o != idem.Created {
+			if _, o, err := s.Acquire(context.Background(), acquireAt(id, "retry", t0)); err != nil || o != idem.AcquireCreated {
 				t.Fatalf("the retry's Acquire: %v, %v; want Created", o, err)
 			}
 		})

@@ -29,27 +29,27 @@ func TestSQLiteAcquireStatements(t *testing.T) {
 		{"new key", func() (idem.AcquireOutcome, error) {
 			_, o, err := s.Acquire(ctx, acquireAt(idem.ID{Key: "k"}, "tok-1", t0))
 			return o, err
-		}, idem.Created, "INSERT"},
+		}, idem.AcquireCreated, "INSERT"},
 		{"in flight", func() (idem.AcquireOutcome, error) {
 			_, o, err := s.Acquire(ctx, acquireAt(idem.ID{Key: "k"}, "tok-2", t0.Add(time.Second)))
 			return o, err
-		}, idem.Existing, "INSERT SELECT"},
+		}, idem.AcquireExisting, "INSERT SELECT"},
 		{"lapsed lease", func() (idem.AcquireOutcome, error) {
 			_, o, err := s.Acquire(ctx, acquireAt(idem.ID{Key: "k"}, "tok-3", t0.Add(time.Minute)))
 			return o, err
-		}, idem.TookOver, "INSERT SELECT UPDATE"},
+		}, idem.AcquireTookOver, "INSERT SELECT UPDATE"},
 		{"complete", func() (idem.AcquireOutcome, error) {
-			return idem.Existing, s.Complete(ctx, idem.ID{Key: "k"}, "tok-3", idem.Completion{
+			return idem.AcquireExisting, s.Complete(ctx, idem.ID{Key: "k"}, "tok-3", idem.Completion{
 				Response: idem.Response{Status: 201}, CompletedAt: t0.Add(time.Minute), ExpiresAt: t0.Add(time.Hour)})
-		}, idem.Existing, "UPDATE"},
+		}, idem.AcquireExisting, "UPDATE"},
 		{"replay", func() (idem.AcquireOutcome, error) {
 			_, o, err := s.Acquire(ctx, acquireAt(idem.ID{Key: "k"}, "tok-4", t0.Add(2*time.Minute)))
 			return o, err
-		}, idem.Existing, "INSERT SELECT"},
+		}, idem.AcquireExisting, "INSERT SELECT"},
 		{"expired", func() (idem.AcquireOutcome, error) {
 			_, o, err := s.Acquire(ctx, acquireAt(idem.ID{Key: "k"}, "tok-5", t0.Add(2*time.Hour)))
 			return o, err
-		}, idem.Created, "INSERT"},
+		}, idem.AcquireCreated, "INSERT"},
 	}
 	for _, st := range steps {
 		statements()
@@ -82,17 +82,17 @@ func TestSQLiteAcquireOrderFollowsTraffic(t *testing.T) {
 		}
 		return statements()
 	}
-	acquire("stormed", idem.Created)
+	acquire("stormed", idem.AcquireCreated)
 	var got []string
 	for range foundBound + 2 {
-		got = append(got, acquire("stormed", idem.Existing))
+		got = append(got, acquire("stormed", idem.AcquireExisting))
 	}
 	if got[0] != "INSERT SELECT" || got[len(got)-1] != "SELECT" {
 		t.Fatalf("retries of one key ran %q, want the upsert and a read at first, then the read alone", got)
 	}
 	got = got[:0]
 	for i := range 2*foundBound + 2 {
-		got = append(got, acquire(fmt.Sprint("new-", i), idem.Created))
+		got = append(got, acquire(fmt.Sprint("new-", i), idem.AcquireCreated))
 	}
 	if got[0] != "SELECT INSERT" || got[len(got)-1] != "INSERT" {
 		t.Fatalf("new keys after the storm ran %q, want a read and an INSERT at first, then the upsert alone", got)

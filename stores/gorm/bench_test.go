@@ -117,7 +117,7 @@ func BenchmarkAcquireComplete(b *testing.B) {
 			for b.Loop() {
 				i++
 				a := acquireAt(idem.ID{Scope: "bench", Key: fmt.Sprint("k-", i)}, "tok", now)
-				if _, o, err := s.Acquire(ctx, a); err != nil || o != idem.Created {
+				if _, o, err := s.Acquire(ctx, a); err != nil || o != idem.AcquireCreated {
 					b.Fatal(o, err)
 				}
 				c := idem.Completion{Response: benchResponse, CompletedAt: now, ExpiresAt: now.Add(time.Hour)}
@@ -183,7 +183,7 @@ func BenchmarkReplay(b *testing.B) {
 			ctx := benchCtx(b)
 			for b.Loop() {
 				rec, o, err := s.Acquire(ctx, a)
-				if err != nil || o != idem.Existing || rec.Response.Status != 201 {
+				if err != nil || o != idem.AcquireExisting || rec.Response.Status != 201 {
 					b.Fatal(o, err)
 				}
 			}

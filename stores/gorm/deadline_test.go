@@ -138,7 +138,7 @@ func TestSQLiteDeadlineBehindAnotherWriter(t *testing.T) {
 	}
 	if err := callBefore(t, "Acquire of a completed key", func() error {
 		_, o, err := s.Acquire(cctx, acquireAt(done, "tok-2", t0))
-		if err == nil && o != idem.Existing {
+		if err == nil && o != idem.AcquireExisting {
 			err = errors.New(o.String())
 		}
 		return err
@@ -157,7 +157,7 @@ func TestSQLiteDeadlineBehindAnotherWriter(t *testing.T) {
 	}
 	// And the store works again at once, every connection's busy timeout
 	// as sqlitedb set it.
-	if _, o, err := s.Acquire(ctx, acquireAt(fresh, "tok", t0)); err != nil || o != idem.Created {
+	if _, o, err := s.Acquire(ctx, acquireAt(fresh, "tok", t0)); err != nil || o != idem.AcquireCreated {
 		t.Fatalf("Acquire once the writer has gone: %v, %v", o, err)
 	}
 	if err := s.Release(ctx, fresh, "tok"); err != nil {
@@ -325,7 +325,7 @@ func TestServerAcquireDeadlineBehindALock(t *testing.T) {
 			if rec, err := s.Get(ctx, id); !errors.Is(err, idem.ErrNotFound) {
 				t.Fatalf("after the abandoned Acquire: %v held by %q (%v), want no record", rec.State, rec.Token, err)
 			}
-			if _, o, err := s.Acquire(ctx, acquireAt(id, "retry", t0)); err != nil || o != idem.Created {
+			if _, o, err := s.Acquire(ctx, acquireAt(id, "retry", t0)); err != nil || o != idem.AcquireCreated {
 				t.Fatalf("the retry's Acquire: %v, %v; want Created", o, err)
 			}
 		})

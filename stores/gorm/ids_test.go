@@ -68,7 +68,7 @@ func TestAnyScopeAndKey(t *testing.T) {
 			for i, id := range ids {
 				a := acquireAt(id, fmt.Sprint("tok-", i), t0)
 				rec, o, err := s.Acquire(ctx, a)
-				if err != nil || o != idem.Created {
+				if err != nil || o != idem.AcquireCreated {
 					t.Fatalf("Acquire(ID %d, scope of %d bytes) = %v, %v; want a new record", i, len(id.Scope), o, err)
 				}
 				if rec.ID != id {
@@ -90,13 +90,13 @@ func TestAnyScopeAndKey(t *testing.T) {
 				}
 				// A replay finds the record, and a retry of the same ID
 				// is not a new key.
-				if _, o, err := s.Acquire(ctx, acquireAt(id, "late", t0.Add(time.Minute))); err != nil || o != idem.Existing {
+				if _, o, err := s.Acquire(ctx, acquireAt(id, "late", t0.Add(time.Minute))); err != nil || o != idem.AcquireExisting {
 					t.Fatalf("Acquire(ID %d) again = %v, %v; want Existing", i, o, err)
 				}
 			}
 			// The renewal, release and purge paths find them too.
 			id := ids[0]
-			if _, o, err := s.Acquire(ctx, acquireAt(id, "tok-2h", t0.Add(2*time.Hour))); err != nil || o != idem.Created {
+			if _, o, err := s.Acquire(ctx, acquireAt(id, "tok-2h", t0.Add(2*time.Hour))); err != nil || o != idem.AcquireCreated {
 				t.Fatalf("Acquire of an expired ID = %v, %v; want Created", o, err)
 			}
 			if err := s.Renew(ctx, id, "tok-2h", t0.Add(3*time.Hour)); err != nil {

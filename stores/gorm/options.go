@@ -3,6 +3,9 @@ package gormstore
 import (
 	"log/slog"
 	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/purge"
 )
 
 // Defaults of the options.
@@ -23,12 +26,10 @@ const (
 type Option func(*options)
 
 type options struct {
-	table         string
-	purgeInterval time.Duration
-	purgeBatch    int
-	now           func() time.Time
-	logger        *slog.Logger
-	closeTimeout  time.Duration
+	table        string
+	purge        purge.Options
+	logger       *slog.Logger
+	closeTimeout time.Duration
 }
 
 // WithTable sets the table name (default DefaultTable). It may be qualified
@@ -42,31 +43,17 @@ func WithTable(name string) Option {
 // WithPurgeInterval sets how often the background purger runs (default
 // DefaultPurgeInterval); 0 disables it, leaving purging to explicit Purge
 // calls (from a cron job, say).
-func WithPurgeInterval(d time.Duration) Option {
-	return func(o *options) { o.purgeInterval = max(d, 0) }
-}
+func WithPurgeInterval(d time.Duration) Option { return func(o *options) { o.purge.SetInterval(d) } }
 
-// WithPurgeBatch sets how many records one statement of the background
-// purger deletes at most (default DefaultPurgeBatch). On SQLite the purger
-// keeps each batch to about a millisecond, so batches are often smaller.
-func WithPurgeBatch(n int) Option {
-	return func(o *options) {
-		if n > 0 {
-			o.purgeBatch = n
-		}
-	}
-}
+// WithPurgeBatch sets the most records one statement of the background
+// purger deletes (default DefaultPurgeBatch). On SQLite the purger keeps
+// each batch to about a millisecond, so batches are often smaller.
+func WithPurgeBatch(n int) Option { return func(o *options) { o.purge.SetBatch(n) } }
 
-// WithClock sets the clock the background purger uses to decide what has
-// expired (default time.Now). Give it the Engine's clock. The store's other
-// methods take every time from the Engine.
-func WithClock(now func() time.Time) Option {
-	return func(o *options) {
-		if now != nil {
-			o.now = now
-		}
-	}
-}
+// WithClock sets the clock by which the background purger decides what has
+// expired (default the system clock). Give it the Engine's Clock. The
+// store's other methods take every time from the Engine.
+func WithClock(c idem.Clock) Option { return func(o *options) { o.purge.SetClock(c) } }
 
 // WithLogger sets where the background purger reports failed purges
 // (default slog.Default()).

@@ -34,35 +34,26 @@ const (
 	checkpointRows = 256
 )
 
-// purgeLoop deletes expired records every interval, batch by batch, until
-// ctx is cancelled by Close.
-func (s *Store) purgeLoop(ctx context.Context, every time.Duration) {
+// purgeLoop purges every purge interval until Close cancels ctx.
+func (s *Store) purgeLoop(ctx context.Context) {
 	defer close(s.purgeDone)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			s.purgeExpired(ctx)
-		}
-	}
+	s.purge.Run(ctx, s.purgeExpired)
 }
 
 // purgeExpired runs batches until one deletes fewer rows than it was
 // allowed, pausing after each one (see purgeYield).
 func (s *Store) purgeExpired(ctx context.Context) {
-	p := pacer{limit: s.batch, size: s.batch}
+	batch := s.purge.Batch
+	p := pacer{limit: batch, size: batch}
 	if s.dialect == dialectSQLite {
 		p.hold = purgeHold
-		p.size = min(s.batch, firstSQLiteBatch)
+		p.size = min(batch, firstSQLiteBatch)
 	}
 	unsynced := 0 // rows deleted since the last checkpoint
 	for {
 		size := p.size
 		start := s.meter()
-		n, err := s.Purge(ctx, s.now(), size)
+		n, err := s.Purge(ctx, s.purge.Now(s.base), size)
 		if unsynced += n; err == nil && s.dialect == dialectSQLite &&
 			(unsynced >= checkpointRows || n < size && unsynced > 0) {
 			err, unsynced = s.checkpoint(ctx), 0

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemtest"
 )
 
 // insertCompleted writes n completed records expiring at expires, in
@@ -119,7 +120,7 @@ func TestPurger(t *testing.T) {
 	before := purgers()
 	clock := new(fakeClock)
 	clock.Advance(time.Duration(t0.Add(time.Minute).UnixNano()))
-	s := newStore(t, openSQLite(t), WithPurgeInterval(5*time.Millisecond), WithPurgeBatch(7), WithClock(clock.Now))
+	s := newStore(t, openSQLite(t), WithPurgeInterval(5*time.Millisecond), WithPurgeBatch(7), WithClock(idemtest.ClockOf(clock.Now)))
 	insertCompleted(t, s, "old", 30, t0)
 	insertCompleted(t, s, "new", 3, t0.Add(time.Hour))
 	waitPurgers(t, before+1)
@@ -189,7 +190,7 @@ func TestPurgerYieldsBetweenBatches(t *testing.T) {
 	const took = 2 * time.Millisecond
 	clock := new(fakeClock)
 	clock.Advance(time.Duration(t0.Add(time.Minute).UnixNano()))
-	s := newStore(t, openSQLite(t), WithPurgeBatch(batch), WithClock(clock.Now))
+	s := newStore(t, openSQLite(t), WithPurgeBatch(batch), WithClock(idemtest.ClockOf(clock.Now)))
 	insertCompleted(t, s, "old", expired, t0)
 	insertCompleted(t, s, "new", live, t0.Add(time.Hour))
 	var (

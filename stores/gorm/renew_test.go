@@ -21,7 +21,7 @@ func TestRenewBatch(t *testing.T) {
 			later := t0.Add(time.Minute)
 			acquire := func(id idem.ID, token string, now time.Time) {
 				t.Helper()
-				if _, o, err := s.Acquire(ctx, acquireAt(id, token, now)); err != nil || o == idem.Existing {
+				if _, o, err := s.Acquire(ctx, acquireAt(id, token, now)); err != nil || o == idem.AcquireExisting {
 					t.Fatalf("Acquire(%s) = %v, %v", id.Key, o, err)
 				}
 			}

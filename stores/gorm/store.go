@@ -15,6 +15,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/purge"
 	"gorm.io/gorm"
 )
 
@@ -28,8 +29,8 @@ type Store struct {
 	sql     statements
 	table   string
 
-	now    func() time.Time
-	batch  int
+	purge  purge.Options
+	base   time.Time // when New ran: the purger's clock readings are measured from it
 	logger *slog.Logger
 	// meter times the purger's batches and pause waits between them (see
 	// purgeExpired); tests replace both.
@@ -81,12 +82,10 @@ func New(db *gorm.DB, opts ...Option) (*Store, error) {
 		return nil, errors.New("gormstore: nil *gorm.DB")
 	}
 	o := options{
-		table:         DefaultTable,
-		purgeInterval: DefaultPurgeInterval,
-		purgeBatch:    DefaultPurgeBatch,
-		now:           time.Now,
-		logger:        slog.Default(),
-		closeTimeout:  DefaultCloseTimeout,
+		table:        DefaultTable,
+		purge:        purge.Defaults(DefaultPurgeInterval, DefaultPurgeBatch),
+		logger:       slog.Default(),
+		closeTimeout: DefaultCloseTimeout,
 	}
 	for _, opt := range opts {
 		opt(&o)
@@ -103,8 +102,8 @@ func New(db *gorm.DB, opts ...Option) (*Store, error) {
 		dialect:      d,
 		sql:          buildStatements(db, d, o.table),
 		table:        o.table,
-		now:          o.now,
-		batch:        o.purgeBatch,
+		purge:        o.purge,
+		base:         time.Now(),
 		logger:       o.logger,
 		meter:        time.Now,
 		pause:        sleepCtx,
@@ -117,8 +116,8 @@ func New(db *gorm.DB, opts ...Option) (*Store, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopPurge = cancel
-	if o.purgeInterval > 0 {
-		go s.purgeLoop(ctx, o.purgeInterval)
+	if s.purge.Interval > 0 {
+		go s.purgeLoop(ctx)
 	} else {
 		close(s.purgeDone)
 	}
@@ -264,7 +263,7 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 	if err != nil {
 		return idem.Record{}, 0, fmt.Errorf("gormstore: acquire: %w", err)
 	}
-	if outcome != idem.Existing {
+	if outcome != idem.AcquireExisting {
 		rec = s.acquired(ctx, a)
 	}
 	return rec, outcome, nil
@@ -309,7 +308,7 @@ func (s *Store) acquireDetached(ctx context.Context, a idem.Acquire) (idem.Recor
 			done <- result{rec, outcome, err}
 		}
 		mu.Unlock()
-		if abandoned && err == nil && outcome != idem.Existing {
+		if abandoned && err == nil && outcome != idem.AcquireExisting {
 			scope, key := hashID(a.ID)
 			_, _ = x.exec(s.sql.native.release, scope, key, a.Token)
 		}
@@ -354,7 +353,7 @@ func (s *Store) acquire(x session, a idem.Acquire) (idem.Record, idem.AcquireOut
 				return idem.Record{}, 0, err
 			case n == 1:
 				s.tally(false)
-				return idem.Record{}, idem.Created, nil
+				return idem.Record{}, idem.AcquireCreated, nil
 			}
 		}
 		rec, err := s.get(x, a.ID, scope, key)
@@ -371,7 +370,7 @@ func (s *Store) acquire(x session, a idem.Acquire) (idem.Record, idem.AcquireOut
 			}
 			if created {
 				s.tally(false)
-				return idem.Record{}, idem.Created, nil
+				return idem.Record{}, idem.AcquireCreated, nil
 			}
 			continue // the key was taken meanwhile
 		}
@@ -379,7 +378,7 @@ func (s *Store) acquire(x session, a idem.Acquire) (idem.Record, idem.AcquireOut
 			return idem.Record{}, 0, err
 		}
 		var (
-			outcome = idem.Created
+			outcome = idem.AcquireCreated
 			stmt    string
 			args    []any
 		)
@@ -387,11 +386,11 @@ func (s *Store) acquire(x session, a idem.Acquire) (idem.Record, idem.AcquireOut
 		case rec.Expired(a.Now):
 			stmt, args = st.replaceExpired, []any{fp, a.Token, lease, now, expires, scope, key, now, now}
 		case rec.State == idem.InFlight && !a.Now.Before(rec.LeaseUntil) && rec.Fingerprint == a.Fingerprint:
-			outcome = idem.TookOver
+			outcome = idem.AcquireTookOver
 			stmt, args = st.takeOverLapsed, []any{a.Token, lease, now, expires, scope, key, now, now, fp}
 		default:
 			s.tally(true)
-			return rec, idem.Existing, nil
+			return rec, idem.AcquireExisting, nil
 		}
 		if busy != nil {
 			return idem.Record{}, 0, busy

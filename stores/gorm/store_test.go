@@ -68,7 +68,7 @@ func TestKeysCompareExactly(t *testing.T) {
 			ctx := testCtx(t)
 			for i, id := range ids {
 				rec, o, err := s.Acquire(ctx, acquireAt(id, fmt.Sprint("tok-", i), t0))
-				if err != nil || o != idem.Created {
+				if err != nil || o != idem.AcquireCreated {
 					t.Fatalf("Acquire(%q/%q) = %v, %v; want a new record: it differs from every ID before it", id.Scope, id.Key, o, err)
 				}
 				if rec.ID != id {
@@ -176,7 +176,7 @@ func TestMySQLDuplicatesNotLogged(t *testing.T) {
 	s := newStore(t, db)
 	ctx := testCtx(t)
 	a := acquireAt(idem.ID{Key: "k"}, "tok", t0)
-	for i, want := range []idem.AcquireOutcome{idem.Created, idem.Existing} {
+	for i, want := range []idem.AcquireOutcome{idem.AcquireCreated, idem.AcquireExisting} {
 		a.Token = fmt.Sprint("tok-", i)
 		if _, o, err := s.Acquire(ctx, a); err != nil || o != want {
 			t.Fatalf("Acquire %d = %v, %v; want %v", i, o, err, want)
@@ -227,7 +227,7 @@ func TestNew(t *testing.T) {
 			if err := s.AutoMigrate(ctx); err != nil {
 				t.Fatalf("AutoMigrate twice: %v", err)
 			}
-			if _, o, err := s.Acquire(ctx, acquireAt(idem.ID{Key: "k"}, "tok", t0)); err != nil || o != idem.Created {
+			if _, o, err := s.Acquire(ctx, acquireAt(idem.ID{Key: "k"}, "tok", t0)); err != nil || o != idem.AcquireCreated {
 				t.Fatalf("Acquire on table %q = %v, %v", c.table, o, err)
 			}
 		})

@@ -17,6 +17,7 @@ import (
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemhttp"
+	"github.com/idemkit/idemkit/core/idemtest"
 	"gorm.io/gorm"
 )
 
@@ -131,8 +132,13 @@ func mustPost(tb testing.TB, url, key string) reply {
 
 var discardLogger = slog.New(slog.DiscardHandler)
 
+// quietEngine is an Engine on s whose time is now's (nil: the system's).
 func quietEngine(s idem.Store, now func() time.Time) *idem.Engine {
-	return idem.New(idem.Config{Store: s, Now: now, Logger: discardLogger, Lease: time.Minute})
+	var clock idem.Clock
+	if now != nil {
+		clock = idemtest.ClockOf(now)
+	}
+	return idem.New(idem.Config{Store: s, Clock: clock, Logger: discardLogger, Lease: time.Minute})
 }
 
 // TestTransactionalCompletion: the handler's writes commit if and only if
@@ -173,7 +179,7 @@ func TestTransactionalCompletion(t *testing.T) {
 				later := time.Now().Add(2 * time.Minute)
 				_, o, err := s.Acquire(ctx, idem.Acquire{ID: id, Fingerprint: rec.Fingerprint, Token: "successor",
 					Now: later, LeaseUntil: later.Add(time.Minute), ExpiresAt: later.Add(time.Hour)})
-				if err != nil || o != idem.TookOver {
+				if err != nil || o != idem.AcquireTookOver {
 					t.Errorf("takeover = %v, %v", o, err)
 				}
 			}}
@@ -252,7 +258,7 @@ func TestTxSlot(t *testing.T) {
 						t.Fatalf("Tx before Acquire: %v, want ErrNotGuarded", err)
 					}
 					id := idem.ID{Key: fmt.Sprint("k", i)}
-					if _, o, err := s.Acquire(ctx, acquireAt(id, "tok", t0)); err != nil || o != idem.Created {
+					if _, o, err := s.Acquire(ctx, acquireAt(id, "tok", t0)); err != nil || o != idem.AcquireCreated {
 						t.Fatalf("Acquire = %v, %v", o, err)
 					}
 					tx, err := Tx(ctx, db)
@@ -394,7 +400,7 @@ func TestTxAbortedBeforeComplete(t *testing.T) {
 			}
 			ctx, done := WithTxSlot(testCtx(t))
 			d := e.Begin(ctx, req())
-			if d.Action != idem.Run {
+			if d.Action != idem.ActionRun {
 				t.Fatalf("first request: %+v", d)
 			}
 			tx, err := Tx(ctx, db)
@@ -412,7 +418,7 @@ func TestTxAbortedBeforeComplete(t *testing.T) {
 			if n := countCharges(t, db, charges); n != 0 {
 				t.Fatalf("%d charges after the rollback", n)
 			}
-			if d := e.Begin(testCtx(t), req()); d.Action != idem.Run {
+			if d := e.Begin(testCtx(t), req()); d.Action != idem.ActionRun {
 				t.Fatalf("retry: %+v, want the handler to run again (no false replay)", d)
 			} else {
 				d.Lock.Abandon(testCtx(t), idem.ReasonPanic)

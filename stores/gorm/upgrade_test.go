@@ -102,7 +102,7 @@ func TestUpgradeStatements(t *testing.T) {
 			if err != nil || rec.State != idem.Completed || !bytes.Equal(rec.Response.Body, []byte("done")) || rec.Response.Status != 201 {
 				t.Fatalf("completed record after the upgrade: %+v, %v", rec, err)
 			}
-			if rec, o, err := s.Acquire(ctx, acquireAt(inFlight, "tok-3", t0)); err != nil || o != idem.Existing || rec.Token != "tok-2" {
+			if rec, o, err := s.Acquire(ctx, acquireAt(inFlight, "tok-3", t0)); err != nil || o != idem.AcquireExisting || rec.Token != "tok-2" {
 				t.Fatalf("Acquire of the in-flight key after the upgrade: %v (%q), %v; want Existing, held by tok-2", o, rec.Token, err)
 			}
 			if err := s.Complete(ctx, inFlight, "tok-2", idem.Completion{Response: idem.Response{Status: 200}, CompletedAt: t0, ExpiresAt: far}); err != nil {

@@ -66,7 +66,7 @@ func BenchmarkStore(b *testing.B) {
 	}
 	b.Run("replay/store", func(b *testing.B) {
 		for range b.N {
-			if _, o, err := s.Acquire(ctx, acquireAt(replayed, "tok-2", now)); err != nil || o != idem.Existing {
+			if _, o, err := s.Acquire(ctx, acquireAt(replayed, "tok-2", now)); err != nil || o != idem.AcquireExisting {
 				b.Fatal(o, err)
 			}
 		}

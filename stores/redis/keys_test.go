@@ -53,7 +53,7 @@ func TestKeysAnyBytes(t *testing.T) {
 					t.Fatalf("key name %q holds the key in clear", name)
 				}
 				token := "tok-" + string(rune('a'+i))
-				if _, o, err := s.Acquire(ctx, acquireAt(id, token, t0)); err != nil || o != idem.Created {
+				if _, o, err := s.Acquire(ctx, acquireAt(id, token, t0)); err != nil || o != idem.AcquireCreated {
 					t.Fatalf("Acquire(%.40q) = %v, %v; want created", id, o, err)
 				}
 			}
@@ -177,13 +177,13 @@ func TestPrefixesApart(t *testing.T) {
 	ctx := testContext(t)
 	a, b := newStore(t, c), newStore(t, c)
 	id := idem.ID{Scope: "s", Key: "shared"}
-	if _, o, err := a.Acquire(ctx, acquireAt(id, "tok-a", t0)); err != nil || o != idem.Created {
+	if _, o, err := a.Acquire(ctx, acquireAt(id, "tok-a", t0)); err != nil || o != idem.AcquireCreated {
 		t.Fatalf("a: %v %v", o, err)
 	}
 	if _, err := b.Get(ctx, id); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("b sees a's record: %v", err)
 	}
-	if _, o, err := b.Acquire(ctx, acquireAt(id, "tok-b", t0)); err != nil || o != idem.Created {
+	if _, o, err := b.Acquire(ctx, acquireAt(id, "tok-b", t0)); err != nil || o != idem.AcquireCreated {
 		t.Fatalf("b: %v %v", o, err)
 	}
 }

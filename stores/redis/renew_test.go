@@ -36,7 +36,7 @@ func TestRenewBatch(t *testing.T) {
 				switch i % 6 {
 				case 1: // taken over
 					wantLost[i] = true
-					if _, o, err := s.Acquire(ctx, acquireAt(id, "tok-next", t0.Add(lease))); err != nil || o != idem.TookOver {
+					if _, o, err := s.Acquire(ctx, acquireAt(id, "tok-next", t0.Add(lease))); err != nil || o != idem.AcquireTookOver {
 						t.Fatalf("takeover: %v %v", o, err)
 					}
 				case 2: // completed

@@ -24,20 +24,20 @@ func TestAcquireSentTwice(t *testing.T) {
 			a := acquireAt(id, "tok-1", t0)
 			for run := range 2 {
 				rec, o, err := s.Acquire(ctx, a)
-				if err != nil || o != idem.Created || rec.Token != "tok-1" {
+				if err != nil || o != idem.AcquireCreated || rec.Token != "tok-1" {
 					t.Fatalf("run %d: %v token %q %v, want created", run, o, rec.Token, err)
 				}
 			}
 			b := acquireAt(id, "tok-2", t0.Add(lease))
 			for run := range 2 {
 				rec, o, err := s.Acquire(ctx, b)
-				if err != nil || o != idem.TookOver || rec.Token != "tok-2" {
+				if err != nil || o != idem.AcquireTookOver || rec.Token != "tok-2" {
 					t.Fatalf("takeover run %d: %v token %q %v, want took-over", run, o, rec.Token, err)
 				}
 			}
 			// Anyone else still finds the record held.
 			rec, o, err := s.Acquire(ctx, acquireAt(id, "tok-3", t0.Add(lease+time.Second)))
-			if err != nil || o != idem.Existing || rec.Token != "tok-2" {
+			if err != nil || o != idem.AcquireExisting || rec.Token != "tok-2" {
 				t.Fatalf("another request: %v token %q %v, want existing held by tok-2", o, rec.Token, err)
 			}
 		})

@@ -21,6 +21,7 @@ import (
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemhttp"
+	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -143,7 +144,7 @@ func TestRedisRestart(t *testing.T) {
 	// no renewal runs meanwhile, however slow the machine.
 	const testLease = time.Hour
 	clock := new(movableClock)
-	engine := idem.New(idem.Config{Store: s, Lease: testLease, Now: clock.now, Logger: slog.New(slog.DiscardHandler)})
+	engine := idem.New(idem.Config{Store: s, Lease: testLease, Clock: idemtest.ClockOf(clock.now), Logger: slog.New(slog.DiscardHandler)})
 
 	var (
 		mu      sync.Mutex

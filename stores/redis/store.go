@@ -131,9 +131,9 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 	}
 	switch {
 	case outcome == 1 || outcome == 2:
-		o := idem.Created
+		o := idem.AcquireCreated
 		if outcome == 2 {
-			o = idem.TookOver
+			o = idem.AcquireTookOver
 		}
 		return idem.Record{
 			ID: a.ID, Fingerprint: a.Fingerprint, State: idem.InFlight, Token: a.Token,
@@ -144,7 +144,7 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 		if err != nil {
 			return idem.Record{}, 0, err
 		}
-		return rec, idem.Existing, nil
+		return rec, idem.AcquireExisting, nil
 	}
 	return idem.Record{}, 0, fmt.Errorf("redisstore: acquire: unexpected reply of %d values", len(res))
 }

@@ -78,7 +78,7 @@ func TestTTLFollowsRecord(t *testing.T) {
 			}
 			a := acquireAt(id2, "tok-2", t0.Add(lease))
 			a.ExpiresAt = a.Now.Add(2 * time.Hour)
-			if _, o, err := s.Acquire(ctx, a); err != nil || o != idem.TookOver {
+			if _, o, err := s.Acquire(ctx, a); err != nil || o != idem.AcquireTookOver {
 				t.Fatalf("takeover: %v %v", o, err)
 			}
 			if d := pttl(t, c, s, id2); !within(d, 2*time.Hour) {
@@ -101,7 +101,7 @@ func TestEngineTimesFarAway(t *testing.T) {
 		time.Date(2199, 12, 31, 23, 59, 59, 999_999_999, time.UTC),
 	} {
 		id := idem.ID{Key: now.String()}
-		if _, o, err := s.Acquire(ctx, acquireAt(id, "tok", now)); err != nil || o != idem.Created {
+		if _, o, err := s.Acquire(ctx, acquireAt(id, "tok", now)); err != nil || o != idem.AcquireCreated {
 			t.Fatalf("%v: Acquire %v %v", now, o, err)
 		}
 		rec, err := s.Get(ctx, id)
@@ -115,10 +115,10 @@ func TestEngineTimesFarAway(t *testing.T) {
 			t.Fatalf("%v: TTL %v, want %v", now, d, ttl)
 		}
 		// Lease decisions are exact to the nanosecond.
-		if _, o, _ := s.Acquire(ctx, acquireAt(id, "tok-2", now.Add(lease-time.Nanosecond))); o != idem.Existing {
+		if _, o, _ := s.Acquire(ctx, acquireAt(id, "tok-2", now.Add(lease-time.Nanosecond))); o != idem.AcquireExisting {
 			t.Fatalf("%v: a nanosecond before the lease ends: %v, want existing", now, o)
 		}
-		if _, o, _ := s.Acquire(ctx, acquireAt(id, "tok-3", now.Add(lease))); o != idem.TookOver {
+		if _, o, _ := s.Acquire(ctx, acquireAt(id, "tok-3", now.Add(lease))); o != idem.AcquireTookOver {
 			t.Fatalf("%v: when the lease ends: %v, want took-over", now, o)
 		}
 	}

@@ -104,9 +104,12 @@ func main() {
 		n := capacity[name]
 		fmt.Printf("%s: %d handlers held for %v without a lost lease (lease %v, %d renewals/s); "+
 			"at the same rate, %d handlers with the default lease of %v\n",
-			name, n, *hold, *lease, rate(n, *lease), n*int(idem.DefaultLease / *lease), idem.DefaultLease)
+			name, n, *hold, *lease, rate(n, *lease), n*int(defaultLease / *lease), defaultLease)
 	}
 }
+
+// defaultLease is the Engine's default Lease.
+var defaultLease = idem.New(idem.Config{Store: memstore.New(memstore.WithPurgeInterval(0))}).Config().Lease
 
 // rate is how many leases a second n handlers need renewed, with
 // RenewEvery the default third of lease.

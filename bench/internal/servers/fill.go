@@ -46,9 +46,9 @@ func (s *Server) CopyRecords(n int, expired bool) (RowRange, error) {
 	}
 	now := time.Now
 	if expired {
-		now = func() time.Time { return time.Now().Add(-2 * idem.DefaultTTL) }
+		now = func() time.Time { return time.Now().Add(-48 * time.Hour) }
 	}
-	e := idem.New(idem.Config{Store: s.GORM, Now: now})
+	e := idem.New(idem.Config{Store: s.GORM, Clock: readClock(now)})
 	inv := &httpInvoker{h: netHTTP(&orders{}, e), w: &discardWriter{header: http.Header{}}}
 	key := make([]byte, httpwire.KeyLen)
 	httpwire.FormatKey(key, FillPrefix, 0xfff0, uint64(time.Now().UnixNano()))
@@ -111,3 +111,10 @@ func (s *Server) CountRows() (int64, error) {
 	err := s.DB.Raw(`SELECT count(*) FROM "` + s.GORM.Table() + `"`).Scan(&n).Error
 	return n, err
 }
+
+// readClock is the system clock read through now: records get now's times,
+// timers run in real time.
+type readClock func() time.Time
+
+func (c readClock) Now() time.Time                               { return c() }
+func (readClock) AfterFunc(d time.Duration, f func()) idem.Timer { return time.AfterFunc(d, f) }

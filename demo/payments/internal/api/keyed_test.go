@@ -61,7 +61,7 @@ func TestLostRecordAnswersTheRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	provider := &payments.Provider{}
-	a := &API{DB: db, Provider: provider, Now: time.Now, TTL: idem.DefaultTTL, Logger: slog.New(slog.DiscardHandler), ProblemBase: DocsPath + "/", KeyedRows: true}
+	a := &API{DB: db, Provider: provider, Now: time.Now, TTL: 24 * time.Hour, Logger: slog.New(slog.DiscardHandler), ProblemBase: DocsPath + "/", KeyedRows: true}
 	records := &forgetfulRecords{api: a}
 	records.forget()
 	srv := httptest.NewServer(records)

@@ -64,12 +64,16 @@ type Config struct {
 // ShutdownGrace is how long a shutdown waits for the requests running
 // when it began: one lease, the most a charge or refund may run (the
 // Engine's HandlerTimeout), plus the store calls around it, taking the key
-// and recording the response, each bounded by idem.DefaultStoreTimeout. So
-// every request running at SIGTERM ends, finished or timed out with its
-// key released, before the server stops waiting and closes the database.
+// and recording the response, each bounded by storeTimeout. So every
+// request running at SIGTERM ends, finished or timed out with its key
+// released, before the server stops waiting and closes the database.
 func (c Config) ShutdownGrace() time.Duration {
-	return c.Lease + 2*idem.DefaultStoreTimeout
+	return c.Lease + 2*storeTimeout
 }
+
+// storeTimeout is the Engine's StoreTimeout: the deadline of each call to
+// the idempotency store.
+const storeTimeout = 5 * time.Second
 
 // DefaultConfig returns the flags' defaults.
 func DefaultConfig() Config {
@@ -126,11 +130,11 @@ func CheckRecords(records string) error {
 
 // CheckTTL reports why ttl cannot be how long the demo keeps a key after
 // its request completed (Config.TTL, the flag -ttl), or nil: it must be
-// above 0 and at most idem.MaxTTL, beyond which idemkit's stores cannot
+// above 0 and at most idem.MaxDuration, beyond which idemkit's stores cannot
 // keep the time.
 func CheckTTL(ttl time.Duration) error {
-	if ttl <= 0 || ttl > idem.MaxTTL {
-		return fmt.Errorf("-ttl must be above 0 and at most %v (100 years), not %v", idem.MaxTTL, ttl)
+	if ttl <= 0 || ttl > idem.MaxDuration {
+		return fmt.Errorf("-ttl must be above 0 and at most %v (100 years), not %v", idem.MaxDuration, ttl)
 	}
 	return nil
 }
@@ -138,10 +142,10 @@ func CheckTTL(ttl time.Duration) error {
 // CheckLease reports why lease cannot be the in-flight lease of a running
 // request (Config.Lease, the flag -lease), or nil: it must be from
 // idem.MinLease, the shortest the Engine can keep renewing in time, to
-// idem.MaxLease.
+// idem.MaxDuration.
 func CheckLease(lease time.Duration) error {
-	if lease < idem.MinLease || lease > idem.MaxLease {
-		return fmt.Errorf("-lease must be from %v to %v (100 years), not %v", idem.MinLease, idem.MaxLease, lease)
+	if lease < idem.MinLease || lease > idem.MaxDuration {
+		return fmt.Errorf("-lease must be from %v to %v (100 years), not %v", idem.MinLease, idem.MaxDuration, lease)
 	}
 	return nil
 }
@@ -173,11 +177,11 @@ type App struct {
 // or Lease out of range (CheckTTL, CheckLease; a TTL of 0 is idemkit's
 // default) is an error, before anything is opened.
 func Open(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
-	ttl := cfg.TTL
-	if ttl <= 0 {
-		ttl = idem.DefaultTTL
+	var ttlErr error
+	if cfg.TTL != 0 {
+		ttlErr = CheckTTL(cfg.TTL)
 	}
-	if err := errors.Join(CheckTTL(ttl), CheckLease(cfg.Lease)); err != nil {
+	if err := errors.Join(ttlErr, CheckLease(cfg.Lease)); err != nil {
 		return nil, err
 	}
 	db, err := openDB(cfg.DB)
@@ -213,16 +217,12 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 	if now == nil {
 		now = time.Now
 	}
-	// The Engine's default, which the API must agree with: it tells the
-	// rows whose key expired by the same TTL.
-	if cfg.TTL <= 0 {
-		cfg.TTL = idem.DefaultTTL
-	}
 	engine := idem.New(idem.Config{
-		Store: rec.store,
-		TTL:   cfg.TTL,
-		Lease: cfg.Lease,
-		Now:   cfg.Now,
+		Store:        rec.store,
+		TTL:          cfg.TTL,
+		Lease:        cfg.Lease,
+		StoreTimeout: storeTimeout,
+		Clock:        engineClock(cfg.Now),
 		// A charge or refund that has run a whole lease is stuck (a
 		// provider that does not answer): it is abandoned, so that it never
 		// outlasts the shutdown grace.
@@ -236,6 +236,9 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 	if cfg.FaultInjection {
 		network = flaky.New(log)
 	}
+	// The API tells the rows whose key expired by the Engine's TTL, its
+	// default included.
+	cfg.TTL = engine.Config().TTL
 	a := &api.API{
 		DB:          db,
 		Provider:    provider,
@@ -432,3 +435,17 @@ func mysqlDSN(dsn string) (string, error) {
 	}
 	return fmt.Sprintf("%stcp(%s)/%s?%s", auth, u.Host, strings.TrimPrefix(u.Path, "/"), q.Encode()), nil
 }
+
+// engineClock is the Engine's clock for the configuration's Now: the
+// system clock when it is nil, else its readings with the system's timers.
+func engineClock(now func() time.Time) idem.Clock {
+	if now == nil {
+		return nil
+	}
+	return readClock(now)
+}
+
+type readClock func() time.Time
+
+func (c readClock) Now() time.Time                               { return c() }
+func (readClock) AfterFunc(d time.Duration, f func()) idem.Timer { return time.AfterFunc(d, f) }
