@@ -86,7 +86,8 @@ type Config struct {
 	// Timeout), it keeps the key locked until the handler has really
 	// returned, so a retry can never run beside it. Default: none.
 	HandlerTimeout time.Duration
-	// RetryAfter is sent with 409 responses, rounded up to whole seconds. Default 1 s.
+	// RetryAfter is sent, rounded up to whole seconds, with the 409, 429
+	// and 503 answers that ask the client to retry. Default 1 s.
 	RetryAfter time.Duration
 
 	// MaxRequestBody is the largest request body accepted on guarded requests;
@@ -117,14 +118,17 @@ type Config struct {
 	FailOpen bool
 
 	// Clock is the source of time for records, leases, renewals, timeouts
-	// and store deadlines. Default systemClock; tests give a clock they
+	// and store deadlines. Default the system clock; tests give a clock they
 	// move by hand (idemtest.Clock).
 	Clock Clock
-	// Logger receives one debug line per decision and warnings for store
-	// errors. Default slog.Default().
+	// Logger receives one line per event: decisions at DEBUG, trouble at
+	// WARN or ERROR (store errors at ERROR), repeated warnings at most once a
+	// minute (see docs/operations.md, Logging). Default slog.Default().
 	Logger *slog.Logger
-	// OnEvent, if set, is called synchronously for every decision (see Event).
-	// It must be fast and must not retain the Event.
+	// OnEvent, if set, is called synchronously for every event: each
+	// guarded request's decision, what became of a handler that ran, and
+	// its lease's troubles (see Event). It must be fast and must not retain
+	// the Event.
 	OnEvent func(context.Context, Event)
 }
 

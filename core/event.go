@@ -132,8 +132,10 @@ func (e *Engine) limitedLog(w limitedWarning, at time.Time, level slog.Level) sl
 	return slog.LevelDebug
 }
 
-// Event describes one decision. It carries no key, body or tenant: only a
-// short hash of the key, so events are safe to log and count.
+// Event describes one event of the Engine: a guarded request's decision,
+// what became of a handler that ran, or a trouble of its lease (see
+// EventKind.IsDecision). It carries no key, body or tenant: only a short
+// hash of the key, so events are safe to log and count.
 type Event struct {
 	Kind   EventKind
 	Method string

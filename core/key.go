@@ -188,14 +188,6 @@ var (
 	sfErrParameterValue = errors.New("malformed parameter value")
 )
 
-// sfParseItem parses field as a complete RFC 9651 Item (§4.2 with
-// field_type "item"): surrounding SP, a bare item of any type, its
-// parameters, and nothing else.
-func sfParseItem(field string) (sfItem, error) {
-	p := sfParser{s: field}
-	return p.item(true)
-}
-
 // sfParser walks its input once, left to right, as the algorithms of RFC 9651
 // §4.2 do. It works on bytes: every valid character is ASCII, so any byte
 // >= 0x80 is simply never accepted by any production.

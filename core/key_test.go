@@ -551,3 +551,11 @@ func BenchmarkParseKey(b *testing.B) {
 		})
 	}
 }
+
+// sfParseItem parses field as a complete RFC 9651 Item (§4.2 with
+// field_type "item"): surrounding SP, a bare item of any type, its
+// parameters, and nothing else.
+func sfParseItem(field string) (sfItem, error) {
+	p := sfParser{s: field}
+	return p.item(true)
+}

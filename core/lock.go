@@ -349,9 +349,9 @@ func (l *Lock) end() {
 	l.ctx.stop(context.Canceled)
 }
 
-// renewed records the outcome of a renewal started at start that asked the
-// store for a lease until leaseUntil: nil, ErrLockLost, or a system error.
-// It runs without the renewer's mutex.
+// renewed acts on the outcome err of a renewal call that ran from start to
+// done: nil, ErrLockLost, or a system error. It runs without the renewer's
+// mutex.
 func (l *Lock) renewed(err error, start, done time.Time) {
 	if err == nil {
 		return
