@@ -154,8 +154,14 @@ func (l *Lock) Finish(ctx context.Context, status int, header HeaderReader) erro
 	case !l.wholeBody(header):
 		return l.release(ctx, ReasonIncomplete, status)
 	}
-	// The store copies what it keeps, so the captured body is lent to it and
-	// recycled once Complete returns.
+	return l.complete(ctx, detached, status, header)
+}
+
+// complete records the response: the store copies what it keeps, so the
+// captured body and headers are lent to it and recycled once Complete
+// returns. A completion that failed releases the key (detached is the
+// context for that second call).
+func (l *Lock) complete(ctx, detached context.Context, status int, header HeaderReader) error {
 	hs := l.sent
 	var stored []HeaderField
 	if hs != nil {
