@@ -44,6 +44,12 @@ func Middleware(e *idem.Engine, opts ...Option) echo.MiddlewareFunc {
 			if req.BodyReader != nil {
 				req.BodyReader = bodyLimitReader{req.BodyReader}
 			}
+			if o.key != nil {
+				req.KeyLines = nil
+				if key, ok := o.key(c); ok {
+					req.KeyLines = []string{key}
+				}
+			}
 			if o.scope != nil {
 				req.Scope = o.scope(c)
 			}

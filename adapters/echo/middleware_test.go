@@ -32,6 +32,21 @@ func TestConformance(t *testing.T) {
 	idemtest.TestMiddleware(t, mount)
 }
 
+func TestKeyFunc(t *testing.T) {
+	idemtest.TestKeyFunc(t, func(tb testing.TB, e *idem.Engine, h http.Handler) string {
+		key := idemecho.WithKey(func(c echo.Context) (string, bool) {
+			id := c.Request().Header.Get(idemtest.WebhookIDHeader)
+			return id, id != ""
+		})
+		ec := newEcho()
+		ec.Use(idemecho.Middleware(e, key))
+		ec.Any("/*", echo.WrapHandler(h))
+		srv := httptest.NewServer(ec)
+		tb.Cleanup(srv.Close)
+		return srv.URL
+	})
+}
+
 func TestResponseWriter(t *testing.T) {
 	idemtest.TestResponseWriter(t, mount)
 }

@@ -7,6 +7,7 @@ type Option func(*options)
 
 type options struct {
 	scope func(echo.Context) string
+	key   func(echo.Context) (string, bool)
 }
 
 // WithScope sets how a request's tenant is found (an account id, an API
@@ -16,4 +17,16 @@ type options struct {
 // authentication middleware stored with c.Set.
 func WithScope(scope func(echo.Context) string) Option {
 	return func(o *options) { o.scope = scope }
+}
+
+// WithKey takes each request's key from key instead of the key header
+// (Config.HeaderName): for a webhook, the id its sender gives each event
+// (the Standard Webhooks webhook-id header, say), or an id the request
+// carries elsewhere. The key it returns is parsed by the same rules as a
+// header line (idem.ParseKey), and ok false is a request without a key,
+// answered as the policy says (400 key-missing, or let through when keys
+// are optional). If key reads the request body, it must leave it for the
+// middleware to read.
+func WithKey(key func(echo.Context) (key string, ok bool)) Option {
+	return func(o *options) { o.key = key }
 }

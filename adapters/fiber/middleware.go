@@ -71,6 +71,12 @@ func New(e *idem.Engine, opts ...Option) fiber.Handler {
 		} else {
 			req.Body = r.Body()
 		}
+		if o.key != nil {
+			req.KeyLines = nil
+			if key, ok := o.key(c); ok {
+				req.KeyLines = []string{strings.Clone(key)}
+			}
+		}
 		if o.scope != nil {
 			req.Scope = strings.Clone(o.scope(c)) // scopes usually come from c.Get, which aliases
 		}

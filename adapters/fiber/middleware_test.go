@@ -78,6 +78,19 @@ func listen(tb testing.TB, app *fiber.App) string {
 	return "http://" + ln.Addr().String()
 }
 
+func TestKeyFunc(t *testing.T) {
+	idemtest.TestKeyFunc(t, func(tb testing.TB, e *idem.Engine, h http.Handler) string {
+		key := idemfiber.WithKey(func(c *fiber.Ctx) (string, bool) {
+			id := c.Get(idemtest.WebhookIDHeader) // aliases fasthttp's buffer: the middleware copies it
+			return id, id != ""
+		})
+		app := fiber.New(fiber.Config{DisableStartupMessage: true})
+		app.Use(idemfiber.New(e, key))
+		app.All("/*", adaptor.HTTPHandler(h))
+		return listen(tb, app)
+	})
+}
+
 func TestConformance(t *testing.T) {
 	idemtest.TestMiddleware(t, mount)
 }

@@ -45,6 +45,12 @@ func Middleware(e *idem.Engine, opts ...Option) gin.HandlerFunc {
 			return // Gin runs the rest of the chain after us
 		}
 		req := e.HTTPRequest(r)
+		if o.key != nil {
+			req.KeyLines = nil
+			if key, ok := o.key(c); ok {
+				req.KeyLines = []string{key}
+			}
+		}
 		if o.scope != nil {
 			req.Scope = o.scope(c)
 		}

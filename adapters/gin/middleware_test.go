@@ -36,6 +36,19 @@ func TestConformance(t *testing.T) {
 	idemtest.TestMiddleware(t, mount)
 }
 
+func TestKeyFunc(t *testing.T) {
+	idemtest.TestKeyFunc(t, func(tb testing.TB, e *idem.Engine, h http.Handler) string {
+		key := idemgin.WithKey(func(c *gin.Context) (string, bool) {
+			id := c.GetHeader(idemtest.WebhookIDHeader)
+			return id, id != ""
+		})
+		r := gin.New()
+		r.Use(idemgin.Middleware(e, key))
+		r.Any("/*path", gin.WrapH(h))
+		return start(tb, r)
+	})
+}
+
 func TestResponseWriter(t *testing.T) {
 	idemtest.TestResponseWriter(t, mount)
 }

@@ -45,6 +45,12 @@ func Middleware(e *idem.Engine, opts ...Option) func(http.Handler) http.Handler 
 				return
 			}
 			req := e.HTTPRequest(r)
+			if o.key != nil {
+				req.KeyLines = nil
+				if key, ok := o.key(r); ok {
+					req.KeyLines = []string{key}
+				}
+			}
 			if o.scope != nil {
 				req.Scope = o.scope(r)
 			}

@@ -29,6 +29,18 @@ func TestConformance(t *testing.T) {
 	idemtest.TestMiddleware(t, mount)
 }
 
+func TestKeyFunc(t *testing.T) {
+	idemtest.TestKeyFunc(t, func(tb testing.TB, e *idem.Engine, h http.Handler) string {
+		key := idemhttp.WithKey(func(r *http.Request) (string, bool) {
+			id := r.Header.Get(idemtest.WebhookIDHeader)
+			return id, id != ""
+		})
+		srv := httptest.NewServer(idemhttp.Middleware(e, key)(h))
+		tb.Cleanup(srv.Close)
+		return srv.URL
+	})
+}
+
 func TestResponseWriter(t *testing.T) {
 	idemtest.TestResponseWriter(t, mount)
 }
