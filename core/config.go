@@ -59,6 +59,13 @@ type Config struct {
 	// StrictKeys accepts only RFC 9651 sf-strings. Default: lenient, which also
 	// accepts bare keys such as an unquoted UUID (see ParseKey).
 	StrictKeys bool
+	// ValidateKey, if set, checks each key that parsed (a team that
+	// requires UUID keys, say). A key it refuses is answered 400
+	// key-invalid, with the error's text as the problem's detail: write it
+	// for the client, and never quote the key. It is not called for jobs
+	// (Engine.Do), whose keys the program chooses. Default: any key the
+	// policy accepts.
+	ValidateKey func(key string) error
 
 	// TTL is how long a completed record is replayed. Default 24 h; at most
 	// MaxDuration (100 years).

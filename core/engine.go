@@ -136,6 +136,11 @@ func (e *Engine) Begin(ctx context.Context, r *Request) Decision {
 	}
 	began := elapsed(e.epoch)
 	key, keyErr := ParseKey(r.KeyLines, e.cfg.StrictKeys)
+	if keyErr == nil && e.cfg.ValidateKey != nil {
+		if err := e.cfg.ValidateKey(key); err != nil {
+			keyErr = fmt.Errorf("%w: %w", ErrKeyInvalid, err)
+		}
+	}
 	var read []byte
 	var bodyErr error
 	if keyErr == nil {

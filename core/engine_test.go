@@ -577,3 +577,26 @@ func TestNewRefusesDurationsOutOfRange(t *testing.T) {
 		})
 	}
 }
+
+// A team that requires UUID keys refuses any other with its own detail,
+// as 400 key-invalid; keys it accepts run as usual.
+func TestValidateKey(t *testing.T) {
+	cfg := quietConfig(newStore(t))
+	cfg.ValidateKey = func(key string) error {
+		if len(key) != 36 || strings.Count(key, "-") != 4 {
+			return errors.New("keys must be UUIDs")
+		}
+		return nil
+	}
+	e := idem.New(cfg)
+	d := e.Begin(context.Background(), charge(`"order-48213"`, `{}`))
+	if d.Action != idem.ActionRespond || d.Response.Status != 400 || !bytes.Contains(d.Response.Body, []byte("keys must be UUIDs")) ||
+		!bytes.Contains(d.Response.Body, []byte(idem.ProblemKeyInvalid)) {
+		t.Fatalf("a key the validator refuses: %d %s, want 400 key-invalid with its detail", d.Response.Status, d.Response.Body)
+	}
+	d = e.Begin(context.Background(), charge(`"8e03978e-40d5-43e8-bc93-6894a57f9324"`, `{}`))
+	if d.Action != idem.ActionRun {
+		t.Fatalf("a key the validator accepts: %+v, want it run", d)
+	}
+	d.Lock.Finish(context.Background(), 201, nil)
+}
