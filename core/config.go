@@ -128,6 +128,12 @@ type Config struct {
 	// and store deadlines. Default the system clock; tests give a clock they
 	// move by hand (idemtest.Clock).
 	Clock Clock
+	// KeyHashSecret keys the hash of a key that logs and traces carry
+	// (Event.KeyHash), so that nobody who reads them can test a guessed key
+	// (order-48213) against it. Give a fleet's instances the same secret,
+	// so that their lines about one key correlate. Default: random bytes,
+	// new in each process.
+	KeyHashSecret []byte
 	// Logger receives one line per event: decisions at DEBUG, trouble at
 	// WARN or ERROR (store errors at ERROR), repeated warnings at most once a
 	// minute (see docs/operations.md, Logging). Default slog.Default().

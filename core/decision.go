@@ -11,7 +11,6 @@ type verdict struct {
 	action  Action
 	event   EventKind  // 0 for a request that is none of idemkit's business (no key, optional)
 	level   slog.Level // of the event's log line
-	limited bool       // the line is logged at level once a minute, at DEBUG otherwise
 	problem string     // the problem to answer with; "" for a run, a pass or a replay
 	replay  bool       // answer with the stored response
 	status  int        // answer with this status and nothing else (no problem, no replay)
@@ -49,9 +48,9 @@ func decide(rec *Record, outcome AcquireOutcome, err error, fp Fingerprint, fail
 	case errors.Is(err, errClientGone):
 		return verdict{action: ActionRespond, event: EventClientGone, level: slog.LevelDebug, status: statusClientClosedRequest}
 	case errors.Is(err, ErrStoreFull):
-		return verdict{action: ActionRespond, event: EventStoreFull, level: slog.LevelWarn, limited: true, problem: ProblemStoreFull}
+		return verdict{action: ActionRespond, event: EventStoreFull, level: slog.LevelWarn, problem: ProblemStoreFull}
 	case err != nil && failOpen:
-		return verdict{action: ActionPass, event: EventStoreError, level: slog.LevelError}
+		return verdict{action: ActionPass, event: EventUnprotected, level: slog.LevelError}
 	case err != nil:
 		return verdict{action: ActionRespond, event: EventStoreError, level: slog.LevelError, problem: ProblemStoreUnavailable}
 	case outcome == AcquireCreated:

@@ -44,7 +44,7 @@ func TestDecide(t *testing.T) {
 		{situation: "key expired (the store creates a new record)", outcome: AcquireCreated, want: want{ActionRun, EventFirst, "", false}},
 		{situation: "crashed holder's lease ran out, same fingerprint", outcome: AcquireTookOver, want: want{ActionRun, EventTakeover, "", false}},
 		{situation: "store unreachable", err: unreachable, want: want{ActionRespond, EventStoreError, ProblemStoreUnavailable, false}},
-		{situation: "store unreachable, fail open", err: unreachable, failOpen: true, want: want{ActionPass, EventStoreError, "", false}},
+		{situation: "store unreachable, fail open", err: unreachable, failOpen: true, want: want{ActionPass, EventUnprotected, "", false}},
 		{situation: "client gone before its key was taken", err: errClientGone, want: want{ActionRespond, EventClientGone, "", false}},
 		{situation: "client gone, fail open (nobody to run the handler for)", err: errClientGone, failOpen: true, want: want{ActionRespond, EventClientGone, "", false}},
 		{situation: "store full", err: ErrStoreFull, want: want{ActionRespond, EventStoreFull, ProblemStoreFull, false}},

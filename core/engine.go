@@ -26,11 +26,12 @@ type Engine struct {
 	problems      [len(problemSpecs)]preparedProblem
 	retryAfter    []string
 
+	keySecret   []byte // Config.KeyHashSecret, or random
 	tokenPrefix string
 	tokenSeq    atomic.Uint64
 	renewer     *renewer
 
-	warned [limitedWarnings]atomic.Int64 // when each limited warning was last logged at WARN (Unix ns)
+	throttle throttle // of the log's WARN and ERROR lines
 }
 
 type preparedProblem struct {
@@ -55,6 +56,11 @@ func New(cfg Config) *Engine {
 	var prefix [8]byte
 	_, _ = rand.Read(prefix[:]) // never fails on supported platforms
 	e.tokenPrefix = hex.EncodeToString(prefix[:])
+	e.keySecret = cfg.KeyHashSecret
+	if len(e.keySecret) == 0 {
+		e.keySecret = make([]byte, 32)
+		_, _ = rand.Read(e.keySecret)
+	}
 	return e
 }
 
@@ -196,7 +202,9 @@ type outcomeOf struct {
 	rec         Record
 	outcome     AcquireOutcome
 	err         error
-	start, done time.Time // the store call's, on the monotonic clock
+	called      bool      // Acquire was called
+	start, done time.Time // the call's, on the monotonic clock (done: and any release after it)
+	latency     time.Duration
 }
 
 // acquire calls Store.Acquire within StoreTimeout, unless the client has
@@ -211,7 +219,8 @@ func (e *Engine) acquire(ctx context.Context, a *Acquire, start time.Time) outco
 	actx, cancel := e.storeContext(ctx)
 	o.rec, o.outcome, o.err = e.cfg.Store.Acquire(actx, *a)
 	cancel()
-	o.done = elapsed(start)
+	o.done, o.called = elapsed(start), true
+	o.latency = o.done.Sub(start)
 	if o.err == nil && o.outcome != AcquireExisting && e.renewer.tooLate(a.LeaseUntil, e.clockAt(o.done)) {
 		o.err = errAcquireTooLate
 	}
@@ -246,15 +255,14 @@ func (e *Engine) carryOut(ctx context.Context, r *Request, key string, v verdict
 		return d
 	}
 	ev := e.event(v.event, r.Method, r.Path, key, began, at)
-	ev.Status, ev.StoreLatency = d.Response.Status, o.done.Sub(o.start)
-	if v.event == EventStoreError {
+	ev.Status = d.Response.Status
+	if o.called {
+		ev.StoreCall, ev.StoreLatency = "acquire", o.latency
+	}
+	if v.event == EventStoreError || v.event == EventUnprotected {
 		ev.Err = o.err
 	}
-	level := v.level
-	if v.limited {
-		level = e.limitedWarn(warnStoreFull, at)
-	}
-	e.emit(ctx, &ev, level)
+	e.emit(ctx, &ev, v.level)
 	return d
 }
 

@@ -2,6 +2,7 @@ package idem
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"log/slog"
@@ -11,11 +12,11 @@ import (
 // EventKind names a decision or outcome of the Engine.
 type EventKind uint8
 
-// The events, one per decision. Every guarded request yields exactly one of
-// the first group; a request whose handler ran then yields one of Stored or
-// NotStored. While a handler runs, a failed lease renewal yields
-// EventRenewError and a lease lost (taken over, or run out while renewals
-// failed) EventLeaseLost; these two are not decisions.
+// The events. Every guarded request yields exactly one decision (see
+// IsDecision); a request whose handler ran then yields one of Stored or
+// NotStored. While a handler runs, each renewal of its lease yields
+// EventRenewed or EventRenewError, and a lease lost (taken over, or run out
+// while renewals failed) EventLeaseLost.
 const (
 	EventFirst          EventKind = iota + 1 // new key: the handler runs
 	EventTakeover                            // a crashed holder's key taken over: the handler runs
@@ -33,6 +34,8 @@ const (
 	EventRenewError                          // a lease renewal failed; it is retried while the lease lasts
 	EventStoreFull                           // the store had no room for a new key: 429 store-full
 	EventClientGone                          // the client went away before its key was taken: nothing ran or was recorded
+	EventUnprotected                         // the store failed and, with FailOpen, the handler ran unprotected
+	EventRenewed                             // a lease renewal succeeded
 )
 
 var eventNames = [...]string{
@@ -41,6 +44,7 @@ var eventNames = [...]string{
 	EventKeyInvalid: "key-invalid", EventTooLarge: "too-large", EventBodyUnreadable: "body-unreadable", EventStoreError: "store-error",
 	EventStored: "stored", EventNotStored: "not-stored", EventLeaseLost: "lease-lost",
 	EventRenewError: "renew-error", EventStoreFull: "store-full", EventClientGone: "client-gone",
+	EventUnprotected: "unprotected", EventRenewed: "renewed",
 }
 
 // EventKinds returns every event kind, in order: for metrics that register
@@ -59,7 +63,7 @@ func EventKinds() []EventKind {
 // (lease-lost, renew-error).
 func (k EventKind) IsDecision() bool {
 	switch k {
-	case EventStored, EventNotStored, EventLeaseLost, EventRenewError:
+	case EventStored, EventNotStored, EventLeaseLost, EventRenewError, EventRenewed:
 		return false
 	}
 	return k >= EventFirst && int(k) < len(eventNames)
@@ -106,32 +110,6 @@ func Reasons() []Reason {
 		ReasonStore, ReasonIncomplete, ReasonTimeoutInside, ReasonFailed}
 }
 
-// Warnings and errors that could come once per request are logged at their
-// level at most once a minute per Engine (and at DEBUG otherwise); every
-// occurrence is still an event.
-type limitedWarning uint8
-
-const (
-	warnStoreFull limitedWarning = iota
-	warnTimeoutInside
-	limitedWarnings
-)
-
-// limitedWarn returns the level to log a limited warning at, at time at.
-func (e *Engine) limitedWarn(w limitedWarning, at time.Time) slog.Level {
-	return e.limitedLog(w, at, slog.LevelWarn)
-}
-
-// limitedLog returns level if the limited message w was not logged at it
-// in the last minute before at, and DEBUG otherwise.
-func (e *Engine) limitedLog(w limitedWarning, at time.Time, level slog.Level) slog.Level {
-	last := &e.warned[w]
-	if l := last.Load(); at.UnixNano()-l >= int64(time.Minute) && last.CompareAndSwap(l, at.UnixNano()) {
-		return level
-	}
-	return slog.LevelDebug
-}
-
 // Event describes one event of the Engine: a guarded request's decision,
 // what became of a handler that ran, or a trouble of its lease (see
 // EventKind.IsDecision). It carries no key, body or tenant: only a short
@@ -145,26 +123,34 @@ type Event struct {
 	Status int
 	// Reason is set on EventNotStored.
 	Reason Reason
-	// Err is the store error on EventStoreError and EventRenewError, or on
-	// EventNotStored with ReasonStore.
+	// Err is the store error on EventStoreError, EventUnprotected and
+	// EventRenewError, or on EventNotStored with ReasonStore.
 	Err error
 	// Duration is the time from the start of the request's processing by the
-	// Engine to this event.
+	// Engine to this event: on EventStored and EventNotStored, how long the
+	// request held its key.
 	Duration time.Duration
-	// StoreLatency is the time spent in the store call behind this event.
+	// StoreCall names the store call behind this event ("acquire",
+	// "complete", "release", "renew"), or is "" when the event made none.
+	StoreCall string
+	// StoreLatency is the time that call took, alone.
 	StoreLatency time.Duration
 
-	key string
+	key    string
+	secret []byte // the Engine's key-hash secret
 }
 
-// KeyHash returns the first 12 hex digits of SHA-256 of the key: enough to
-// correlate log lines about one key, useless to recover it.
+// KeyHash returns 12 hex digits of an HMAC-SHA256 of the key under the
+// Engine's Config.KeyHashSecret: enough to correlate log lines about one
+// key, and, without the secret, no way to test a guessed key against it.
 func (e *Event) KeyHash() string {
 	if e.key == "" {
 		return ""
 	}
-	sum := sha256.Sum256([]byte(e.key))
-	return hex.EncodeToString(sum[:6])
+	m := hmac.New(sha256.New, e.secret)
+	m.Write([]byte(e.key))
+	var sum [sha256.Size]byte
+	return hex.EncodeToString(m.Sum(sum[:0])[:6])
 }
 
 // event starts an Event for a request that began at began, as of at.
@@ -176,7 +162,7 @@ func (e *Engine) event(kind EventKind, method, path, key string, began, at time.
 			break
 		}
 	}
-	return Event{Kind: kind, Method: method, Route: route, Duration: at.Sub(began), key: key}
+	return Event{Kind: kind, Method: method, Route: route, Duration: at.Sub(began), key: key, secret: e.keySecret}
 }
 
 // emit hands ev to the OnEvent hook and the logger, if they listen.
@@ -184,6 +170,7 @@ func (e *Engine) emit(ctx context.Context, ev *Event, level slog.Level) {
 	if e.cfg.OnEvent != nil {
 		e.cfg.OnEvent(ctx, *ev)
 	}
+	level = e.throttled(ev, level)
 	if !e.cfg.Logger.Enabled(ctx, level) {
 		return
 	}

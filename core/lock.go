@@ -186,7 +186,7 @@ func (l *Lock) complete(ctx, detached context.Context, status int, header Header
 	hs.recycle()
 	done := elapsed(start)
 	ev := l.e.event(EventStored, l.method, l.path, l.id.Key, l.began, done)
-	ev.Status, ev.StoreLatency = status, done.Sub(start)
+	ev.Status, ev.StoreCall, ev.StoreLatency = status, "complete", done.Sub(start)
 	switch {
 	case err == nil:
 		l.e.emit(ctx, &ev, slog.LevelDebug)
@@ -260,7 +260,7 @@ func (l *Lock) leaveToLease(ctx context.Context, status int) {
 	ev.Err = fmt.Errorf("%s, registered inside idemkit, answered %d while the handler may still run: the key stays "+
 		"locked for its lease, but a handler that runs on past it may run beside a retry; register the timeout "+
 		"before idemkit's middleware, or use Config.HandlerTimeout", strings.TrimSuffix(l.timeoutInside, "."), status)
-	l.e.emit(ctx, &ev, l.e.limitedLog(warnTimeoutInside, now, slog.LevelError))
+	l.e.emit(ctx, &ev, slog.LevelError)
 }
 
 // HandlerMayRun reports whether the Lock ended while its handler may still
@@ -301,7 +301,7 @@ func (l *Lock) release(ctx context.Context, reason Reason, status int) error {
 	err := l.e.cfg.Store.Release(ctx, l.id, l.token)
 	done := elapsed(start)
 	ev := l.e.event(EventNotStored, l.method, l.path, l.id.Key, l.began, done)
-	ev.Status, ev.Reason, ev.StoreLatency = status, reason, done.Sub(start)
+	ev.Status, ev.Reason, ev.StoreCall, ev.StoreLatency = status, reason, "release", done.Sub(start)
 	level := slog.LevelDebug
 	if err != nil && !errors.Is(err, ErrLockLost) {
 		ev.Err, level = err, slog.LevelError
@@ -360,6 +360,9 @@ func (l *Lock) end() {
 // mutex.
 func (l *Lock) renewed(err error, start, done time.Time) {
 	if err == nil {
+		ev := l.e.event(EventRenewed, l.method, l.path, l.id.Key, l.began, done)
+		ev.StoreCall, ev.StoreLatency = "renew", done.Sub(start)
+		l.e.emit(l.requestContext(), &ev, slog.LevelDebug)
 		return
 	}
 	l.mu.Lock()
@@ -374,9 +377,13 @@ func (l *Lock) renewed(err error, start, done time.Time) {
 		return
 	}
 	ev := e.event(EventRenewError, l.method, l.path, l.id.Key, l.began, done)
-	ev.Err, ev.StoreLatency = err, done.Sub(start)
-	e.emit(context.Background(), &ev, slog.LevelWarn)
+	ev.Err, ev.StoreCall, ev.StoreLatency = err, "renew", done.Sub(start)
+	e.emit(l.requestContext(), &ev, slog.LevelWarn)
 }
+
+// requestContext is the context of the request that holds l, for the
+// events of its lease: it carries the request's trace, so they reach it.
+func (l *Lock) requestContext() context.Context { return l.ctx.parent }
 
 // loseLease cancels the handler's context with ErrLeaseLost and reports it
 // once: another request took the key over (err nil), or the lease ran out
@@ -393,5 +400,5 @@ func (l *Lock) loseLease(err error) {
 	}
 	ev := l.e.event(EventLeaseLost, l.method, l.path, l.id.Key, l.began, time.Now())
 	ev.Err = err
-	l.e.emit(context.Background(), &ev, slog.LevelWarn)
+	l.e.emit(l.requestContext(), &ev, slog.LevelWarn)
 }

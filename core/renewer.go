@@ -225,7 +225,9 @@ func (r *renewer) work() {
 }
 
 func (r *renewer) renewOne(l *Lock, start, leaseUntil time.Time) {
-	ctx, cancel := r.e.timeoutContext(context.Background(), r.callTimeout())
+	// The request's values (its trace) without its cancellation: the lease
+	// must be renewed whatever became of the client.
+	ctx, cancel := r.e.timeoutContext(context.WithoutCancel(l.requestContext()), r.callTimeout())
 	began := time.Now()
 	err := r.e.cfg.Store.Renew(ctx, l.id, l.token, leaseUntil)
 	done := time.Now()

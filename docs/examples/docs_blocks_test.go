@@ -563,14 +563,15 @@ func TestOperationsKeyHash(t *testing.T) {
 		t.Errorf("%s: the command prints %s, the page shows %s", b.at(), got, lines[1])
 	}
 	key := regexp.MustCompile(`'([0-9a-f-]{36})'`).FindStringSubmatch(cmd)
-	if key == nil {
-		t.Fatalf("%s: no key in %q", b.at(), cmd)
+	secret := regexp.MustCompile(`-hmac '([^']+)'`).FindStringSubmatch(cmd)
+	if key == nil || secret == nil {
+		t.Fatalf("%s: no key or no secret in %q", b.at(), cmd)
 	}
 
 	var logged string
 	store := memstore.New()
 	defer store.Close()
-	engine := idem.New(idem.Config{Store: store, OnEvent: func(_ context.Context, ev idem.Event) {
+	engine := idem.New(idem.Config{Store: store, KeyHashSecret: []byte(secret[1]), OnEvent: func(_ context.Context, ev idem.Event) {
 		if ev.Kind == idem.EventFirst {
 			logged = ev.KeyHash()
 		}

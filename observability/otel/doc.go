@@ -25,7 +25,8 @@
 //
 // outcome is the event kind (first, takeover, replay, conflict, mismatch,
 // key-missing, key-invalid, too-large, body-unreadable, store-error,
-// stored, not-stored, lease-lost, renew-error, store-full, client-gone); reason is set
+// stored, not-stored, lease-lost, renew-error, store-full, client-gone,
+// unprotected, renewed); reason is set
 // on not-stored only (status, too-large, streamed, panic, lock-lost,
 // store-error, incomplete, timeout-inside, failed).
 //

@@ -2,6 +2,7 @@ package idemotel_test
 
 import (
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -36,8 +37,10 @@ type spanEvent struct {
 
 func TestSpanEvents(t *testing.T) {
 	const key = `"k-span"`
-	sum := sha256.Sum256([]byte("k-span"))
-	hash := hex.EncodeToString(sum[:6])
+	secret := []byte("span test secret")
+	mac := hmac.New(sha256.New, secret)
+	mac.Write([]byte("k-span"))
+	hash := hex.EncodeToString(mac.Sum(nil)[:6])
 
 	type step struct {
 		body   string
@@ -104,7 +107,7 @@ func TestSpanEvents(t *testing.T) {
 				t.Cleanup(func() { ms.Close() })
 				store = ms
 			}
-			engine := idem.New(idem.Config{Store: store, OnEvent: m.OnEvent, Logger: slog.New(slog.DiscardHandler)})
+			engine := idem.New(idem.Config{Store: store, KeyHashSecret: secret, OnEvent: m.OnEvent, Logger: slog.New(slog.DiscardHandler)})
 			rec := tracetest.NewSpanRecorder()
 			tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 			t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })

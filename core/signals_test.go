@@ -1,0 +1,138 @@
+package idem_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemtest"
+)
+
+// Defect: an outage wrote one ERROR line per request (300 POSTs, 300
+// lines). The first line of each kind of trouble is logged, the others
+// held back and counted, and one line at the minute's end says how many.
+func TestOutageLogsOneLineAMinute(t *testing.T) {
+	var logs bytes.Buffer
+	clock := idemtest.NewClock(time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC))
+	e := idem.New(idem.Config{Store: failingStore{}, Clock: clock,
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	for i := range 300 {
+		e.Begin(context.Background(), charge(fmt.Sprintf("k-%d", i), `{}`))
+	}
+	if n := strings.Count(logs.String(), "\n"); n != 1 {
+		t.Fatalf("300 requests against a store that is down logged %d lines, want 1:\n%s", n, logs.String())
+	}
+	clock.Advance(time.Minute)
+	lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[1], "count=299") || !strings.Contains(lines[1], "event=store-error") ||
+		!strings.Contains(lines[1], "level=ERROR") {
+		t.Fatalf("after the minute: %q, want one ERROR line counting the 299 held back", lines)
+	}
+	e.Begin(context.Background(), charge("next", `{}`))
+	if n := strings.Count(logs.String(), "\n"); n != 3 {
+		t.Fatalf("the first error of the next minute was not logged:\n%s", logs.String())
+	}
+}
+
+// failingStore is a store that cannot be reached.
+type failingStore struct{ idem.Store }
+
+var errUnreachable = errors.New("dial tcp 10.0.0.5:5432: connect: connection refused")
+
+func (failingStore) Acquire(context.Context, idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
+	return idem.Record{}, 0, errUnreachable
+}
+
+func (failingStore) Release(context.Context, idem.ID, string) error { return errUnreachable }
+
+// Defect: a request that ran unprotected (FailOpen) gave the same
+// store-error event as one refused with 503, so it could not be counted.
+func TestFailOpenIsCountedApart(t *testing.T) {
+	for _, open := range []bool{false, true} {
+		var kinds []idem.EventKind
+		e := idem.New(idem.Config{Store: failingStore{}, FailOpen: open, Logger: slog.New(slog.DiscardHandler),
+			OnEvent: func(_ context.Context, ev idem.Event) { kinds = append(kinds, ev.Kind) }})
+		d := e.Begin(context.Background(), charge("k", `{}`))
+		want := idem.EventStoreError
+		if open {
+			want = idem.EventUnprotected
+		}
+		if len(kinds) != 1 || kinds[0] != want || (d.Action == idem.ActionPass) != open {
+			t.Fatalf("FailOpen %v: events %v, action %v; want %v", open, kinds, d.Action, want)
+		}
+	}
+}
+
+type traceKey struct{}
+
+// Defect: lease events were emitted with context.Background(), so a
+// request's trace showed nothing of a lost lease; renewals reached the
+// store with no request context either.
+func TestLeaseEventsCarryTheRequestContext(t *testing.T) {
+	clock := idemtest.NewClock(time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC))
+	seen := map[idem.EventKind]any{}
+	var renewCtx any
+	store := &renewSpy{Store: newStore(t), ctxValue: &renewCtx}
+	e := idem.New(idem.Config{Store: store, Clock: clock, Logger: slog.New(slog.DiscardHandler),
+		OnEvent: func(ctx context.Context, ev idem.Event) { seen[ev.Kind] = ctx.Value(traceKey{}) }})
+	ctx := context.WithValue(context.Background(), traceKey{}, "trace-1")
+	d := e.Begin(ctx, charge("k", `{}`))
+	clock.Advance(10 * time.Second) // a renewal
+	store.fail = true
+	clock.Advance(30 * time.Second) // renewals fail until the lease runs out
+	for _, k := range []idem.EventKind{idem.EventRenewed, idem.EventRenewError, idem.EventLeaseLost} {
+		if seen[k] != "trace-1" {
+			t.Errorf("%v was emitted without the request's context (value %v)", k, seen[k])
+		}
+	}
+	if renewCtx != "trace-1" {
+		t.Errorf("Renew got a context without the request's values (%v)", renewCtx)
+	}
+	d.Lock.Abandon(context.Background(), idem.ReasonPanic)
+}
+
+type renewSpy struct {
+	idem.Store
+	ctxValue *any
+	fail     bool
+}
+
+func (s *renewSpy) Renew(ctx context.Context, id idem.ID, token string, until time.Time) error {
+	*s.ctxValue = ctx.Value(traceKey{})
+	if s.fail {
+		return errUnreachable
+	}
+	return s.Store.Renew(ctx, id, token, until)
+}
+
+// Defect: the key hash in logs was an unsalted SHA-256, so a guessable key
+// (order-48213) was recovered by trying candidates. It is an HMAC under
+// KeyHashSecret, random per process unless set.
+func TestKeyHashNeedsTheSecret(t *testing.T) {
+	hash := func(secret []byte) string {
+		var got string
+		e := idem.New(idem.Config{Store: newStore(t), KeyHashSecret: secret, Logger: slog.New(slog.DiscardHandler),
+			OnEvent: func(_ context.Context, ev idem.Event) { got = ev.KeyHash() }})
+		e.Begin(context.Background(), charge("order-48213", `{}`)).Lock.Abandon(context.Background(), idem.ReasonPanic)
+		return got
+	}
+	plain := sha256.Sum256([]byte("order-48213"))
+	if a := hash(nil); a == hex.EncodeToString(plain[:6]) || a == hash(nil) {
+		t.Fatalf("without a secret the hash is %s: want neither the plain SHA-256 nor the same in two processes", a)
+	}
+	secret := []byte("fleet secret")
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte("order-48213"))
+	if got, want := hash(secret), hex.EncodeToString(m.Sum(nil)[:6]); got != want || hash(secret) != got {
+		t.Fatalf("with a secret: %s, want %s, the same on every instance", got, want)
+	}
+}
