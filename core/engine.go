@@ -187,12 +187,16 @@ func (e *Engine) acquisition(scope, key string, fp Fingerprint) (a Acquire, star
 	if !e.realClock {
 		now = e.clock.Now()
 	}
+	lease := e.cfg.Lease
+	if e.local {
+		lease = MaxDuration // held until the handler ends: see LocalStore
+	}
 	return Acquire{
 		ID:          ID{Scope: scope, Key: key},
 		Fingerprint: fp,
 		Token:       e.newToken(),
 		Now:         now,
-		LeaseUntil:  now.Add(e.cfg.Lease),
+		LeaseUntil:  now.Add(lease),
 		ExpiresAt:   now.Add(e.cfg.TTL),
 	}, start
 }
@@ -221,7 +225,7 @@ func (e *Engine) acquire(ctx context.Context, a *Acquire, start time.Time) outco
 	cancel()
 	o.done, o.called = elapsed(start), true
 	o.latency = o.done.Sub(start)
-	if o.err == nil && o.outcome != AcquireExisting && e.renewer.tooLate(a.LeaseUntil, e.clockAt(o.done)) {
+	if o.err == nil && o.outcome != AcquireExisting && !e.local && e.renewer.tooLate(a.LeaseUntil, e.clockAt(o.done)) {
 		o.err = errAcquireTooLate
 	}
 	if o.err != nil && !errors.Is(o.err, ErrStoreFull) {

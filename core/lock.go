@@ -69,7 +69,9 @@ func (e *Engine) newLock(ctx context.Context, r *Request, a Acquire, began time.
 	if e.cfg.HandlerTimeout > 0 {
 		l.timeout = e.clock.AfterFunc(e.cfg.HandlerTimeout, func() { l.stopHandler(ErrHandlerTimeout) })
 	}
-	e.renewer.add(l, a.Now.Add(e.cfg.RenewEvery), a.LeaseUntil)
+	if !e.local { // a local store's lock needs no renewal: see LocalStore
+		e.renewer.add(l, a.Now.Add(e.cfg.RenewEvery), a.LeaseUntil)
+	}
 	return l
 }
 

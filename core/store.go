@@ -99,9 +99,14 @@ type PartialRenewal interface {
 // caller's process and never wait for I/O or for other requests beyond a
 // short lock (the memory store). The Engine calls such a store without a
 // deadline: a deadline could never fire there, and would cost a context
-// and a timer on every call. A wrapper that can wait (a decorator adding
-// latency or a network hop) must not pass the capability on, as embedding
-// the concrete store type would.
+// and a timer on every call. And it takes no leases there: a record of a
+// local store lives and dies with the process whose handlers hold its
+// keys, so no other process can be waiting to take a key over, and a
+// crash frees every key at once. The in-flight record is the lock until
+// the handler ends (or Config.HandlerTimeout stops it), with no renewal
+// and no lease timer. A wrapper that can wait (a decorator adding latency
+// or a network hop) must not pass the capability on, as embedding the
+// concrete store type would.
 type LocalStore interface {
 	// Local marks the capability; it is never called.
 	Local()
