@@ -22,6 +22,7 @@ type Engine struct {
 	realClock     bool      // the system clock, so one reading serves both the record and the latency
 	epoch         time.Time // time.Now at New: the reference of elapsed (see elapsed)
 	local         bool      // the store is a LocalStore: its calls need no deadline
+	leaseless     bool      // the store is local or used by one process: it takes no leases
 	replayHeaders []string
 	problems      [len(problemSpecs)]preparedProblem
 	retryAfter    []string
@@ -45,7 +46,9 @@ func New(cfg Config) *Engine {
 	cfg.setDefaults()
 	_, realClock := cfg.Clock.(systemClock)
 	_, local := cfg.Store.(LocalStore)
-	e := &Engine{cfg: cfg, clock: cfg.Clock, realClock: realClock, local: local, replayHeaders: cfg.replayHeaderSet(),
+	op, _ := cfg.Store.(interface{ OneProcess() bool })
+	leaseless := local || op != nil && op.OneProcess()
+	e := &Engine{cfg: cfg, clock: cfg.Clock, realClock: realClock, local: local, leaseless: leaseless, replayHeaders: cfg.replayHeaderSet(),
 		epoch: time.Now()}
 	e.renewer = newRenewer(e)
 	for i, spec := range problemSpecs {
@@ -188,7 +191,7 @@ func (e *Engine) acquisition(scope, key string, fp Fingerprint) (a Acquire, star
 		now = e.clock.Now()
 	}
 	lease := e.cfg.Lease
-	if e.local {
+	if e.leaseless {
 		lease = MaxDuration // held until the handler ends: see LocalStore
 	}
 	return Acquire{
@@ -225,7 +228,7 @@ func (e *Engine) acquire(ctx context.Context, a *Acquire, start time.Time) outco
 	cancel()
 	o.done, o.called = elapsed(start), true
 	o.latency = o.done.Sub(start)
-	if o.err == nil && o.outcome != AcquireExisting && !e.local && e.renewer.tooLate(a.LeaseUntil, e.clockAt(o.done)) {
+	if o.err == nil && o.outcome != AcquireExisting && !e.leaseless && e.renewer.tooLate(a.LeaseUntil, e.clockAt(o.done)) {
 		o.err = errAcquireTooLate
 	}
 	if o.err != nil && !errors.Is(o.err, ErrStoreFull) {

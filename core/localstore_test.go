@@ -2,9 +2,13 @@ package idem_test
 
 import (
 	"context"
+	"log/slog"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemtest"
 )
 
 // deadlineSeen records whether the Acquire it gets carries a deadline.
@@ -34,5 +38,41 @@ func TestStoreDeadlineOnlyWhereItCanFire(t *testing.T) {
 	idem.New(quietConfig(local)).Begin(context.Background(), charge("k", `{}`)).Lock.Abandon(context.Background(), idem.ReasonPanic)
 	if local.had {
 		t.Fatal("a LocalStore was given a deadline it can never need")
+	}
+}
+
+// oneProcessStore says, as the GORM store on SQLite does, that only this
+// process uses its records.
+type oneProcessStore struct {
+	idem.Store
+	renewals *atomic.Int64
+	one      bool
+}
+
+func (s oneProcessStore) OneProcess() bool { return s.one }
+
+func (s oneProcessStore) Renew(ctx context.Context, id idem.ID, token string, until time.Time) error {
+	s.renewals.Add(1)
+	return s.Store.Renew(ctx, id, token, until)
+}
+
+// A store that one process uses alone takes no lease (nothing renews it,
+// and the key is held until the handler ends); one that says otherwise
+// keeps its leases.
+func TestOneProcessStoreTakesNoLease(t *testing.T) {
+	for _, one := range []bool{true, false} {
+		var renewals atomic.Int64
+		clock := idemtest.NewClock(time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC))
+		e := idem.New(idem.Config{Store: oneProcessStore{newStore(t), &renewals, one}, Clock: clock,
+			Logger: slog.New(slog.DiscardHandler)})
+		d := e.Begin(context.Background(), charge("k", `{}`))
+		clock.Advance(time.Hour)
+		if r := e.Begin(context.Background(), charge("k", `{}`)); r.Response.Status != 409 {
+			t.Fatalf("one process %v: retry an hour into the handler: %d, want 409", one, r.Response.Status)
+		}
+		if n := renewals.Load(); (n == 0) != one {
+			t.Fatalf("one process %v: %d renewals", one, n)
+		}
+		d.Lock.Finish(context.Background(), 201, nil)
 	}
 }

@@ -69,7 +69,7 @@ func (e *Engine) newLock(ctx context.Context, r *Request, a Acquire, began time.
 	if e.cfg.HandlerTimeout > 0 {
 		l.timeout = e.clock.AfterFunc(e.cfg.HandlerTimeout, func() { l.stopHandler(ErrHandlerTimeout) })
 	}
-	if !e.local { // a local store's lock needs no renewal: see LocalStore
+	if !e.leaseless { // a local or one-process store's lock needs no renewal: see LocalStore
 		e.renewer.add(l, a.Now.Add(e.cfg.RenewEvery), a.LeaseUntil)
 	}
 	return l

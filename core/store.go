@@ -18,6 +18,13 @@ import (
 // error (store unreachable, timeout, cancelled context), which the Engine
 // treats as "store unavailable".
 //
+// One process: a Store may have a method OneProcess() bool that reports
+// whether only one process uses its records at a time (it refuses a second
+// one, as the GORM store does on SQLite). The Engine then takes no leases
+// on it, as on a LocalStore (see there), but keeps its calls' deadlines;
+// and such a store must free, when it starts, the in-flight records a
+// process that died left behind, since no lease will ever run out on them.
+//
 // Memory: Complete must copy whatever it keeps of the Response it receives,
 // as the Engine reuses that memory once Complete returns. Records a store
 // returns are read-only for the caller, so a store may share their slices
