@@ -89,9 +89,21 @@ func msBetween(r *rand.Rand, lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(r.Int64N(int64((hi-lo)/time.Millisecond)+1))*time.Millisecond
 }
 
+// drawParams draws the world of a seed. Each step draws from the same
+// generator in a fixed order, so a seed always draws the same world.
 func drawParams(seed uint64) params {
 	r := rand.New(rand.NewPCG(seed, 0xba5e))
 	var p params
+	p.drawEngine(r)
+	p.drawLoad(r)
+	p.drawHandlers(r)
+	p.drawStore(r)
+	p.drawClients(r)
+	return p
+}
+
+// drawEngine draws the engines and their configuration.
+func (p *params) drawEngine(r *rand.Rand) {
 	p.engines = 1 + r.IntN(4)
 	p.lease = time.Duration(10+r.IntN(51)) * time.Second
 	// A multiple of 4 ms, so that the renewer's tick (RenewEvery/4) and
@@ -116,7 +128,10 @@ func drawParams(seed uint64) params {
 		p.ttl = msBetween(r, 2*time.Minute, 10*time.Minute)
 	}
 	p.maxBody = 8<<10 + r.IntN(56<<10)
+}
 
+// drawLoad draws the chaos's length, the requests and their keys.
+func (p *params) drawLoad(r *rand.Rand) {
 	p.chaos = msBetween(r, time.Minute, 8*time.Minute)
 	p.burst = r.Float64() < 0.5
 	p.requests = 4 + r.IntN(37)
@@ -139,6 +154,11 @@ func drawParams(seed uint64) params {
 		}
 		p.keyNames = append(p.keyNames, name)
 	}
+}
+
+// drawHandlers draws how long handlers work, how fast they stop, and how
+// far the engines' clocks are off.
+func (p *params) drawHandlers(r *rand.Rand) {
 	p.maxHandler = msBetween(r, p.lease/2, 3*p.lease)
 	// Each engine's clock is off by up to skewMax, and a handler stops
 	// within react of being told: the Engine tells it at least a tick
@@ -149,10 +169,12 @@ func drawParams(seed uint64) params {
 		p.skewMax = msBetween(r, 0, tick/4)
 	}
 	p.react = tick - 2*p.skewMax
-
 	p.crashes = r.IntN(4)
 	p.pauses = r.IntN(4)
+}
 
+// drawStore draws how hostile the store is, call by call and in spells.
+func (p *params) drawStore(r *rand.Rand) {
 	p.pFail = 0.1 * r.Float64()
 	p.pAmbiguous = 0.1 * r.Float64()
 	p.pHang = 0.05 * r.Float64()
@@ -170,7 +192,10 @@ func drawParams(seed uint64) params {
 		}
 		p.windows = append(p.windows, w)
 	}
+}
 
+// drawClients draws how clients and handlers misbehave.
+func (p *params) drawClients(r *rand.Rand) {
 	p.pShortTimeout = 0.5 * r.Float64()
 	p.pCut = 0.2 * r.Float64()
 	p.pOtherBody = 0.15 * r.Float64()
@@ -181,7 +206,6 @@ func drawParams(seed uint64) params {
 	p.pAgain = 0.5 * r.Float64()
 	p.pStream = 0.05 * r.Float64()
 	p.pSingleRenew = r.Float64()
-	return p
 }
 
 func (p params) String() string {

@@ -483,7 +483,22 @@ func (w *world) planCall(n *node) callPlan {
 	if r.Float64() < p.pSlow {
 		pl.post += msBetween(r, 0, p.slowMax)
 	}
-	since := now.Sub(epoch)
+	w.weather(&pl, n, now.Sub(epoch))
+	if pl.ghost {
+		// A ghost lands as late as it would have arrived, or later still,
+		// as a statement queued behind a lock or a packet retransmitted.
+		pl.late = pl.pre
+		if r.IntN(2) == 0 {
+			pl.late = msBetween(r, 0, 2*p.lease)
+		}
+	}
+	return pl
+}
+
+// weather applies to pl the spells of bad weather that n's call meets, at
+// since into the run.
+func (w *world) weather(pl *callPlan, n *node, since time.Duration) {
+	r, p := w.rng, &w.p
 	for _, win := range p.windows {
 		if since < win.from || since >= win.to || (win.slot >= 0 && win.slot != n.slot) {
 			continue
@@ -513,15 +528,6 @@ func (w *world) planCall(n *node) callPlan {
 			pl.post += msBetween(r, 0, win.lag/2)
 		}
 	}
-	if pl.ghost {
-		// A ghost lands as late as it would have arrived, or later still,
-		// as a statement queued behind a lock or a packet retransmitted.
-		pl.late = pl.pre
-		if r.IntN(2) == 0 {
-			pl.late = msBetween(r, 0, 2*p.lease)
-		}
-	}
-	return pl
 }
 
 func (w *world) attemptOf(r *http.Request) *attempt {
