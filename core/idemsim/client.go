@@ -17,11 +17,14 @@ import (
 
 // logical is one request a client means to make exactly once: it sends it
 // with one key until it gets a definitive answer, retrying after
-// timeouts, broken connections, 409, 429 and 5xx.
+// timeouts, broken connections, 409, 429 and 5xx. Or it is one job (msg
+// set, pay nil), which a queue delivers until a delivery ends with a
+// definitive outcome (see consume).
 type logical struct {
 	name    string
 	id      idem.ID
 	pay     *payload
+	msg     *jobMsg
 	start   time.Time
 	patient time.Duration // its timeout once the chaos is over
 
@@ -32,20 +35,40 @@ type logical struct {
 	finished bool // its client stopped (done, or out of time)
 }
 
-// attempt is one sending of a logical request.
+// attempt is one sending of a logical request, or one delivery of a job
+// (msg set, req nil).
 type attempt struct {
 	name     string
-	idx      int // in world.attempts
+	idx      int // in world.attempts; -1 for a delivery
 	lr       *logical
 	id       idem.ID
 	req      *request
+	msg      *jobMsg
 	keyLines []string // the Idempotency-Key field lines (nil: none)
 	badKey   string   // the problem the policy answers for a malformed or missing key, "" for a valid one
 	what     string   // what it sends, for traces
 	deviant  bool     // another request than the logical one (a client's mistake)
 
-	exec     *exec     // the handler run that served it, if any
+	exec     *exec     // the handler or job run that served it, if any
 	acquired *acquired // what the store answered the Engine's Acquire for it, if it answered
+	token    string    // the lock the Engine asked the store for, if it asked
+}
+
+// target names what att asks for, in messages.
+func (a *attempt) target() string {
+	if a.msg != nil {
+		return fmt.Sprintf("job %q", a.msg.name)
+	}
+	return a.req.method + " " + a.req.path
+}
+
+// bucket gathers the attempts that may be the same work as a: the same
+// method, path and body signature, or the same job.
+func (a *attempt) bucket() string {
+	if a.msg != nil {
+		return "job\x00" + a.msg.name + "\x00" + string(a.msg.payload)
+	}
+	return a.req.method + " " + a.req.path + "\x00" + a.req.signature()
 }
 
 // acquired is an answer of Acquire, as the Engine received it.
@@ -66,14 +89,22 @@ func (w *world) planRequests() {
 			lr.id = idem.ID{Scope: scopes[p.scopeSet[r.IntN(p.scopes)]], Key: p.keyNames[r.IntN(p.keys)]}
 			lr.pay = newPayload(r, i)
 		}
-		if p.burst {
-			lr.start = epoch.Add(msBetween(r, 0, 10*time.Second))
-		} else {
-			lr.start = epoch.Add(msBetween(r, 0, p.chaos))
-		}
-		lr.patient = p.maxHandler + 3*p.storeTimeout + 10*time.Second
-		w.reqs = append(w.reqs, lr)
+		w.schedule(lr)
 	}
+}
+
+// schedule draws when lr starts, in the burst or during the chaos, and
+// sets how long its client waits once the chaos is over; then lr joins
+// the run.
+func (w *world) schedule(lr *logical) {
+	r, p := w.rng, &w.p
+	if p.burst {
+		lr.start = epoch.Add(msBetween(r, 0, 10*time.Second))
+	} else {
+		lr.start = epoch.Add(msBetween(r, 0, p.chaos))
+	}
+	lr.patient = p.maxHandler + 3*p.storeTimeout + 10*time.Second
+	w.reqs = append(w.reqs, lr)
 }
 
 func (w *world) newAttempt(lr *logical, deviant bool) *attempt {
@@ -106,10 +137,8 @@ func (w *world) client(lr *logical) {
 		if !calm && r.Float64() < p.pCut {
 			cut = r.IntN(8 << 10)
 		}
-		sl, travel := w.slots[r.IntN(len(w.slots))], msBetween(r, 0, 10*time.Millisecond)
-		if aim != nil {
-			sl, travel, aim = aim.sl, aim.travel, nil
-		}
+		sl, travel := w.route(aim)
+		aim = nil
 		res := w.send(att, sl, travel, timeout, cut)
 		lr.tries++
 		lr.last = res.String()
@@ -126,11 +155,7 @@ func (w *world) client(lr *logical) {
 		} else {
 			pause = msBetween(r, 100*time.Millisecond, 3*time.Second)
 		}
-		if r.Float64() < p.pEdge {
-			if a, at := w.aimAtEdge(lr); a != nil {
-				aim, pause = a, at.Sub(s.now)
-			}
-		}
+		pause, aim = w.retryAfter(lr, pause)
 		s.sleep(pause)
 	}
 	if lr.done && r.Float64() < p.pAgain {
@@ -156,6 +181,28 @@ func (w *world) probeKey(lr *logical) {
 	res := w.send(att, w.slots[r.IntN(len(w.slots))], msBetween(r, 0, 10*time.Millisecond), lr.patient, -1)
 	w.tracef("%s ← %s", att.name, res)
 	w.m.checkAnswer(att, res)
+}
+
+// route picks the engine slot that lr's next sending goes to, and how
+// long it travels: aim's, if it is aimed at an edge of its record, else
+// any.
+func (w *world) route(aim *aimed) (*slot, time.Duration) {
+	sl, travel := w.slots[w.rng.IntN(len(w.slots))], msBetween(w.rng, 0, 10*time.Millisecond)
+	if aim != nil {
+		return aim.sl, aim.travel
+	}
+	return sl, travel
+}
+
+// retryAfter returns how long lr waits before its next sending (pause,
+// unless it aims that sending at an edge of its record), and the aim.
+func (w *world) retryAfter(lr *logical, pause time.Duration) (time.Duration, *aimed) {
+	if w.rng.Float64() < w.p.pEdge {
+		if a, at := w.aimAtEdge(lr); a != nil {
+			return at.Sub(w.s.now), a
+		}
+	}
+	return pause, nil
 }
 
 // aimed is a retry timed so that the Engine reads its clock for it at an
@@ -223,12 +270,11 @@ func (r result) definitive() bool {
 
 // exchange is one HTTP request between a client and an engine process.
 type exchange struct {
-	req   *http.Request
-	att   *attempt
-	rw    *respWriter
-	token string // the lock the request acquired, if any
-	done  bool   // the server is done with it
-	died  bool   // the server's process crashed while serving it
+	req  *http.Request
+	att  *attempt
+	rw   *respWriter
+	done bool // the server is done with it
+	died bool // the server's process crashed while serving it
 }
 
 // send makes one attempt through engine slot sl, reaching it after
@@ -261,7 +307,7 @@ func (w *world) send(att *attempt, sl *slot, travel, timeout time.Duration, cut 
 	req.Header.Set("X-Sim-Attempt", strconv.Itoa(att.idx))
 	ex := &exchange{req: req, att: att, rw: &respWriter{h: http.Header{}, cut: cut, declared: -1}}
 	p := s.spawn(n, n.name()+" "+att.name, func() { w.serve(n, ex, travel) })
-	p.tag = ex
+	p.tag = att
 	s.wait(s.now.Add(timeout), nil, func() bool { return ex.done })
 	if !ex.done {
 		ex.rw.gone = true // the client hangs up: writes fail, the request's context ends
@@ -302,7 +348,7 @@ func (w *world) serve(n *node, ex *exchange, travel time.Duration) {
 		}
 		ex.done = true
 		ex.died = !ok && n.dead
-		if t := w.m.tokens[ex.token]; t != nil {
+		if t := w.m.tokens[ex.att.token]; t != nil {
 			t.ended = true
 		}
 	}()

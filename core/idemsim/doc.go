@@ -1,8 +1,10 @@
 // Package idemsim is a deterministic simulation of idemkit: several
-// Engines, each behind the net/http adapter (package idemhttp), sharing one
-// store, with clients that time out, retry and hang up, handlers that run
-// longer than their lease, engine processes that crash, restart and
-// freeze, and a store that is slow, fails, hangs and answers ambiguously.
+// Engines, each behind the net/http adapter (package idemhttp) and running
+// jobs with Engine.Do for the consumers of a queue, sharing one store,
+// with clients that time out, retry and hang up, a queue that delivers
+// each message at least once, handlers and jobs that run longer than
+// their lease, engine processes that crash, restart and freeze, and a
+// store that is slow, fails, hangs and answers ambiguously.
 // It checks invariants after every step of the run, on a model of what the
 // handlers really did, judged by an oracle of its own written from the
 // published policy, and a failure names the seed that replays it.
@@ -48,7 +50,9 @@
 // renewal interval, the store deadline (sometimes longer than the lease),
 // a handler timeout or none, the TTL (24 h, or minutes, with a purger);
 // 4 to 40 logical requests over 1 to 3 tenants and a few keys, some sent
-// twice by two clients, arriving in a burst or spread out. During the
+// twice by two clients, arriving in a burst or spread out; and up to as
+// many jobs (see Jobs below). The jobs are drawn last, so a seed that
+// draws none runs as it did before jobs were simulated. During the
 // chaos (1 to 8 minutes), engines crash (every lock of the process
 // vanishes, its handlers stop, its store calls never land) and restart,
 // freeze (a garbage-collection pause or a stopped VM: their handlers,
@@ -86,6 +90,30 @@
 // match their body, 204 and 303 responses; some stream their response
 // (Flush) and some write it over a hijacked connection (Hijack).
 //
+// # Jobs
+//
+// A queue delivers each job (a message: a key, a name and a payload) at
+// least once to a consumer in one of the engine processes, which runs it
+// with Engine.Do and acknowledges it when Do ends with a definitive
+// outcome: a result, a permanent failure (idem.Permanent), or
+// ErrKeyReused. Everything else is delivered again, to any consumer, in
+// any order with the other messages: after ErrInProgress, a failure, a
+// panic, a store error, the end of the consumer's own context, the
+// queue's visibility timeout (the first delivery may still run; some
+// consumers give the job that deadline too), or the crash of the process
+// running it. During the chaos the queue also hands a message to a second
+// consumer at once, producers publish a message twice, or another one
+// (another name, a byte more, less or changed, no payload or an empty
+// one) under its key or under a request's; and a message done is
+// sometimes delivered once more, its acknowledgement lost. Job keys are
+// any bytes, NUL and invalid UTF-8 included, up to 400 bytes long. A job
+// works in spells for up to three leases, stopping when its context is
+// cancelled (the lease lost, the handler timeout, its caller gone), then
+// writes its business work (Target.Effects, behind Effects.Wrap), and
+// returns a result that names its run (empty, or larger than
+// MaxResponseBody, sometimes), or fails, permanently or not, or panics;
+// a job that starts once the chaos is over fails only permanently.
+//
 // # The oracle
 //
 // The simulation judges the Engine by the published policy
@@ -101,42 +129,57 @@
 // that wrote it (in its body, or its Location). A bug in one of those
 // helpers would otherwise judge itself, and pass.
 //
+// Jobs are judged by the contract of idem.Job and Engine.Do (judgejobs.go):
+// two jobs are the same when their names and payloads are, byte for byte;
+// a delivery's outcome is its own run's (what the job returned, or its
+// panic), or else the outcome recorded by the run whose record the store
+// answered its Acquire with, which must have committed and served the
+// same job; a result is scribbled over once judged, as its caller may.
+//
 // # Invariants
 //
 //  1. Never two executions of one key running at the same moment. An
-//     execution runs from the handler's start to its return, or to its
-//     process's crash. This assumes what a correct handler does: it stops
-//     within one renewer tick (RenewEvery/4) of its context being
-//     cancelled (the model's handlers take up to a tick), and the
-//     engines' clocks agree (they share the virtual clock). The Engine
-//     tells a handler its lease is lost at least one tick before the lease
-//     ends. A handler that ignores its context, or whose process freezes
-//     while it runs, cannot be told in time: such runs are exempt (they
-//     are documented, not bugs), and only fencing protects the record
-//     from them.
+//     execution runs from the handler's (or job's) start to its return,
+//     or to its process's crash; a job runs only under the key its
+//     delivery took from the store, new or taken over. This assumes what
+//     a correct handler does: it stops within one renewer tick
+//     (RenewEvery/4) of its context being cancelled (the model's
+//     handlers and jobs take up to a tick), and the engines' clocks agree
+//     (they share the virtual clock). The Engine tells a handler its lease
+//     is lost at least one tick before the lease ends. A handler that
+//     ignores its context, or whose process freezes while it runs, cannot
+//     be told in time: such runs are exempt (they are documented, not
+//     bugs), and only fencing protects the record from them.
 //  2. With transactional completion, never two committed executions per
-//     record lifetime. The model counts an execution as committed when
+//     record lifetime: a job's result is never followed by a second,
+//     different one. The model counts an execution as committed when
 //     its completion committed in the store, as transactional completion
 //     makes it; a lifetime starts when Acquire creates the record. With
 //     Target.Effects (the GORM store on PostgreSQL, through its Tx), each
-//     handler run also writes a row in the request's transaction, and
+//     handler or job run also writes a row in its transaction, and
 //     after the run the rows committed must be exactly those of the runs
-//     whose completion committed: no work without its stored response (a
-//     retry would do it again), no stored response without its work.
+//     whose completion committed: no work without its stored outcome (a
+//     retry would do it again), no stored outcome without its work.
 //  3. Every replay is the whole response of the handler run whose
 //     completion the store holds for that key and tenant: the same status
 //     and body, byte for byte, and the replayed headers with all their
 //     values and no others; that run served the same request (by the
 //     policy's rule), its response is one the policy records, and the
 //     replay is marked Idempotent-Replayed, while a response a handler
-//     just wrote for the request is not.
+//     just wrote for the request is not. Likewise for jobs: a delivery
+//     whose job ran gets what the job returned; one that did not gets the
+//     result of the run whose completion the store holds, byte for byte,
+//     or its permanent failure as an *idem.PermanentError with the same
+//     message and no cause, never a job's result another job recorded.
 //  4. A key whose holder died is free again within one lease plus the
 //     renewal interval: checked a lease and a renewal interval after each
 //     crash, and at every Acquire, which must never find a record held
 //     past the longest lease its holder asked for.
 //  5. Every logical request that keeps retrying past the faults ends with
 //     a definitive answer (any status but 408, 409, 425, 429 and 5xx),
-//     within a bounded time after the chaos.
+//     and every job the queue keeps delivering with a definitive outcome,
+//     within a bounded time after the chaos: a key a failed job held
+//     never stays locked (ErrInProgress for ever).
 //  6. After the run: no proc left and no timer pending (every Engine's
 //     renewer idle), at most one record per key used, and none once every
 //     record has expired and been purged.
@@ -150,7 +193,19 @@
 //     of its body), as the handler wrote it, with the replayed headers
 //     only; and the Engine's fingerprints tell requests apart as the
 //     policy does: two requests it tells apart never share one, two
-//     sendings of one request always do.
+//     sendings of one request always do, and no job shares one with a
+//     request. For jobs: ErrKeyReused exactly when the store found the key
+//     held by another job (name or payload) or by a request, never for the
+//     same job; ErrInProgress only while a run of the same job holds it;
+//     only a result (no larger than MaxResponseBody, with a 2xx status)
+//     or a permanent failure (its message, with 422) is recorded, and Do
+//     asks the store to record it before it returns; nothing is recorded
+//     for a failure that is not permanent or a panic, Do releases the key
+//     before it returns (or goes on panicking) and returns the job's own
+//     error; a job's context is cancelled only with idem.ErrLeaseLost,
+//     idem.ErrHandlerTimeout or its caller's context; and when nothing
+//     ran, the error is one Do documents (ErrInProgress, ErrKeyReused,
+//     ErrStoreUnavailable, ErrStoreFull, or the caller's context's).
 //
 // Besides, every answer of the store is checked against its contract (the
 // doc comments of idem.Store), on a shadow of every record kept from the

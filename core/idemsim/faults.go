@@ -101,29 +101,23 @@ func (f *faultStore) call(ctx context.Context, what string, apply func(context.C
 	return err
 }
 
-// exchange returns the request the running proc serves, if it serves one.
-func (f *faultStore) exchange() *exchange {
-	ex, _ := f.w.s.cur.tag.(*exchange)
-	return ex
-}
-
-// fromRequest notes a store call made while serving a request: one with
-// a malformed key must make none.
-func (f *faultStore) fromRequest(op string) *exchange {
-	ex := f.exchange()
-	if ex != nil && ex.att.badKey != "" {
-		f.w.violate(invPolicy, "%s (%s) reaches the store (%s): a request with a malformed key must record nothing", ex.att.name, ex.att.what, op)
+// fromRequest returns the request or the job's delivery the running proc
+// serves, if it serves one, and notes its store call: a request with a
+// malformed key must make none.
+func (f *faultStore) fromRequest(op string) *attempt {
+	att, _ := f.w.s.cur.tag.(*attempt)
+	if att != nil && att.badKey != "" {
+		f.w.violate(invPolicy, "%s (%s) reaches the store (%s): a request with a malformed key must record nothing", att.name, att.what, op)
 	}
-	return ex
+	return att
 }
 
 // Acquire implements idem.Store.
 func (f *faultStore) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
 	m := f.w.m
-	ex := f.fromRequest("Acquire")
-	var att *attempt
-	if ex != nil {
-		ex.token, att = a.Token, ex.att
+	att := f.fromRequest("Acquire")
+	if att != nil {
+		att.token = a.Token
 		m.checkFingerprint(att, a.Fingerprint)
 	}
 	m.newToken(a.Token, f.n, a.ID, att)
@@ -192,7 +186,14 @@ func (f batchFaultStore) RenewBatch(ctx context.Context, held []idem.Held, until
 func (f *faultStore) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
 	m := f.w.m
 	f.fromRequest("Complete")
-	m.checkStored(token, c)
+	if t := m.tokens[token]; t != nil {
+		t.recorded = true
+	}
+	if x := m.execOf[token]; x != nil && x.att.msg != nil {
+		m.checkJobStored(x, c)
+	} else {
+		m.checkStored(token, c)
+	}
 	apply := func(ctx context.Context) error {
 		err := f.w.store.Complete(ctx, id, token, c)
 		m.observeComplete(id, token, c, err)
@@ -227,6 +228,9 @@ func (f *faultStore) Complete(ctx context.Context, id idem.ID, token string, c i
 func (f *faultStore) Release(ctx context.Context, id idem.ID, token string) error {
 	m := f.w.m
 	f.fromRequest("Release")
+	if t := m.tokens[token]; t != nil {
+		t.released = true
+	}
 	apply := func(ctx context.Context) error {
 		err := f.w.store.Release(ctx, id, token)
 		m.observeRelease(id, token, err)

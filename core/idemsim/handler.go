@@ -41,10 +41,21 @@ type execPlan struct {
 	controller  bool // flushes or hijacks through http.ResponseController
 }
 
+// planExec draws what one run of the handler does.
 func (w *world) planExec() execPlan {
-	r, p := w.rng, &w.p
 	calm := !w.s.now.Before(w.calmAt)
 	var pl execPlan
+	pl.work, pl.react = w.planWork(calm)
+	w.planOutcome(&pl, calm)
+	w.planHeaders(&pl)
+	return pl
+}
+
+// planWork draws the spells of work of one run, and how long it takes to
+// stop once its context is cancelled. Once the chaos is over, a run ends
+// well within the handler timeout.
+func (w *world) planWork(calm bool) (work []time.Duration, react time.Duration) {
+	r, p := w.rng, &w.p
 	var total time.Duration
 	switch x := r.Float64(); {
 	case x < 0.5:
@@ -63,10 +74,16 @@ func (w *world) planExec() execPlan {
 			d = msBetween(r, 0, d)
 		}
 		d = d.Truncate(time.Millisecond)
-		pl.work = append(pl.work, d)
+		work = append(work, d)
 		total -= d
 	}
-	pl.react = msBetween(r, 0, p.react)
+	return work, msBetween(r, 0, p.react)
+}
+
+// planOutcome draws the size and status of a run's response, and whether
+// it panics or ignores its context.
+func (w *world) planOutcome(pl *execPlan, calm bool) {
+	r, p := w.rng, &w.p
 	switch x := r.Float64(); {
 	case x < 0.05:
 		pl.size = 0
@@ -92,7 +109,11 @@ func (w *world) planExec() execPlan {
 	}
 	pl.panics = !calm && r.Float64() < p.pPanic
 	pl.deaf = !calm && r.Float64() < p.pDeaf
+}
 
+// planHeaders draws the headers of a run's response and how it is sent.
+func (w *world) planHeaders(pl *execPlan) {
+	r, p := w.rng, &w.p
 	pl.contentType = [...]string{"application/json", "application/json", "application/json; charset=utf-8", ""}[r.IntN(4)]
 	pl.location = r.Float64() < 0.3
 	if r.Float64() < 0.4 {
@@ -119,7 +140,6 @@ func (w *world) planExec() execPlan {
 	if pl.status == http.StatusSeeOther {
 		pl.location = true
 	}
-	return pl
 }
 
 // handle is the application's handler: it does its work in spells,
@@ -128,16 +148,49 @@ func (w *world) planExec() execPlan {
 // and some not, sometimes a Content-Length that is wrong; some responses
 // are streamed (flushed), some written over a hijacked connection.
 func (w *world) handle(n *node, rw http.ResponseWriter, r *http.Request) {
-	s := w.s
 	ctx := r.Context()
+	att, held, ok := w.admit(r)
+	if !ok {
+		return
+	}
+	x := w.m.startExec(held.ID, held.Token, n, att)
+	pl := w.planExec()
+	w.tracef("X%d starts for %s as %s: %s of work, then %d with %d bytes%s", x.n, idName(x.id), w.m.label(held.Token), ms(sum(pl.work)), pl.status, pl.size, pl.extras())
+	if !w.spells(ctx, x, pl.work, pl.react, pl.deaf) {
+		w.stopped(ctx, x, rw)
+		return
+	}
+	if pl.panics {
+		w.m.endExec(x, "panicked")
+		panic(errHandlerPanic)
+	}
+	if !w.writeWork(ctx, x, "the handler's work", "the request's transaction") {
+		return
+	}
+	out := handlerBody(x, pl.size)
+	if pl.size == 0 && pl.status == http.StatusNoContent {
+		out = nil
+	}
+	sent := setHeaders(rw.Header(), x, pl, out)
+	if pl.hijack && w.hijacked(x, rw, pl, out, sent) {
+		return
+	}
+	w.respond(rw, pl, out, sent)
+	w.m.produce(x, sent)
+	w.m.endExec(x, fmt.Sprintf("returned %d with %d bytes", pl.status, len(sent.body)))
+}
+
+// admit checks what the handler is given for a request: it runs only for
+// a valid key, holding that key, with the request's own body.
+func (w *world) admit(r *http.Request) (*attempt, idem.Held, bool) {
 	att := w.attemptOf(r)
 	if att.badKey != "" {
 		w.violate(invPolicy, "%s: the handler runs for a request with %s", att.name, att.what)
 	}
-	held, ok := idem.HeldKey(ctx)
+	held, ok := idem.HeldKey(r.Context())
 	if !ok {
 		w.violate(invOneAtATime, "%s: the handler runs without holding its key", att.name)
-		return
+		return att, held, false
 	}
 	if held.ID != att.id {
 		w.violate(invOneAtATime, "%s: the handler holds %s, not its own key %s", att.name, idName(held.ID), idName(att.id))
@@ -146,42 +199,54 @@ func (w *world) handle(n *node, rw http.ResponseWriter, r *http.Request) {
 	if err != nil || !bytes.Equal(body, att.req.body) {
 		w.violate(invReplay, "%s: the handler was given another body than the request's (%v)", att.name, err)
 	}
-	x := w.m.startExec(held.ID, held.Token, n, att)
-	pl := w.planExec()
-	w.tracef("X%d starts for %s as %s: %s of work, then %d with %d bytes%s", x.n, idName(x.id), w.m.label(held.Token), ms(sum(pl.work)), pl.status, pl.size, pl.extras())
-	wctx := ctx
-	if pl.deaf {
+	return att, held, true
+}
+
+// spells does x's work, spell by spell, and reports false if it stopped
+// first because ctx was cancelled. A deaf run never notices.
+func (w *world) spells(ctx context.Context, x *exec, work []time.Duration, react time.Duration, deaf bool) bool {
+	if deaf {
 		x.exempt = "ignores its context"
-		wctx = context.WithoutCancel(ctx)
+		ctx = context.WithoutCancel(ctx)
 	}
-	for _, d := range pl.work {
-		if !w.work(wctx, d, pl.react) {
-			w.m.endExec(x, "stopped: "+context.Cause(ctx).Error())
-			rw.Header().Set("Content-Type", "text/plain")
-			rw.WriteHeader(http.StatusServiceUnavailable)
-			wrote, _ := io.WriteString(rw, "stopped\n")
-			w.m.produce(x, &response{status: http.StatusServiceUnavailable, header: http.Header{"Content-Type": {"text/plain"}},
-				body: []byte("stopped\n")[:wrote], declared: -1})
-			return
+	for _, d := range work {
+		if !w.work(ctx, d, react) {
+			return false
 		}
 	}
-	if pl.panics {
-		w.m.endExec(x, "panicked")
-		panic(errHandlerPanic)
+	return true
+}
+
+// stopped answers for a handler that stopped when its context was
+// cancelled.
+func (w *world) stopped(ctx context.Context, x *exec, rw http.ResponseWriter) {
+	w.m.endExec(x, "stopped: "+context.Cause(ctx).Error())
+	rw.Header().Set("Content-Type", "text/plain")
+	rw.WriteHeader(http.StatusServiceUnavailable)
+	wrote, _ := io.WriteString(rw, "stopped\n")
+	w.m.produce(x, &response{status: http.StatusServiceUnavailable, header: http.Header{"Content-Type": {"text/plain"}},
+		body: []byte("stopped\n")[:wrote], declared: -1})
+}
+
+// writeWork does x's business work, if the target has some (Effects), in
+// the transaction ctx carries, and reports false if it failed.
+func (w *world) writeWork(ctx context.Context, x *exec, what, tx string) bool {
+	fx := w.effects
+	if fx == nil {
+		return true
 	}
-	if fx := w.effects; fx != nil {
-		if err := fx.Write(ctx, x.n); err != nil {
-			w.m.ownError("the handler's work", err)
-			return
-		}
-		x.wrote = true
-		w.tracef("X%d wrote its work in the request's transaction", x.n)
+	if err := fx.Write(ctx, x.n); err != nil {
+		w.m.ownError(what, err)
+		return false
 	}
-	out := handlerBody(x, pl.size)
-	if pl.size == 0 && pl.status == http.StatusNoContent {
-		out = nil
-	}
-	h := rw.Header()
+	x.wrote = true
+	w.tracef("X%d wrote its work in %s", x.n, tx)
+	return true
+}
+
+// setHeaders writes the headers pl draws for x's response into h, and
+// returns the response as it is being sent.
+func setHeaders(h http.Header, x *exec, pl execPlan, out []byte) *response {
 	if pl.contentType != "" {
 		h.Set("Content-Type", pl.contentType)
 	}
@@ -209,11 +274,13 @@ func (w *world) handle(n *node, rw http.ResponseWriter, r *http.Request) {
 	if pl.declare > 0 {
 		sent.declared, _ = strconv.Atoi(h.Get("Content-Length"))
 	}
-	if pl.hijack {
-		if w.hijacked(x, rw, pl, out, sent) {
-			return
-		}
-	}
+	return sent
+}
+
+// respond writes the status and out in pl.pieces pieces, a short while
+// apart, flushing after the first if pl says so; sent gets what was
+// written.
+func (w *world) respond(rw http.ResponseWriter, pl execPlan, out []byte, sent *response) {
 	rw.WriteHeader(pl.status)
 	write := func(p []byte) {
 		wrote, _ := rw.Write(p) // the adapter reports success even to a client gone
@@ -232,13 +299,11 @@ func (w *world) handle(n *node, rw http.ResponseWriter, r *http.Request) {
 		n := w.rng.IntN(len(rest) + 1)
 		write(rest[:n])
 		rest = rest[n:]
-		s.sleep(msBetween(w.rng, 0, 50*time.Millisecond))
+		w.s.sleep(msBetween(w.rng, 0, 50*time.Millisecond))
 	}
 	if len(rest) > 0 || pl.flush && !sent.flushed {
 		write(rest)
 	}
-	w.m.produce(x, sent)
-	w.m.endExec(x, fmt.Sprintf("returned %d with %d bytes", pl.status, len(sent.body)))
 }
 
 // hijacked takes the connection over and writes the response on it, as a

@@ -54,12 +54,12 @@ func (m *model) checkAnswer(att *attempt, res result) {
 	case "key-missing", "key-invalid":
 		w.violate(invPolicy, "%s sent a valid key (%q) and got 400 %s", att.name, att.keyLines, problem)
 	case "key-reused":
-		if first != nil && sameRequest(first.req, att.req) {
+		if first != nil && sameWork(first, att) {
 			w.violate(invPolicy, "%s (%s) got 422 key-reused, but it is the same request as %s (%s), which holds %s",
 				att.name, att.what, first.name, first.what, idName(att.id))
 		}
 	case "request-in-progress":
-		if first != nil && !sameRequest(first.req, att.req) {
+		if first != nil && !sameWork(first, att) {
 			w.violate(invPolicy, "%s (%s) got 409 request-in-progress, but %s is held by another request, %s (%s): the policy answers 422",
 				att.name, att.what, idName(att.id), first.name, first.what)
 		}
@@ -97,7 +97,7 @@ func (m *model) checkReplay(att *attempt, r *response, marked bool) {
 		w.violate(invReplay, "%s (%s) got a replay of X%d's response, which ran for another key or tenant (%s)", att.name, idName(att.id), x.n, idName(x.id))
 	case x.resp == nil:
 		w.violate(invReplay, "%s got a replay of X%d, which never wrote a whole response", att.name, x.n)
-	case !sameRequest(x.att.req, att.req):
+	case !sameWork(x.att, att):
 		w.violate(invReplay, "%s (%s) got a replay of X%d's response, which served another request: %s (%s)",
 			att.name, att.what, x.n, x.att.name, x.att.what)
 	}
@@ -199,21 +199,22 @@ func (m *model) checkStored(token string, c idem.Completion) {
 }
 
 // checkFingerprint judges the Engine's fingerprint of att against the
-// policy's rule, as it reaches the store: two requests the policy tells
-// apart never share one, and two sendings of one request always do.
+// policy's rule, as it reaches the store: two requests (or jobs, or a job
+// and a request) the policy tells apart never share one, and two sendings
+// of one request (deliveries of one job) always do.
 func (m *model) checkFingerprint(att *attempt, fp idem.Fingerprint) {
 	w := m.w
 	if first, ok := m.fpFirst[fp]; ok {
-		if !sameRequest(first.req, att.req) {
-			w.violate(invPolicy, "%s (%s %s, %s) has the fingerprint of %s (%s %s, %s), another request",
-				att.name, att.req.method, att.req.path, att.what, first.name, first.req.method, first.req.path, first.what)
+		if !sameWork(first, att) {
+			w.violate(invPolicy, "%s (%s, %s) has the fingerprint of %s (%s, %s), another request",
+				att.name, att.target(), att.what, first.name, first.target(), first.what)
 		}
 		return
 	}
 	m.fpFirst[fp] = att
-	bucket := att.req.method + " " + att.req.path + "\x00" + att.req.signature()
+	bucket := att.bucket()
 	for _, o := range m.requests[bucket] {
-		if sameRequest(o.req, att.req) {
+		if sameWork(o, att) {
 			w.violate(invPolicy, "%s (%s) and %s (%s) are one request, with two fingerprints", att.name, att.what, o.name, o.what)
 			return
 		}
@@ -228,7 +229,7 @@ func (m *model) checkTakeover(a idem.Acquire, held idem.Record) {
 	if by == nil || was == nil || by.att == nil || was.att == nil {
 		return
 	}
-	if !sameRequest(by.att.req, was.att.req) {
+	if !sameWork(by.att, was.att) {
 		m.w.violate(invPolicy, "%s (%s) took over %s from %s, which holds it for another request (%s)",
 			by.att.name, by.att.what, idName(a.ID), was.label, was.att.what)
 	}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
@@ -15,11 +17,11 @@ import (
 // the store's own: every answer it gave matches what its contract (the doc
 // comments of idem.Store) says about the calls that reached it.
 const (
-	invOneAtATime  = 1  // never two executions of one key at the same moment
+	invOneAtATime  = 1  // never two executions (handler or job runs) of one key at the same moment
 	invOneCommit   = 2  // never two committed executions per record lifetime
-	invReplay      = 3  // a replay is the whole stored response of a run that served the same request, marked as a replay
+	invReplay      = 3  // a replay is the whole stored response (or job outcome) of a run that served the same request (job), marked as a replay
 	invFreed       = 4  // a key whose holder died is free again within one lease (plus the renewal interval)
-	invAnswered    = 5  // a logical request that keeps retrying gets a definitive answer
+	invAnswered    = 5  // a logical request (job) that keeps retrying (being delivered) gets a definitive answer (outcome)
 	invClean       = 6  // after the run: nothing left running, the store within its bound
 	invPolicy      = 7  // every answer and every record is what the policy says
 	invContract    = 8  // the store answers as its contract says
@@ -30,9 +32,9 @@ const (
 var invNames = map[int]string{
 	invOneAtATime:  "1 (never two executions of one key at once)",
 	invOneCommit:   "2 (never two committed executions per record lifetime)",
-	invReplay:      "3 (a replay is the whole stored response of a run that served the same request, and says so)",
+	invReplay:      "3 (a replay is the whole stored response or job outcome of a run that served the same request or job, and says so)",
 	invFreed:       "4 (a key whose holder died is free again within one lease plus the renewal interval)",
-	invAnswered:    "5 (every logical request that keeps retrying gets a definitive answer)",
+	invAnswered:    "5 (every logical request or job that keeps retrying gets a definitive answer)",
 	invClean:       "6 (nothing left running, store within its bound)",
 	invPolicy:      "7 (every answer and every record is what the policy says)",
 	invContract:    "store contract (the store's answers match idem.Store's documentation)",
@@ -81,7 +83,7 @@ type response struct {
 	problemRead bool
 }
 
-// exec is one run of the handler.
+// exec is one run of the handler, or of a job's function.
 type exec struct {
 	n         int
 	id        idem.ID
@@ -100,6 +102,13 @@ type exec struct {
 	// (a frozen process cannot be told to stop). Only fencing protects
 	// the record from it.
 	exempt string
+
+	// A job's run: how it ended, the result it returned, the error it
+	// returned, and a permanent failure's message.
+	fate   jobFate
+	result []byte
+	ferr   error
+	msg    string
 }
 
 type tokenInfo struct {
@@ -108,6 +117,9 @@ type tokenInfo struct {
 	att   *attempt // the request that acquired it
 	id    idem.ID
 	ended bool // the request that acquired it has ended (its server proc returned)
+	// released, recorded: the Engine asked the store to release it, to
+	// complete it (whatever came of the call).
+	released, recorded bool
 }
 
 // shadowRec is a record as the store must hold it.
@@ -225,11 +237,19 @@ func excerpt(b []byte) string {
 	return fmt.Sprintf("%q...", b[:n])
 }
 
-// idName names an ID in traces: its scope's label and its key, cut short.
+// idName names an ID in traces: its scope's label and its key, cut short,
+// and quoted if it holds bytes that are not printable ASCII (a job's key
+// may).
 func idName(id idem.ID) string {
 	key := id.Key
 	if len(key) > 12 {
-		key = fmt.Sprintf("%s…(%d)", key[:8], len(key))
+		key = key[:8]
+	}
+	if strings.IndexFunc(key, func(r rune) bool { return r < 0x20 || r > 0x7e }) >= 0 {
+		key = strconv.Quote(key)
+	}
+	if len(id.Key) > 12 {
+		key = fmt.Sprintf("%s…(%d)", key, len(id.Key))
 	}
 	return scopeLabel(id.Scope) + "/" + key
 }

@@ -144,6 +144,33 @@ func sameRequest(a, b *request) bool {
 	return bytes.Equal(a.body, b.body)
 }
 
+// jobMsg is a job as its producer sent it, or as one delivery carries it:
+// its name and payload.
+type jobMsg struct {
+	name    string
+	payload []byte
+}
+
+// sameJob is the rule of idem.Job: a job is the same as another when its
+// name and its payload are, byte for byte; its payload is not decoded, and
+// an empty payload is one, however it is given.
+func sameJob(a, b *jobMsg) bool {
+	return a.name == b.name && bytes.Equal(a.payload, b.payload)
+}
+
+// sameWork says whether two attempts carry the same work: two sendings of
+// one request, or two deliveries of one job. A job and an HTTP request are
+// never the same, even under one key.
+func sameWork(a, b *attempt) bool {
+	switch {
+	case a.msg != nil && b.msg != nil:
+		return sameJob(a.msg, b.msg)
+	case a.msg == nil && b.msg == nil:
+		return sameRequest(a.req, b.req)
+	}
+	return false
+}
+
 // comparedAs says how the body is compared: as JSON or a form when the
 // Content-Type names one and the body parses as it, else as raw bytes,
 // remembering whether it was meant as JSON or a form.

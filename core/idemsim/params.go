@@ -45,6 +45,19 @@ type params struct {
 	pAgain                                  float64 // an answered client sends its request once more
 	pStream                                 float64 // a handler flushes its response; as often, it hijacks the connection
 	pSingleRenew                            float64 // an engine renews lease by lease on a store that renews in batches
+
+	// Jobs: messages a queue delivers at least once to consumers that run
+	// them with Engine.Do in the engine processes.
+	jobs    int
+	jobKeys []string // one per job, as an event's id; some jobs take another's key, or a request's
+	// Per delivery, during the chaos.
+	pDuplicate float64 // the queue hands the message to a second consumer at once
+	pOtherJob  float64 // another job under the message's key (a producer's mistake)
+	pJobFail   float64 // the job fails, not permanently
+	pPermanent float64 // the job fails permanently (at any time)
+	pJobPanic  float64
+	pDeadline  float64 // the consumer gives the job its own deadline: the visibility timeout
+	pLostAck   float64 // a message done is delivered once more (its acknowledgement was lost)
 }
 
 // window is a spell of bad weather for the store, as every engine sees it
@@ -89,9 +102,22 @@ func msBetween(r *rand.Rand, lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(r.Int64N(int64((hi-lo)/time.Millisecond)+1))*time.Millisecond
 }
 
+// drawParams draws the world of a seed. Each step draws from the same
+// generator in a fixed order, so a seed always draws the same world.
 func drawParams(seed uint64) params {
 	r := rand.New(rand.NewPCG(seed, 0xba5e))
 	var p params
+	p.drawEngine(r)
+	p.drawLoad(r)
+	p.drawHandlers(r)
+	p.drawStore(r)
+	p.drawClients(r)
+	p.drawJobs(r)
+	return p
+}
+
+// drawEngine draws the engines and their configuration.
+func (p *params) drawEngine(r *rand.Rand) {
 	p.engines = 1 + r.IntN(4)
 	p.lease = time.Duration(10+r.IntN(51)) * time.Second
 	// A multiple of 4 ms, so that the renewer's tick (RenewEvery/4) and
@@ -116,7 +142,10 @@ func drawParams(seed uint64) params {
 		p.ttl = msBetween(r, 2*time.Minute, 10*time.Minute)
 	}
 	p.maxBody = 8<<10 + r.IntN(56<<10)
+}
 
+// drawLoad draws the chaos's length, the requests and their keys.
+func (p *params) drawLoad(r *rand.Rand) {
 	p.chaos = msBetween(r, time.Minute, 8*time.Minute)
 	p.burst = r.Float64() < 0.5
 	p.requests = 4 + r.IntN(37)
@@ -139,6 +168,11 @@ func drawParams(seed uint64) params {
 		}
 		p.keyNames = append(p.keyNames, name)
 	}
+}
+
+// drawHandlers draws how long handlers work, how fast they stop, and how
+// far the engines' clocks are off.
+func (p *params) drawHandlers(r *rand.Rand) {
 	p.maxHandler = msBetween(r, p.lease/2, 3*p.lease)
 	// Each engine's clock is off by up to skewMax, and a handler stops
 	// within react of being told: the Engine tells it at least a tick
@@ -149,10 +183,12 @@ func drawParams(seed uint64) params {
 		p.skewMax = msBetween(r, 0, tick/4)
 	}
 	p.react = tick - 2*p.skewMax
-
 	p.crashes = r.IntN(4)
 	p.pauses = r.IntN(4)
+}
 
+// drawStore draws how hostile the store is, call by call and in spells.
+func (p *params) drawStore(r *rand.Rand) {
 	p.pFail = 0.1 * r.Float64()
 	p.pAmbiguous = 0.1 * r.Float64()
 	p.pHang = 0.05 * r.Float64()
@@ -170,7 +206,37 @@ func drawParams(seed uint64) params {
 		}
 		p.windows = append(p.windows, w)
 	}
+}
 
+// drawJobs draws the jobs, their keys, and how the queue and the jobs
+// misbehave. It draws last, so that the rest of a seed's world is as it
+// was before jobs were simulated.
+func (p *params) drawJobs(r *rand.Rand) {
+	p.jobs = r.IntN(p.requests + 1)
+	for i := range p.jobs {
+		name := fmt.Sprintf("evt_%d", i)
+		if r.Float64() < 0.15 {
+			// Any bytes at all, NUL and invalid UTF-8 included, longer than
+			// a request's key may be: Do takes the key as it is.
+			b := []byte(name + "\x00")
+			for n := r.IntN(400); n > 0; n-- {
+				b = append(b, byte(r.IntN(256)))
+			}
+			name = string(b)
+		}
+		p.jobKeys = append(p.jobKeys, name)
+	}
+	p.pDuplicate = 0.3 * r.Float64()
+	p.pOtherJob = 0.1 * r.Float64()
+	p.pJobFail = 0.3 * r.Float64()
+	p.pPermanent = 0.1 * r.Float64()
+	p.pJobPanic = 0.05 * r.Float64()
+	p.pDeadline = r.Float64()
+	p.pLostAck = 0.5 * r.Float64()
+}
+
+// drawClients draws how clients and handlers misbehave.
+func (p *params) drawClients(r *rand.Rand) {
 	p.pShortTimeout = 0.5 * r.Float64()
 	p.pCut = 0.2 * r.Float64()
 	p.pOtherBody = 0.15 * r.Float64()
@@ -181,7 +247,6 @@ func drawParams(seed uint64) params {
 	p.pAgain = 0.5 * r.Float64()
 	p.pStream = 0.05 * r.Float64()
 	p.pSingleRenew = r.Float64()
-	return p
 }
 
 func (p params) String() string {
@@ -195,6 +260,9 @@ func (p params) String() string {
 	s += fmt.Sprintf(", TTL %s, max body %d; %d requests on %d scopes x %d keys", p.ttl, p.maxBody, p.requests, p.scopes, p.keys)
 	if p.burst {
 		s += " in a burst"
+	}
+	if p.jobs > 0 {
+		s += fmt.Sprintf("; %d jobs", p.jobs)
 	}
 	s += fmt.Sprintf("; handlers up to %s; chaos for %s with %d crashes and %d freezes", p.maxHandler, p.chaos, p.crashes, p.pauses)
 	for _, w := range p.windows {

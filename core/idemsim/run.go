@@ -36,22 +36,25 @@ type Target struct {
 	Effects *Effects
 }
 
-// Effects is the handlers' business work for a store with transactional
-// completion (the GORM store's Tx): each handler run writes one row in
-// the request's transaction, which the store's Complete commits with the
-// stored response, and Release or a failed completion rolls back. After
+// Effects is the handlers' and jobs' business work for a store with
+// transactional completion (the GORM store's Tx): each handler run, and
+// each run of a job under Engine.Do, writes one row in its transaction,
+// which the store's Complete commits with the stored outcome, and Release
+// or a failed completion rolls back. After
 // each run the simulation compares the rows committed with the
 // completions committed: a run's work is committed if and only if its
-// response was stored. Every failure the simulation injects into a
+// outcome was stored. Every failure the simulation injects into a
 // Complete is reported to the Engine as idem.ErrRolledBack, as such a
 // store reports its own.
 type Effects struct {
 	// Wrap wraps each engine's HTTP handler (the idempotency middleware
 	// around the application), e.g. to install the request's transaction
-	// slot (gormstore.TxMiddleware).
+	// slot (gormstore.TxMiddleware). A consumer runs each job's Do behind
+	// it too, as the handler of a request that carries the delivery's
+	// context, so that the job finds the same slot.
 	Wrap func(http.Handler) http.Handler
-	// Write does the work of handler run execution in the request's
-	// transaction; ctx is the handler's context.
+	// Write does the work of run execution (a handler's or a job's) in its
+	// transaction; ctx is the handler's or the job's context.
 	Write func(ctx context.Context, execution int) error
 	// Committed returns the handler runs whose work is committed.
 	Committed func() ([]int, error)
@@ -139,7 +142,9 @@ type Stats struct {
 	Steps      int
 	Requests   int // logical requests
 	Attempts   int // requests sent
-	Executions int // handler runs
+	Jobs       int // messages the queue delivers, at least once
+	Deliveries int // deliveries of those messages to a consumer
+	Executions int // handler and job runs
 	Crashes    int
 	Virtual    time.Duration // simulated time
 	TraceHash  uint64        // of the last run's trace: equal for two runs of one seed
@@ -150,6 +155,8 @@ func (s *Stats) add(o Stats) {
 	s.Steps += o.Steps
 	s.Requests += o.Requests
 	s.Attempts += o.Attempts
+	s.Jobs += o.Jobs
+	s.Deliveries += o.Deliveries
 	s.Executions += o.Executions
 	s.Crashes += o.Crashes
 	s.Virtual += o.Virtual
@@ -157,8 +164,8 @@ func (s *Stats) add(o Stats) {
 }
 
 func (s Stats) String() string {
-	return fmt.Sprintf("%d seeds, %d steps, %d logical requests, %d attempts, %d handler runs, %d crashes, %s simulated",
-		s.Seeds, s.Steps, s.Requests, s.Attempts, s.Executions, s.Crashes, s.Virtual.Round(time.Second))
+	return fmt.Sprintf("%d seeds, %d steps, %d logical requests, %d attempts, %d jobs, %d deliveries, %d handler and job runs, %d crashes, %s simulated",
+		s.Seeds, s.Steps, s.Requests, s.Attempts, s.Jobs, s.Deliveries, s.Executions, s.Crashes, s.Virtual.Round(time.Second))
 }
 
 // RunSeed simulates one seed against store, which must be new and empty,
@@ -171,8 +178,9 @@ func RunSeed(seed uint64, store idem.Store, target Target, o *Options) (*Failure
 	w.effects = target.Effects
 	w.trace.all = o.Trace
 	f := w.run()
-	st := Stats{Seeds: 1, Steps: w.s.steps, Requests: len(w.reqs), Attempts: len(w.attempts),
-		Executions: len(w.m.execs), Crashes: w.p.crashes, Virtual: w.idleAt.Sub(epoch), TraceHash: w.trace.hash.Sum64()}
+	st := Stats{Seeds: 1, Steps: w.s.steps, Requests: len(w.reqs) - w.p.jobs, Attempts: len(w.attempts), Jobs: w.p.jobs,
+		Deliveries: w.deliveries, Executions: len(w.m.execs), Crashes: w.p.crashes, Virtual: w.idleAt.Sub(epoch),
+		TraceHash: w.trace.hash.Sum64()}
 	if f != nil && target.Replay != "" {
 		f.Replay = fmt.Sprintf(target.Replay, seed)
 	}

@@ -47,7 +47,7 @@ type proc struct {
 	id    int
 	name  string
 	owner *node // the engine process it belongs to; nil for clients and the world
-	tag   any   // what the proc serves (an exchange), for the store wrapper
+	tag   any   // the attempt it serves (a request or a job's delivery), for the store wrapper
 	wake  chan struct{}
 
 	blocked bool

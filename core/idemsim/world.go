@@ -34,12 +34,13 @@ type world struct {
 	effects *Effects
 	m       *model
 
-	slots    []*slot
-	reqs     []*logical
-	attempts []*attempt
-	calmAt   time.Time // no more faults, crashes or misbehaving clients from here
-	deadline time.Time // every logical request must have its answer by then
-	idleAt   time.Time // when the run ended, before the final checks move time on
+	slots      []*slot
+	reqs       []*logical // the requests, then the jobs
+	attempts   []*attempt // requests sent
+	deliveries int        // deliveries of jobs
+	calmAt     time.Time  // no more faults, crashes or misbehaving clients from here
+	deadline   time.Time  // every logical request must have its answer by then
+	idleAt     time.Time  // when the run ended, before the final checks move time on
 
 	failure *Failure
 	trace   tracer
@@ -170,7 +171,12 @@ func (w *world) run() *Failure {
 		w.startNode(w.slots[i])
 	}
 	w.planRequests()
+	w.planJobs()
 	for _, lr := range w.reqs {
+		if lr.msg != nil {
+			s.spawn(nil, lr.name, func() { w.consume(lr) })
+			continue
+		}
 		s.spawn(nil, lr.name, func() { w.client(lr) })
 	}
 	s.spawn(nil, "director", w.direct)
@@ -349,7 +355,7 @@ func (w *world) pauser() {
 	}
 }
 
-// judge checks invariant 5 at the deadline.
+// judge checks invariant 5 at the deadline, for requests and jobs alike.
 func (w *world) judge() {
 	answered := func() bool {
 		for _, lr := range w.reqs {
@@ -369,7 +375,7 @@ func (w *world) judge() {
 			open = append(open, fmt.Sprintf("%s (%s, %d attempts, last: %s)", lr.name, idName(lr.id), lr.tries, lr.last))
 		}
 	}
-	w.violate(invAnswered, "%s after the chaos ended, %d logical requests still have no definitive answer: %s",
+	w.violate(invAnswered, "%s after the chaos ended, %d logical requests or jobs still have no definitive answer: %s",
 		w.deadline.Sub(w.calmAt), len(open), strings.Join(open, "; "))
 }
 
@@ -483,7 +489,22 @@ func (w *world) planCall(n *node) callPlan {
 	if r.Float64() < p.pSlow {
 		pl.post += msBetween(r, 0, p.slowMax)
 	}
-	since := now.Sub(epoch)
+	w.weather(&pl, n, now.Sub(epoch))
+	if pl.ghost {
+		// A ghost lands as late as it would have arrived, or later still,
+		// as a statement queued behind a lock or a packet retransmitted.
+		pl.late = pl.pre
+		if r.IntN(2) == 0 {
+			pl.late = msBetween(r, 0, 2*p.lease)
+		}
+	}
+	return pl
+}
+
+// weather applies to pl the spells of bad weather that n's call meets, at
+// since into the run.
+func (w *world) weather(pl *callPlan, n *node, since time.Duration) {
+	r, p := w.rng, &w.p
 	for _, win := range p.windows {
 		if since < win.from || since >= win.to || (win.slot >= 0 && win.slot != n.slot) {
 			continue
@@ -513,15 +534,6 @@ func (w *world) planCall(n *node) callPlan {
 			pl.post += msBetween(r, 0, win.lag/2)
 		}
 	}
-	if pl.ghost {
-		// A ghost lands as late as it would have arrived, or later still,
-		// as a statement queued behind a lock or a packet retransmitted.
-		pl.late = pl.pre
-		if r.IntN(2) == 0 {
-			pl.late = msBetween(r, 0, 2*p.lease)
-		}
-	}
-	return pl
 }
 
 func (w *world) attemptOf(r *http.Request) *attempt {
@@ -529,8 +541,8 @@ func (w *world) attemptOf(r *http.Request) *attempt {
 	return w.attempts[i]
 }
 
-// checkEffects checks invariant 2 on the database: a handler run's work is
-// committed if and only if its completion committed, so that at most one
+// checkEffects checks invariant 2 on the database: a handler's or a job's
+// run's work is committed if and only if its completion committed, so that at most one
 // run's work is committed per record lifetime.
 func (w *world) checkEffects() {
 	done, err := w.effects.Committed()
@@ -549,11 +561,11 @@ func (w *world) checkEffects() {
 	for _, x := range w.m.execs {
 		switch {
 		case rows[x.n] && !x.committed:
-			w.violate(invOneCommit, "X%d's work (%s, %s) is committed, but its response was never stored: a retry runs it again",
+			w.violate(invOneCommit, "X%d's work (%s, %s) is committed, but its outcome was never stored: a retry runs it again",
 				x.n, idName(x.id), w.m.label(x.token))
 			return
 		case x.wrote && x.committed && !rows[x.n]:
-			w.violate(invOneCommit, "X%d's response (%s, %s) is stored, but its work was rolled back: it is lost",
+			w.violate(invOneCommit, "X%d's outcome (%s, %s) is stored, but its work was rolled back: it is lost",
 				x.n, idName(x.id), w.m.label(x.token))
 			return
 		}
