@@ -470,3 +470,12 @@ func TestSkipper(t *testing.T) {
 		return start(tb, ec)
 	})
 }
+
+func TestHTTP2StreamReset(t *testing.T) {
+	idemtest.TestHTTP2StreamReset(t, func(e *idem.Engine, h http.Handler) http.Handler {
+		ec := newEcho()
+		ec.Use(idemecho.Middleware(e))
+		ec.Any("/*", echo.WrapHandler(h))
+		return ec
+	})
+}
