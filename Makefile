@@ -30,8 +30,8 @@ demo:
 bench:
 	go test -run XXX -bench . -benchmem ./core/...
 
-# Load benchmarks (bench/): bench-quick takes under 5 minutes, for routine
-# use; bench-full takes about 25 minutes on an idle machine and regenerates
+# Load benchmarks (bench/): bench-quick takes about 6 minutes, for routine
+# use; bench-full takes about 35 minutes on an idle machine and regenerates
 # the user's page docs/benchmarks.md and its chart, the project's targets in
 # bench/TARGETS.md, and the run's raw figures in bench/benchmarks.json, from
 # which bench-render renders the pages again without measuring.

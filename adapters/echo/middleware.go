@@ -37,7 +37,7 @@ func Middleware(e *idem.Engine, opts ...Option) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			r := c.Request()
-			if !e.Guards(r.Method) || unrouted(c) {
+			if !e.Guards(r.Method) || unrouted(c) || o.skip != nil && o.skip(c) {
 				return next(c)
 			}
 			req := e.HTTPRequest(r)

@@ -16,6 +16,7 @@ import (
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
+	"github.com/idemkit/idemkit/internal/skiptest"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 )
@@ -452,4 +453,15 @@ func TestUnmatchedRoutes(t *testing.T) {
 	ec.Use(idemecho.Middleware(idem.New(idem.Config{Store: memstore.New()})))
 	ec.POST("/charges", func(c echo.Context) error { return c.NoContent(201) })
 	idemtest.TestUnmatchedRoutes(t, start(t, ec))
+}
+
+func TestSkipper(t *testing.T) {
+	skiptest.Run(t, func(tb testing.TB, e *idem.Engine, h http.Handler) string {
+		// A middleware.Skipper, as Echo's own middleware configs take.
+		var skip middleware.Skipper = func(c echo.Context) bool { return c.Request().Header.Get(skiptest.Header) == "1" }
+		ec := newEcho()
+		ec.Use(idemecho.Middleware(e, idemecho.WithSkipper(skip)))
+		ec.Any("/*", echo.WrapHandler(h))
+		return start(tb, ec)
+	})
 }

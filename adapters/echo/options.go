@@ -8,6 +8,7 @@ type Option func(*options)
 type options struct {
 	scope func(echo.Context) string
 	key   func(echo.Context) (string, bool)
+	skip  func(echo.Context) bool
 }
 
 // WithScope sets how a request's tenant is found (an account id, an API
@@ -29,4 +30,16 @@ func WithScope(scope func(echo.Context) string) Option {
 // middleware to read.
 func WithKey(key func(echo.Context) (key string, ok bool)) Option {
 	return func(o *options) { o.key = key }
+}
+
+// WithSkipper lets every request for which skip returns true pass through
+// untouched, as the Skipper of Echo's own middleware configs does (a
+// middleware.Skipper can be passed as it is): the handler runs as if
+// idemkit were not there, no key is needed or read, the body is not read,
+// and nothing is recorded. For routes that are safe to repeat by nature,
+// internal callers, or a migration that guards one client at a time. It is
+// called only for the methods the Engine guards (Config.Methods), after the
+// middleware registered before idemkit.
+func WithSkipper(skip func(echo.Context) bool) Option {
+	return func(o *options) { o.skip = skip }
 }

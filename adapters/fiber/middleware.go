@@ -50,9 +50,10 @@ func New(e *idem.Engine, opts ...Option) fiber.Handler {
 	keyHeader := e.HeaderName()
 	var known routes
 	return func(c *fiber.Ctx) error {
-		if !e.Guards(c.Method()) || !known.match(c) {
-			// Unguarded methods and requests that match no route (Fiber's
-			// 404 and 405, which app.Use middleware also sees) pass untouched.
+		if !e.Guards(c.Method()) || !known.match(c) || o.next != nil && o.next(c) {
+			// Unguarded methods, requests that match no route (Fiber's 404
+			// and 405, which app.Use middleware also sees) and skipped
+			// requests pass untouched.
 			return c.Next()
 		}
 		r := c.Request()

@@ -30,6 +30,7 @@ import (
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
+	"github.com/idemkit/idemkit/internal/skiptest"
 )
 
 // quietLogger silences fasthttp's log lines for the suite's expected panics.
@@ -736,4 +737,14 @@ func TestUnmatchedRoutes(t *testing.T) {
 	app.Use(idemfiber.New(idem.New(idem.Config{Store: memstore.New()})))
 	app.Post("/charges", func(c *fiber.Ctx) error { return c.SendStatus(201) })
 	idemtest.TestUnmatchedRoutes(t, listen(t, app))
+}
+
+func TestNext(t *testing.T) {
+	skiptest.Run(t, func(tb testing.TB, e *idem.Engine, h http.Handler) string {
+		next := idemfiber.WithNext(func(c *fiber.Ctx) bool { return c.Get(skiptest.Header) == "1" })
+		app := fiber.New(fiber.Config{DisableStartupMessage: true})
+		app.Use(idemfiber.New(e, next))
+		app.All("/*", adaptor.HTTPHandler(h))
+		return listen(tb, app)
+	})
 }

@@ -8,6 +8,7 @@ type Option func(*options)
 type options struct {
 	scope func(*fiber.Ctx) string
 	key   func(*fiber.Ctx) (string, bool)
+	next  func(*fiber.Ctx) bool
 }
 
 // WithScope sets how a request's tenant is found (an account id, an API
@@ -34,4 +35,15 @@ func WithScope(scope func(*fiber.Ctx) string) Option {
 // aliases fasthttp's buffers.
 func WithKey(key func(*fiber.Ctx) (key string, ok bool)) Option {
 	return func(o *options) { o.key = key }
+}
+
+// WithNext lets every request for which next returns true pass through
+// untouched, as the Next field of Fiber's own middleware configs does: the
+// handler runs as if idemkit were not there, no key is needed or read, and
+// nothing is recorded. For routes that are safe to repeat by nature,
+// internal callers, or a migration that guards one client at a time. It is
+// called only for the methods the Engine guards (Config.Methods), after the
+// middleware registered before idemkit.
+func WithNext(next func(*fiber.Ctx) bool) Option {
+	return func(o *options) { o.next = next }
 }

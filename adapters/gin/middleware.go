@@ -39,9 +39,10 @@ func Middleware(e *idem.Engine, opts ...Option) gin.HandlerFunc {
 	}
 	return func(c *gin.Context) {
 		r := c.Request
-		if !e.Guards(r.Method) || c.FullPath() == "" {
-			// Unguarded methods and requests that match no route (Gin's 404
-			// and 405, which global middleware also sees) pass untouched.
+		if !e.Guards(r.Method) || c.FullPath() == "" || o.skip != nil && o.skip(c) {
+			// Unguarded methods, requests that match no route (Gin's 404
+			// and 405, which global middleware also sees) and skipped
+			// requests pass untouched.
 			return // Gin runs the rest of the chain after us
 		}
 		req := e.HTTPRequest(r)

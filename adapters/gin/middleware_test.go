@@ -17,6 +17,7 @@ import (
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
+	"github.com/idemkit/idemkit/internal/skiptest"
 )
 
 func TestMain(m *testing.M) {
@@ -456,4 +457,14 @@ func TestUnmatchedRoutes(t *testing.T) {
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
 	idemtest.TestUnmatchedRoutes(t, srv.URL)
+}
+
+func TestSkip(t *testing.T) {
+	skiptest.Run(t, func(tb testing.TB, e *idem.Engine, h http.Handler) string {
+		skip := idemgin.WithSkip(func(c *gin.Context) bool { return c.GetHeader(skiptest.Header) == "1" })
+		r := gin.New()
+		r.Use(idemgin.Middleware(e, skip))
+		r.Any("/*path", gin.WrapH(h))
+		return start(tb, r)
+	})
 }

@@ -8,6 +8,7 @@ type Option func(*options)
 type options struct {
 	scope func(*gin.Context) string
 	key   func(*gin.Context) (string, bool)
+	skip  func(*gin.Context) bool
 }
 
 // WithScope sets how a request's tenant is found (an account id, an API
@@ -29,4 +30,15 @@ func WithScope(scope func(*gin.Context) string) Option {
 // middleware to read.
 func WithKey(key func(*gin.Context) (key string, ok bool)) Option {
 	return func(o *options) { o.key = key }
+}
+
+// WithSkip lets every request for which skip returns true pass through
+// untouched, as gin.LoggerConfig's Skip does for logging: the handler runs
+// as if idemkit were not there, no key is needed or read, the body is not
+// read, and nothing is recorded. For routes that are safe to repeat by
+// nature, internal callers, or a migration that guards one client at a
+// time. It is called only for the methods the Engine guards
+// (Config.Methods), after the middleware registered before idemkit.
+func WithSkip(skip func(*gin.Context) bool) Option {
+	return func(o *options) { o.skip = skip }
 }

@@ -40,7 +40,7 @@ func Middleware(e *idem.Engine, opts ...Option) func(http.Handler) http.Handler 
 		}
 		mux, _ := next.(*http.ServeMux)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if !e.Guards(r.Method) || mux != nil && unrouted(mux, r) {
+			if !e.Guards(r.Method) || o.skip != nil && o.skip(r) || mux != nil && unrouted(mux, r) {
 				next.ServeHTTP(w, r)
 				return
 			}

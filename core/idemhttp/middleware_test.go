@@ -14,6 +14,7 @@ import (
 	"github.com/idemkit/idemkit/core/idemhttp"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
+	"github.com/idemkit/idemkit/internal/skiptest"
 )
 
 func mount(tb testing.TB, e *idem.Engine, h http.Handler) string {
@@ -87,4 +88,13 @@ func TestUnmatchedRoutes(t *testing.T) {
 	srv := httptest.NewServer(idemhttp.Middleware(idem.New(idem.Config{Store: memstore.New()}))(mux))
 	t.Cleanup(srv.Close)
 	idemtest.TestUnmatchedRoutes(t, srv.URL)
+}
+
+func TestSkip(t *testing.T) {
+	skiptest.Run(t, func(tb testing.TB, e *idem.Engine, h http.Handler) string {
+		skip := idemhttp.WithSkip(func(r *http.Request) bool { return r.Header.Get(skiptest.Header) == "1" })
+		srv := httptest.NewServer(idemhttp.Middleware(e, skip)(h))
+		tb.Cleanup(srv.Close)
+		return srv.URL
+	})
 }

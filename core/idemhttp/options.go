@@ -8,6 +8,7 @@ type Option func(*options)
 type options struct {
 	scope func(*http.Request) string
 	key   func(*http.Request) (string, bool)
+	skip  func(*http.Request) bool
 }
 
 // WithScope sets how a request's tenant is found (an account id, an API
@@ -28,4 +29,14 @@ func WithScope(scope func(*http.Request) string) Option {
 // middleware to read.
 func WithKey(key func(*http.Request) (key string, ok bool)) Option {
 	return func(o *options) { o.key = key }
+}
+
+// WithSkip lets every request for which skip returns true pass through
+// untouched: the handler runs as if idemkit were not there, no key is
+// needed or read, the body is not read, and nothing is recorded. For
+// routes that are safe to repeat by nature, internal callers, or a
+// migration that guards one client at a time. It is called only for the
+// methods the Engine guards (Config.Methods).
+func WithSkip(skip func(*http.Request) bool) Option {
+	return func(o *options) { o.skip = skip }
 }

@@ -9,11 +9,15 @@ replace github.com/idemkit/idemkit => ../..
 require (
 	github.com/gin-gonic/gin v1.12.0
 	github.com/gofiber/fiber/v2 v2.52.15
+	github.com/gofiber/fiber/v3 v3.1.0
 	github.com/idemkit/idemkit/adapters/echo v0.0.0
+	github.com/idemkit/idemkit/adapters/echov5 v0.0.0
 	github.com/idemkit/idemkit/adapters/fiber v0.0.0
+	github.com/idemkit/idemkit/adapters/fiberv3 v0.0.0
 	github.com/idemkit/idemkit/adapters/gin v0.0.0
 	github.com/idemkit/idemkit/stores/gorm v0.0.0
 	github.com/labstack/echo/v4 v4.16.0
+	github.com/labstack/echo/v5 v5.4.4
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
@@ -23,12 +27,16 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/gofiber/schema v1.7.0 // indirect
+	github.com/gofiber/utils/v2 v2.0.2 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/philhofer/fwd v1.2.0 // indirect
 	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/otlptranslator v1.0.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
+	github.com/tinylib/msgp v1.6.3 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/exporters/prometheus v0.69.0 // indirect
@@ -100,7 +108,9 @@ require (
 
 replace (
 	github.com/idemkit/idemkit/adapters/echo => ../../adapters/echo
+	github.com/idemkit/idemkit/adapters/echov5 => ../../adapters/echov5
 	github.com/idemkit/idemkit/adapters/fiber => ../../adapters/fiber
+	github.com/idemkit/idemkit/adapters/fiberv3 => ../../adapters/fiberv3
 	github.com/idemkit/idemkit/adapters/gin => ../../adapters/gin
 	github.com/idemkit/idemkit/stores/gorm => ../../stores/gorm
 )

@@ -30,6 +30,8 @@ import (
 //   - <!-- options: DIR -->: the functions of the package in DIR that
 //     return its Option, in any order.
 //
+// Other notes (a code block's) are left to docs_blocks_test.go.
+//
 // The type column is the Go type as declared (an option's parameter, or
 // "none"), with the package's own names qualified by the package's name.
 
@@ -52,6 +54,10 @@ func optionTables(t *testing.T) map[string][]optionRow {
 	for _, line := range strings.Split(string(src), "\n") {
 		if n, ok := strings.CutPrefix(line, "<!-- "); ok && strings.HasSuffix(n, " -->") {
 			note = strings.TrimSuffix(n, " -->")
+			if !strings.HasPrefix(note, "fields: ") && !strings.HasPrefix(note, "options: ") {
+				note = "" // a code block's note, checked with every document's blocks
+				continue
+			}
 			tables[note] = nil
 			continue
 		}

@@ -1,5 +1,6 @@
 // Command loadbench measures what idemkit costs against the bare handler,
-// on loopback and in process, for net/http, Gin, Echo and Fiber, and
+// on loopback and in process, for net/http, Gin, Echo v4 and v5 and Fiber
+// v2 and v3, and
 // writes a markdown page of the figures, a page of the project's targets
 // and an SVG chart.
 //
@@ -9,7 +10,7 @@
 // load generator runs in the parent (GOMAXPROCS=1), on raw keep-alive
 // loopback connections. Every run is bounded in time and request count,
 // and the whole command by -timeout. -quick finishes in a few minutes;
-// the full run takes about half an hour.
+// the full run takes about 35 minutes.
 //
 // -profile DIR also writes CPU and allocation profiles of in-process First
 // for the configurations of -profile-configs, and their top 10 functions
@@ -74,7 +75,7 @@ func main() {
 	flag.StringVar(&child.profileDir, "child-profile-dir", "", "internal: where the child writes profiles")
 
 	var c config
-	flag.BoolVar(&c.quick, "quick", false, "short run (under 5 minutes): fewer repetitions, shorter runs, 100k instead of 1M records")
+	flag.BoolVar(&c.quick, "quick", false, "short run (about 6 minutes): fewer repetitions, shorter runs, 100k instead of 1M records")
 	flag.StringVar(&c.out, "out", "benchmarks.md", "where to write the markdown page of the figures")
 	flag.StringVar(&c.chart, "chart", "", "where to write the SVG chart (none if empty)")
 	flag.StringVar(&c.chartLink, "chart-link", "", "the chart's path as the report links it (default: -chart relative to -out's directory)")

@@ -10,10 +10,12 @@ import (
 )
 
 // FrameworkOrder is the order frameworks appear in.
-var FrameworkOrder = []string{"nethttp", "gin", "echo", "fiber"}
+var FrameworkOrder = []string{"nethttp", "gin", "echo", "echov5", "fiber", "fiberv3"}
 
 // FrameworkNames are the frameworks' names as printed.
-var FrameworkNames = map[string]string{"nethttp": "net/http", "gin": "Gin", "echo": "Echo", "fiber": "Fiber"}
+var FrameworkNames = map[string]string{
+	"nethttp": "net/http", "gin": "Gin", "echo": "Echo v4", "echov5": "Echo v5", "fiber": "Fiber v2", "fiberv3": "Fiber v3",
+}
 
 // KindOrder is the order configurations appear in.
 var KindOrder = []string{"bare", "mem", "sqlite", "insert", "builtin"}
@@ -39,8 +41,8 @@ var WorkloadOrder = []string{"First", "Replay", "Mix", "Conflict"}
 func Markdown(d *Data, chartLink string) string {
 	var b strings.Builder
 	b.WriteString("# Benchmarks\n\n")
-	b.WriteString("What idemkit costs, measured against the handler alone: the same endpoint on net/http, Gin, Echo " +
-		"and Fiber, once bare and once behind idemkit, with the memory store and with the GORM store on SQLite. " +
+	b.WriteString("What idemkit costs, measured against the handler alone: the same endpoint on net/http, Gin, Echo v4 " +
+		"and v5 and Fiber v2 and v3, once bare and once behind idemkit, with the memory store and with the GORM store on SQLite. " +
 		"All figures come from one run of the repository's load benchmark, on the machine described below; " +
 		"yours will differ, so read the ratios more than the absolute figures. A ratio compares a configuration " +
 		"with the bare handler of the same framework measured in the same repetition, and each figure is the " +
@@ -154,8 +156,8 @@ func writeMachine(b *strings.Builder, d *Data) {
 	}
 	b.WriteString("\n")
 	b.WriteString("To reproduce it, run from a clone of the repository, on an otherwise idle machine:\n\n")
-	b.WriteString("```sh\nmake bench-full   # about 25 minutes: this page, its chart, and bench/TARGETS.md\n" +
-		"make bench-quick  # under 5 minutes: fewer repetitions and records, written to $TMPDIR/idemkit-bench\n```\n\n")
+	b.WriteString("```sh\nmake bench-full   # about 35 minutes: this page, its chart, and bench/TARGETS.md\n" +
+		"make bench-quick  # about 6 minutes: fewer repetitions and records, written to $TMPDIR/idemkit-bench\n```\n\n")
 	b.WriteString("The benchmark is `bench/cmd/loadbench` ([bench/README.md](../bench/README.md) lists its flags); " +
 		"the tables below say how each figure is measured, and [How it is measured](#how-it-is-measured) " +
 		"the rest.\n\n")
@@ -378,9 +380,10 @@ func writeMethod(b *strings.Builder, d *Data) {
 	b.WriteString("- Endpoint: `POST /orders`; the handler decodes about 100 bytes of JSON with the framework's " +
 		"binding and answers 201 with about 150 bytes of JSON. Configurations per framework: the bare handler; " +
 		"idemkit with the memory store; idemkit with the GORM store on SQLite (`sqlitedb.Open`, a temporary file); " +
-		"the bare handler plus one plain `INSERT` through GORM on SQLite (the SQLite baseline); on Fiber, Fiber v2's " +
-		"`middleware/idempotency` with `KeyHeader: \"Idempotency-Key\"`. Keys are 36-character UUID-shaped strings, " +
-		"the only length Fiber's middleware accepts by default.\n")
+		"the bare handler plus one plain `INSERT` through GORM on SQLite (the SQLite baseline); on Fiber v2 and v3, " +
+		"Fiber's own `middleware/idempotency` with `KeyHeader: \"Idempotency-Key\"` (the header the others read; " +
+		"Fiber's default is `X-Idempotency-Key`). Keys are 36-character UUID-shaped strings, the only length " +
+		"Fiber's middleware accepts by default.\n")
 	fmt.Fprintf(b, "- The memory store is created with `WithMaxRecords(%s)` so that no run fills it (a full store "+
 		"answers 429, which is not what is measured); everything else is at its defaults.\n", count(d.Setup.MemMaxRecords))
 	b.WriteString("- Workloads: First, a new key per request; Replay, one completed key; Mix, 90% new keys and 10% " +

@@ -35,6 +35,13 @@ func sample() *Data {
 	add("nethttp", "mem", "Replay", 120, 240, 120)
 	add("fiber", "mem", "Mix", 100, 100, 110) // 1.25x the built-in's 80
 	add("fiber", "mem", "First", 72, 72, 72)  // 0.9x the built-in
+	// Fiber v3: ahead of its built-in on Mix, within 10% on First.
+	for _, w := range []string{"Mix", "First"} {
+		add("fiberv3", "bare", w, 100, 100, 100)
+		add("fiberv3", "builtin", w, 80, 80, 80)
+	}
+	add("fiberv3", "mem", "Mix", 84, 84, 84)   // 1.05x the built-in
+	add("fiberv3", "mem", "First", 70, 70, 70) // 0.875x the built-in
 	add("nethttp", "sqlite", "First", 20, 40, 20)
 	add("nethttp", "insert", "First", 50, 100, 30)
 	for rep := range 3 {
@@ -84,8 +91,10 @@ func TestTargetsUseMedianOfPerRepetitionRatios(t *testing.T) {
 	check("First ≥ 0.90× bare", "net/http", "0.90", true)
 	check("Mix ≥ 0.90× bare", "net/http", "0.95", true)
 	check("Replay ≥ 1.0× bare", "net/http", "1.20", true)
-	check("Fiber: Mix ≥ 1.25×", "Fiber", "1.25", true)
-	check("Fiber: First ≥ 1.00×", "Fiber", "0.90", false)
+	check("Fiber v2: Mix ≥ 1.25×", "Fiber v2", "1.25", true)
+	check("Fiber v2: First ≥ 1.00×", "Fiber v2", "0.90", false)
+	check("Fiber v3: Mix ≥ 1.00×", "Fiber v3", "1.05", true)
+	check("Fiber v3: First ≥ 0.90×", "Fiber v3", "0.88", false)
 	check("in-process First ≤ 1.5× bare", "net/http", "1.60", false)
 	check("no-key 400", "net/http", "0.80", true)
 	check("memory store ≤ 300 B", "memory, 1,000,000 records", "614 B", false)
@@ -93,7 +102,7 @@ func TestTargetsUseMedianOfPerRepetitionRatios(t *testing.T) {
 	check("SQLite store First ≥ 0.5×", "net/http", "0.40", false)
 	check("p99 during a purge ≤ 2×", "SQLite, 1,000,000 expired rows, First at 500/s", "2.50×", false)
 	// Fiber has no mem Replay run: the target row shows n/a, not a guess.
-	x := find(t, ts, "Replay ≥ 1.0× bare", "Fiber")
+	x := find(t, ts, "Replay ≥ 1.0× bare", "Fiber v2")
 	if x.Met != nil || x.Measured != "n/a" {
 		t.Errorf("Fiber Replay without data: %+v", x)
 	}
@@ -106,7 +115,7 @@ func TestMarkdown(t *testing.T) {
 	for _, want := range []string{
 		"| CPU | Test CPU |", "| cores (`nproc`) | 2 |", "| Go | go1.26 |", "make bench-full",
 		"![Throughput relative to the bare handler, 16 connections](img/chart.svg)",
-		"### net/http", "### Fiber", "| First | 16 | idemkit, memory | 95 |", "0.40× INSERT", "1.25× built-in",
+		"### net/http", "### Fiber v2", "### Fiber v3", "| First | 16 | idemkit, memory | 95 |", "0.40× INSERT", "1.25× built-in",
 		"## In process", "## Purging expired SQLite rows",
 		// The summary: median ratios per repetition, as in the tables.
 		"## In short", "| First | idemkit, memory | 0.90 | 0.72 |", "| Replay | idemkit, memory | 1.20 | n/a |",
@@ -158,9 +167,10 @@ func TestSVGIsWellFormedWithOneBarPerMeasuredRatio(t *testing.T) {
 		}
 	}
 	// nethttp: mem First, Mix, Replay, sqlite First, insert First;
-	// fiber: mem Mix, First, builtin x 4 workloads.
-	if bars != 11 {
-		t.Errorf("%d bars, want 11", bars)
+	// fiber: mem Mix, First, builtin x 4 workloads;
+	// fiberv3: mem Mix, First, builtin Mix, First.
+	if bars != 15 {
+		t.Errorf("%d bars, want 15", bars)
 	}
 	if !strings.Contains(svg, "Fiber&#39;s idempotency") {
 		t.Error("legend text not escaped")

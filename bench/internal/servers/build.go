@@ -15,12 +15,17 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/idempotency"
+	fiberv3 "github.com/gofiber/fiber/v3"
+	idempotencyv3 "github.com/gofiber/fiber/v3/middleware/idempotency"
 	"github.com/labstack/echo/v4"
+	echov5 "github.com/labstack/echo/v5"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
 	idemecho "github.com/idemkit/idemkit/adapters/echo"
+	idemechov5 "github.com/idemkit/idemkit/adapters/echov5"
 	idemfiber "github.com/idemkit/idemkit/adapters/fiber"
+	idemfiberv3 "github.com/idemkit/idemkit/adapters/fiberv3"
 	idemgin "github.com/idemkit/idemkit/adapters/gin"
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemhttp"
@@ -29,8 +34,9 @@ import (
 	"github.com/idemkit/idemkit/stores/gorm/sqlitedb"
 )
 
-// Frameworks are the frameworks measured, in report order.
-var Frameworks = []string{"nethttp", "gin", "echo", "fiber"}
+// Frameworks are the frameworks measured, in report order: echo and fiber
+// are Echo v4 and Fiber v2.
+var Frameworks = []string{"nethttp", "gin", "echo", "echov5", "fiber", "fiberv3"}
 
 // Kinds of server.
 const (
@@ -38,7 +44,7 @@ const (
 	Mem     = "mem"     // idemkit, memory store
 	SQLite  = "sqlite"  // idemkit, GORM store on SQLite
 	Insert  = "insert"  // the handler plus one plain INSERT through GORM on SQLite
-	Builtin = "builtin" // Fiber's own middleware/idempotency (Fiber only)
+	Builtin = "builtin" // Fiber's own middleware/idempotency (Fiber v2 and v3 only)
 )
 
 // Kinds are the kinds of server, in report order.
@@ -47,7 +53,7 @@ var Kinds = []string{Bare, Mem, SQLite, Insert, Builtin}
 // Valid reports whether the framework has that kind of server.
 func Valid(framework, kind string) bool {
 	return slices.Contains(Frameworks, framework) && slices.Contains(Kinds, kind) &&
-		(kind != Builtin || framework == "fiber")
+		(kind != Builtin || framework == "fiber" || framework == "fiberv3")
 }
 
 // Options configure Build.
@@ -68,8 +74,9 @@ type Options struct {
 // in process.
 type Server struct {
 	Framework, Kind string
-	Handler         http.Handler // net/http, Gin, Echo
-	App             *fiber.App   // Fiber
+	Handler         http.Handler // net/http, Gin, Echo v4 and v5
+	App             *fiber.App   // Fiber v2
+	AppV3           *fiberv3.App // Fiber v3
 	Engine          *idem.Engine // idemkit kinds
 	Mem             *memstore.Store
 	GORM            *gormstore.Store
@@ -136,8 +143,12 @@ func Build(o Options) (*Server, error) {
 		s.Handler = ginEngine(ords, s.Engine)
 	case "echo":
 		s.Handler = echoServer(ords, s.Engine)
+	case "echov5":
+		s.Handler = echoV5Server(ords, s.Engine)
 	case "fiber":
 		s.App = fiberApp(ords, s.Engine, o.Kind == Builtin)
+	case "fiberv3":
+		s.AppV3 = fiberV3App(ords, s.Engine, o.Kind == Builtin)
 	}
 	if s.Handler != nil {
 		s.httpServer = &http.Server{Handler: s.Handler, ReadHeaderTimeout: time.Minute}
@@ -171,17 +182,23 @@ func (s *Server) Close() {
 
 // Serve serves on ln until Stop.
 func (s *Server) Serve(ln net.Listener) error {
-	if s.App != nil {
+	switch {
+	case s.App != nil:
 		return s.App.Listener(ln)
+	case s.AppV3 != nil:
+		return s.AppV3.Listener(ln, fiberv3.ListenConfig{DisableStartupMessage: true})
 	}
 	return s.httpServer.Serve(ln)
 }
 
 // Stop closes the listener and the connections, then does what Close does.
 func (s *Server) Stop() {
-	if s.App != nil {
+	switch {
+	case s.App != nil:
 		s.App.Shutdown()
-	} else {
+	case s.AppV3 != nil:
+		s.AppV3.Shutdown()
+	default:
 		s.httpServer.Close()
 	}
 	s.Close()
@@ -267,6 +284,51 @@ func fiberApp(ords *orders, e *idem.Engine, builtin bool) *fiber.App {
 			return c.Status(http.StatusBadRequest).SendString("bad JSON")
 		}
 		resp, err := ords.create(c.UserContext(), &o)
+		if err != nil {
+			return err
+		}
+		return c.Status(http.StatusCreated).JSON(resp)
+	})
+	return app
+}
+
+func echoV5Server(ords *orders, e *idem.Engine) http.Handler {
+	x := echov5.New()
+	if e != nil {
+		x.Use(idemechov5.Middleware(e))
+	}
+	x.POST(Path, func(c *echov5.Context) error {
+		var o order
+		if err := c.Bind(&o); err != nil {
+			return c.String(http.StatusBadRequest, "bad JSON")
+		}
+		resp, err := ords.create(c.Request().Context(), &o)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusCreated, resp)
+	})
+	return x
+}
+
+// fiberV3App is fiberApp on Fiber v3. Its built-in idempotency middleware
+// reads X-Idempotency-Key by default; it is given the header the load
+// generator sends, whose UUID-shaped keys are the 36 characters it requires
+// by default.
+func fiberV3App(ords *orders, e *idem.Engine, builtin bool) *fiberv3.App {
+	app := fiberv3.New()
+	switch {
+	case e != nil:
+		app.Use(idemfiberv3.New(e))
+	case builtin:
+		app.Use(idempotencyv3.New(idempotencyv3.Config{KeyHeader: "Idempotency-Key"}))
+	}
+	app.Post(Path, func(c fiberv3.Ctx) error {
+		var o order
+		if err := c.Bind().Body(&o); err != nil {
+			return c.Status(http.StatusBadRequest).SendString("bad JSON")
+		}
+		resp, err := ords.create(c.Context(), &o)
 		if err != nil {
 			return err
 		}

@@ -1,7 +1,8 @@
 // Package servers builds the servers the benchmark measures: one endpoint,
-// POST /orders, on net/http, Gin, Echo and Fiber, bare or behind idemkit
-// (memory or GORM SQLite store), a bare handler that also INSERTs one row
-// through GORM (the SQLite baseline), and Fiber behind its own idempotency
+// POST /orders, on net/http, Gin, Echo v4 and v5 and Fiber v2 and v3, bare
+// or behind idemkit (memory or GORM SQLite store), a bare handler that also
+// INSERTs one row through GORM (the SQLite baseline), and Fiber v2 and v3
+// behind their own idempotency
 // middleware. It also calls them in process, without a network, and fills
 // their stores for the scale measurements.
 package servers

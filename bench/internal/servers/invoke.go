@@ -20,8 +20,11 @@ type Invoker interface {
 
 // Invoker returns an Invoker for s. It is not safe for concurrent use.
 func (s *Server) Invoker() Invoker {
-	if s.App != nil {
-		return newFiberInvoker(s)
+	switch {
+	case s.App != nil:
+		return newFiberInvoker(s.App.Handler())
+	case s.AppV3 != nil:
+		return newFiberInvoker(s.AppV3.Handler())
 	}
 	return &httpInvoker{h: s.Handler, w: &discardWriter{header: http.Header{}}}
 }
@@ -83,15 +86,16 @@ func (w *discardWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// fiberInvoker calls the app's fasthttp handler with one RequestCtx reused
-// across requests, as fasthttp's server reuses it on a connection.
+// fiberInvoker calls a Fiber app's fasthttp handler (v2 or v3) with one
+// RequestCtx reused across requests, as fasthttp's server reuses it on a
+// connection.
 type fiberInvoker struct {
 	h   fasthttp.RequestHandler
 	ctx fasthttp.RequestCtx
 }
 
-func newFiberInvoker(s *Server) *fiberInvoker {
-	i := &fiberInvoker{h: s.App.Handler()}
+func newFiberInvoker(h fasthttp.RequestHandler) *fiberInvoker {
+	i := &fiberInvoker{h: h}
 	var req fasthttp.Request
 	i.ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}, nil)
 	return i

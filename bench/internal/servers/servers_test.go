@@ -55,7 +55,8 @@ func TestEveryServerAnswersAlike(t *testing.T) {
 }
 
 func TestValid(t *testing.T) {
-	if Valid("gin", Builtin) || Valid("nethttp", "redis") || Valid("chi", Bare) || !Valid("fiber", Builtin) {
+	if Valid("gin", Builtin) || Valid("echov5", Builtin) || Valid("nethttp", "redis") || Valid("chi", Bare) ||
+		!Valid("fiber", Builtin) || !Valid("fiberv3", Builtin) {
 		t.Error("Valid accepts a configuration that does not exist, or refuses Fiber's built-in")
 	}
 	if _, err := Build(Options{Framework: "echo", Kind: Builtin}); err == nil {
