@@ -61,8 +61,9 @@ type Config struct {
 	StrictKeys bool
 	// ValidateKey, if set, checks each key that parsed (a team that
 	// requires UUID keys, say). A key it refuses is answered 400
-	// key-invalid, with the error's text as the problem's detail: write it
-	// for the client, and never quote the key. It is not called for jobs
+	// key-invalid, with the error's text in the problem's detail (after
+	// "idempotency key invalid: "): write it for the client, and never
+	// quote the key. It is not called for jobs
 	// (Engine.Do), whose keys the program chooses. Default: any key the
 	// policy accepts.
 	ValidateKey func(key string) error

@@ -2,6 +2,7 @@ package idem_test
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -74,5 +75,33 @@ func TestOneProcessStoreTakesNoLease(t *testing.T) {
 			t.Fatalf("one process %v: %d renewals", one, n)
 		}
 		d.Lock.Finish(context.Background(), 201, nil)
+	}
+}
+
+// A handler left running by a timeout inside idemkit keeps its key for a
+// lease, then the key is free again, on a store that takes no leases as on
+// one that does (where the lease, no longer renewed, runs out).
+func TestLeaveRunningFreesTheKeyAfterALease(t *testing.T) {
+	for _, local := range []bool{true, false} {
+		clock := idemtest.NewClock(time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC))
+		var store idem.Store = newStore(t)
+		if !local {
+			store = struct{ idem.Store }{store}
+		}
+		e := idem.New(idem.Config{Store: store, Clock: clock, Logger: slog.New(slog.DiscardHandler)})
+		d := e.Begin(context.Background(), charge("k", `{}`))
+		d.Lock.LeaveRunning(context.Background(), 503, "a test's timeout")
+		if !errors.Is(context.Cause(d.Lock.Context()), idem.ErrLeaseLost) {
+			t.Fatalf("local %v: the handler left running was not told to stop", local)
+		}
+		if r := e.Begin(context.Background(), charge("k", `{}`)); r.Response.Status != 409 {
+			t.Fatalf("local %v: retry right away: %d, want 409", local, r.Response.Status)
+		}
+		clock.Advance(e.Config().Lease + time.Second)
+		r := e.Begin(context.Background(), charge("k", `{}`))
+		if r.Action != idem.ActionRun {
+			t.Fatalf("local %v: retry a lease later: %+v, want the key free", local, r.Response)
+		}
+		r.Lock.Finish(context.Background(), 201, nil)
 	}
 }

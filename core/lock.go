@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 )
@@ -241,14 +240,20 @@ func (l *Lock) Abandon(ctx context.Context, reason Reason) error {
 	return l.release(ctx, reason, 0)
 }
 
-// leaveToLease ends the Lock without storing or releasing anything, and
-// stops renewing: the key stays locked until its lease runs out. It is for
-// a response sent while the handler may still be running (a timeout
-// middleware inside idemkit answered for it), when releasing the key would
-// let a retry run beside it. The handler's context is cancelled with
-// ErrLeaseLost: from the lease's end another request may run the key, so
-// the handler must stop and not commit its work.
-func (l *Lock) leaveToLease(ctx context.Context, status int) {
+// LeaveRunning ends the Lock for a handler that a timeout middleware
+// registered inside idemkit (named by middleware) gave up on and left
+// running on a goroutine of its own, having answered status for it:
+// nothing is stored, and the key is not released at once, which would let
+// a retry run beside the handler, but left locked for one lease (Config.
+// Lease): the lease is no longer renewed, and a store that takes no
+// leases (see LocalStore) has the key released once that time has
+// passed. Retries meanwhile get 409. The handler's context is cancelled
+// with ErrLeaseLost: from then on another request may run the key, so the
+// handler must stop and not commit its work. An error is logged: register
+// the timeout before idemkit, or use Config.HandlerTimeout. FinishHTTP
+// does this for the net/http adapters; an adapter that finds such a
+// handler by its framework's means calls it instead of Finish.
+func (l *Lock) LeaveRunning(ctx context.Context, status int, middleware string) {
 	l.ctx.stop(ErrLeaseLost) // first, while nothing else can have ended it
 	if _, ok := l.move(lockLeftRunning); !ok {
 		return
@@ -256,12 +261,20 @@ func (l *Lock) leaveToLease(ctx context.Context, status int) {
 	l.stopTimeout()
 	l.recycleBody()
 	l.e.renewer.remove(l)
+	if l.e.leaseless {
+		id, token, detached := l.id, l.token, context.WithoutCancel(ctx)
+		l.e.clock.AfterFunc(l.e.cfg.Lease, func() {
+			sctx, cancel := l.e.storeContext(detached)
+			defer cancel()
+			_ = l.e.cfg.Store.Release(sctx, id, token) // fenced: a key taken anew is left alone
+		})
+	}
 	now := time.Now()
 	ev := l.e.event(EventNotStored, l.method, l.path, l.id.Key, l.began, now)
 	ev.Status, ev.Reason = status, ReasonTimeoutInside
 	ev.Err = fmt.Errorf("%s, registered inside idemkit, answered %d while the handler may still run: the key stays "+
-		"locked for its lease, but a handler that runs on past it may run beside a retry; register the timeout "+
-		"before idemkit's middleware, or use Config.HandlerTimeout", strings.TrimSuffix(l.timeoutInside, "."), status)
+		"locked for a lease, but a handler that runs on past it may run beside a retry; register the timeout "+
+		"before idemkit's middleware, or use Config.HandlerTimeout", middleware, status)
 	l.e.emit(ctx, &ev, slog.LevelError)
 }
 

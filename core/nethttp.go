@@ -90,7 +90,7 @@ func (d *Decision) WriteTo(w http.ResponseWriter) {
 // Config.HandlerTimeout or to register the timeout outside idemkit.
 func (l *Lock) FinishHTTP(ctx context.Context, w http.ResponseWriter, status int, header HeaderReader) {
 	if l.timeoutInside != "" && !storable(status) {
-		l.leaveToLease(ctx, status)
+		l.LeaveRunning(ctx, status, strings.TrimSuffix(l.timeoutInside, "."))
 		return
 	}
 	if err := l.Finish(ctx, status, header); errors.Is(err, ErrRolledBack) {

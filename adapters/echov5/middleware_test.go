@@ -17,7 +17,6 @@ import (
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
-	"github.com/idemkit/idemkit/internal/skiptest"
 	"github.com/labstack/echo/v5"
 	"github.com/labstack/echo/v5/middleware"
 )
@@ -461,9 +460,9 @@ func TestUnmatchedRoutes(t *testing.T) {
 }
 
 func TestSkipper(t *testing.T) {
-	skiptest.Run(t, func(tb testing.TB, e *idem.Engine, h http.Handler) string {
+	idemtest.TestSkip(t, func(tb testing.TB, e *idem.Engine, h http.Handler) string {
 		// A middleware.Skipper, as Echo's own middleware configs take.
-		var skip middleware.Skipper = func(c *echo.Context) bool { return c.Request().Header.Get(skiptest.Header) == "1" }
+		var skip middleware.Skipper = func(c *echo.Context) bool { return c.Request().Header.Get(idemtest.SkipHeader) == "1" }
 		ec := newEcho()
 		ec.Use(idemecho.Middleware(e, idemecho.WithSkipper(skip)))
 		ec.Any("/*", echo.WrapHandler(h))

@@ -113,10 +113,17 @@ func run(c fiber.Ctx, e *idem.Engine, lock *idem.Lock) error {
 	}()
 	err := c.Next()
 	if c.IsAbandoned() && ctx.Err() == nil {
-		// A timeout inside idemkit answered and left the handler running on
-		// a goroutine of its own, which may still use c: leave c to it, and
-		// the error to Fiber, as without idemkit.
-		leftRunning(ctx, e, lock)
+		// A timeout inside idemkit (Fiber's timeout middleware wraps a
+		// route's handler, so it always is when idemkit is registered with
+		// app.Use or on a group) answered and left the handler running on a
+		// goroutine of its own, which may still use c: leave c to it, and
+		// the error to Fiber, as without idemkit; the key stays locked for a
+		// lease (see idem.Lock.LeaveRunning). It was a timeout inside only
+		// if the context idemkit received is still live: one registered
+		// before idemkit gives up when that context ends, and then runs
+		// idemkit and the handler on its own goroutine, so when the chain
+		// returns here the handler has ended, and its answer is recorded.
+		lock.LeaveRunning(ctx, fiber.StatusRequestTimeout, "Fiber's timeout middleware")
 		return err
 	}
 	c.SetContext(ctx) // middleware outside idemkit sees the context it passed on

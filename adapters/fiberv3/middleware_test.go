@@ -30,7 +30,6 @@ import (
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
-	"github.com/idemkit/idemkit/internal/skiptest"
 )
 
 // quietLogger silences fasthttp's log lines for the suite's expected panics.
@@ -740,8 +739,8 @@ func TestUnmatchedRoutes(t *testing.T) {
 }
 
 func TestNext(t *testing.T) {
-	skiptest.Run(t, func(tb testing.TB, e *idem.Engine, h http.Handler) string {
-		next := idemfiber.WithNext(func(c fiber.Ctx) bool { return c.Get(skiptest.Header) == "1" })
+	idemtest.TestSkip(t, func(tb testing.TB, e *idem.Engine, h http.Handler) string {
+		next := idemfiber.WithNext(func(c fiber.Ctx) bool { return c.Get(idemtest.SkipHeader) == "1" })
 		app := fiber.New(fiber.Config{})
 		app.Use(idemfiber.New(e, next))
 		app.All("/*", adaptor.HTTPHandler(h))

@@ -17,7 +17,6 @@ import (
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
-	"github.com/idemkit/idemkit/internal/skiptest"
 )
 
 func TestMain(m *testing.M) {
@@ -460,8 +459,8 @@ func TestUnmatchedRoutes(t *testing.T) {
 }
 
 func TestSkip(t *testing.T) {
-	skiptest.Run(t, func(tb testing.TB, e *idem.Engine, h http.Handler) string {
-		skip := idemgin.WithSkip(func(c *gin.Context) bool { return c.GetHeader(skiptest.Header) == "1" })
+	idemtest.TestSkip(t, func(tb testing.TB, e *idem.Engine, h http.Handler) string {
+		skip := idemgin.WithSkip(func(c *gin.Context) bool { return c.GetHeader(idemtest.SkipHeader) == "1" })
 		r := gin.New()
 		r.Use(idemgin.Middleware(e, skip))
 		r.Any("/*path", gin.WrapH(h))

@@ -14,7 +14,6 @@ import (
 	"github.com/idemkit/idemkit/core/idemhttp"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
-	"github.com/idemkit/idemkit/internal/skiptest"
 )
 
 func mount(tb testing.TB, e *idem.Engine, h http.Handler) string {
@@ -91,8 +90,8 @@ func TestUnmatchedRoutes(t *testing.T) {
 }
 
 func TestSkip(t *testing.T) {
-	skiptest.Run(t, func(tb testing.TB, e *idem.Engine, h http.Handler) string {
-		skip := idemhttp.WithSkip(func(r *http.Request) bool { return r.Header.Get(skiptest.Header) == "1" })
+	idemtest.TestSkip(t, func(tb testing.TB, e *idem.Engine, h http.Handler) string {
+		skip := idemhttp.WithSkip(func(r *http.Request) bool { return r.Header.Get(idemtest.SkipHeader) == "1" })
 		srv := httptest.NewServer(idemhttp.Middleware(e, skip)(h))
 		tb.Cleanup(srv.Close)
 		return srv.URL

@@ -1,12 +1,4 @@
-// Package skiptest checks an adapter's skip option (idemhttp.WithSkip,
-// idemgin.WithSkip, idemecho.WithSkipper, idemfiber.WithNext, ...): a
-// request the option skips passes through untouched, and nothing about it
-// is recorded. Every adapter runs the same check, as it runs
-// idemtest.TestMiddleware.
-//
-// It is internal: Go's internal rule goes by import path, so the adapter
-// modules under github.com/idemkit/idemkit/ may import it.
-package skiptest
+package idemtest
 
 import (
 	"context"
@@ -17,36 +9,36 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
-// Header is the request header whose value "1" the adapter's skip option
+// SkipHeader is the request header whose value "1" the adapter's skip option
 // must answer true for, reading it the way the framework's users would.
-const Header = "X-Skip-Idempotency"
+const SkipHeader = "X-Skip-Idempotency"
 
-// Mount serves h behind the adapter's middleware for e, with its skip
-// option answering true for requests whose Header is "1", and returns
+// SkipMount serves h behind the adapter's middleware for e, with its skip
+// option answering true for requests whose SkipHeader is "1", and returns
 // the server's base URL. It registers the server's shutdown with
 // tb.Cleanup. h is a plain http.Handler: wrap it the way the framework's
 // users would.
-type Mount func(tb testing.TB, e *idem.Engine, h http.Handler) (baseURL string)
+type SkipMount func(tb testing.TB, e *idem.Engine, h http.Handler) (baseURL string)
 
-// maxBody is the engine's MaxRequestBody: a skipped request's longer body
+// skipMaxBody is the engine's MaxRequestBody: a skipped request's longer body
 // reaches the handler whole, as idemkit never reads it.
-const maxBody = 64
+const skipMaxBody = 64
 
-var client = &http.Client{Timeout: 10 * time.Second}
-
-// Run checks the skip option of the adapter mount serves.
-func Run(t *testing.T, mount Mount) {
+// TestSkip checks an adapter's skip option (idemhttp.WithSkip,
+// idemgin.WithSkip, idemecho.WithSkipper, idemfiber.WithNext, ...): a
+// request the option skips passes through untouched, and nothing about it
+// is recorded. Every adapter runs it, as it runs TestMiddleware.
+func TestSkip(t *testing.T, mount SkipMount) {
 	t.Helper()
 	store := memstore.New(memstore.WithPurgeInterval(0))
 	t.Cleanup(func() { store.Close() })
 	var events atomic.Int64
-	e := idem.New(idem.Config{Store: store, MaxRequestBody: maxBody, Logger: slog.New(slog.DiscardHandler),
+	e := idem.New(idem.Config{Store: store, MaxRequestBody: skipMaxBody, Logger: slog.New(slog.DiscardHandler),
 		OnEvent: func(context.Context, idem.Event) { events.Add(1) }})
 	var calls atomic.Int64
 	url := mount(t, e, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -64,9 +56,9 @@ func Run(t *testing.T, mount Mount) {
 			req.Header.Set(idem.DefaultHeaderName, key)
 		}
 		if skip {
-			req.Header.Set(Header, "1")
+			req.Header.Set(SkipHeader, "1")
 		}
-		resp, err := client.Do(req)
+		resp, err := suiteClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +70,7 @@ func Run(t *testing.T, mount Mount) {
 		return resp.StatusCode, resp.Header.Get(idem.ReplayedHeader) != "", string(b)
 	}
 
-	long := strings.Repeat("x", 2*maxBody)
+	long := strings.Repeat("x", 2*skipMaxBody)
 	for i, c := range []struct{ key, body string }{{"", "no key"}, {`"k1"`, "same"}, {`"k1"`, "same"}, {`"k1"`, long}} {
 		status, replayed, got := send(true, c.key, c.body)
 		if want := fmt.Sprintf("call %d: %s", i+1, c.body); status != http.StatusCreated || replayed || got != want {
