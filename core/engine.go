@@ -27,7 +27,7 @@ type Engine struct {
 	problems      [len(problemSpecs)]preparedProblem
 	retryAfter    []string
 
-	keySecret   []byte // Config.KeyHashSecret, or random
+	keySecret   string // Config.KeyHashSecret, or random
 	tokenPrefix string
 	tokenSeq    atomic.Uint64
 	renewer     *renewer
@@ -59,10 +59,11 @@ func New(cfg Config) *Engine {
 	var prefix [8]byte
 	_, _ = rand.Read(prefix[:]) // never fails on supported platforms
 	e.tokenPrefix = hex.EncodeToString(prefix[:])
-	e.keySecret = cfg.KeyHashSecret
-	if len(e.keySecret) == 0 {
-		e.keySecret = make([]byte, 32)
-		_, _ = rand.Read(e.keySecret)
+	e.keySecret = string(cfg.KeyHashSecret)
+	if e.keySecret == "" {
+		var secret [32]byte
+		_, _ = rand.Read(secret[:])
+		e.keySecret = string(secret[:])
 	}
 	return e
 }

@@ -137,7 +137,7 @@ type Event struct {
 	StoreLatency time.Duration
 
 	key    string
-	secret []byte // the Engine's key-hash secret
+	secret string // the Engine's key-hash secret (a string: an Event stays comparable)
 }
 
 // KeyHash returns 12 hex digits of an HMAC-SHA256 of the key under the
@@ -147,7 +147,7 @@ func (e *Event) KeyHash() string {
 	if e.key == "" {
 		return ""
 	}
-	m := hmac.New(sha256.New, e.secret)
+	m := hmac.New(sha256.New, []byte(e.secret))
 	m.Write([]byte(e.key))
 	var sum [sha256.Size]byte
 	return hex.EncodeToString(m.Sum(sum[:0])[:6])
