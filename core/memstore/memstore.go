@@ -64,6 +64,7 @@ type Store struct {
 	// tagMask is all ones but in tests that make every index tag collide.
 	tagMask uint32
 	bounds
+	purges purgeCounts
 	// base is the origin of the offsets records keep, read from time.Now
 	// at New so that it carries a monotonic reading.
 	base time.Time
@@ -410,7 +411,8 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 // Purge implements idem.Store. It holds one shard's lock at a time, and
 // each shard's next batch goes on from where its last one stopped.
 func (s *Store) Purge(ctx context.Context, now time.Time, limit int) (int, error) {
-	deleted := 0
+	deleted, start := 0, time.Now()
+	defer func() { s.purges.add(deleted, time.Since(start)) }()
 	for i := range s.shards {
 		if deleted >= limit {
 			break

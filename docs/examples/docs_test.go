@@ -54,7 +54,7 @@ func TestOperationsListsEveryEventKind(t *testing.T) {
 	for _, k := range idem.EventKinds() {
 		kinds = append(kinds, k.String())
 	}
-	if got := tableColumn(t, "operations.md", "The `outcome` values"); !slices.Equal(got, kinds) {
+	if got := tableColumn(t, "operations.md", "The `idemkit.event` values"); !slices.Equal(got, kinds) {
 		t.Errorf("operations.md outcomes %v\nthe Engine emits   %v", got, kinds)
 	}
 }
@@ -64,7 +64,7 @@ func TestOperationsListsEveryReason(t *testing.T) {
 	for _, r := range idem.Reasons() {
 		reasons = append(reasons, string(r))
 	}
-	if got := tableColumn(t, "operations.md", "`reason` on `not-stored`"); !slices.Equal(got, reasons) {
+	if got := tableColumn(t, "operations.md", "`idemkit.reason` on `not-stored`"); !slices.Equal(got, reasons) {
 		t.Errorf("operations.md reasons %v\nthe Engine uses   %v", got, reasons)
 	}
 }

@@ -301,6 +301,9 @@ func TestOptionsReferenceDefaults(t *testing.T) {
 		"options: stores/redis": {
 			"WithPrefix": "`" + redisPrefix + "`",
 		},
+		"options: observability/otel": {
+			"WithLease": human(def.Lease), // the Engine's, which idemotel's default must be
+		},
 	}
 	for note, want := range checks {
 		got := map[string]string{}

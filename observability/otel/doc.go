@@ -16,19 +16,32 @@
 //
 // # Metrics
 //
-// Instrument names are OpenTelemetry's; the Prometheus exporter, as
-// configured by NewPrometheus, exposes them as:
+// Each event is counted by one of three counters, so that no sum over a
+// counter counts a request twice: [DecisionsName] (one per guarded
+// request), [HandlerOutcomesName] (one per handler that ran) and
+// [LeaseEventsName] (the events of running handlers' leases). Their
+// attribute idemkit.event is the event kind; on the handler outcomes,
+// idemkit.reason says why a response was not stored. [StoreDurationName]
+// times each store call alone, by call and result, and
+// [HandlerDurationName] how long requests whose handler ran held their
+// key, with buckets up to the lease ([WithLease]); [InFlightName] counts
+// the handlers running. [WithMemoryStore] adds gauges of a memory store's
+// records against its bound, and counters of its purges. The request's
+// method and route are http.request.method and http.route, as in
+// OpenTelemetry's HTTP conventions.
 //
-//	idemkit.events         counter        idemkit_events_total{outcome, method[, reason][, route]}
-//	idemkit.store.latency  histogram (s)  idemkit_store_latency_seconds{outcome}  (_bucket, _sum, _count)
-//	idemkit.in_flight      up-down counter idemkit_in_flight{method[, route]}
+// docs/operations.md lists every instrument with its type, unit,
+// attributes and the name a Prometheus scrape shows (dots become
+// underscores, a unit in seconds adds _seconds, counters end in _total:
+// idemkit_decisions_total, idemkit_store_duration_seconds_bucket), and the
+// alerts built on them.
 //
-// outcome is the event kind (first, takeover, replay, conflict, mismatch,
-// key-missing, key-invalid, too-large, body-unreadable, store-error,
-// stored, not-stored, lease-lost, renew-error, store-full, client-gone,
-// unprotected, renewed); reason is set
-// on not-stored only (status, too-large, streamed, panic, lock-lost,
-// store-error, incomplete, timeout-inside, failed).
+// idemkit.event is the event kind (first, takeover, replay, conflict,
+// mismatch, key-missing, key-invalid, too-large, body-unreadable,
+// store-error, stored, not-stored, lease-lost, renew-error, store-full,
+// client-gone, unprotected, renewed); idemkit.reason is set on not-stored
+// only (status, too-large, streamed, panic, lock-lost, store-error,
+// incomplete, timeout-inside, failed).
 //
 // The route attribute is off by default: an event's route is the raw
 // request path, and paths holding ids would create one time series per
@@ -37,6 +50,13 @@
 // # Traces
 //
 // Each event is also added to the span in the event's context, if it is
-// recording, as a span event named "idempotency.<outcome>" with the key's
-// hash (never the key), the status and the reason; see [Metrics.OnEvent].
+// recording, as a span event named "idempotency.<event>" with the key's
+// hash (never the key), the status and the reason. Decisions set the
+// span attributes idempotency.outcome and idempotency.key_hash. A store
+// error is recorded as an exception, and the span's status is set to
+// Error where the request failed or ran unprotected (store-error,
+// unprotected, a response not stored for a store error or a timeout
+// inside idemkit, a failed release, lease-lost); a renew-error alone,
+// which the next renewal may mend, leaves it. The events of a lease
+// arrive with the request's context, so they reach its span.
 package idemotel

@@ -51,13 +51,12 @@ func ExampleNewPrometheus() {
 	defer resp.Body.Close()
 	lines := bufio.NewScanner(resp.Body)
 	for lines.Scan() {
-		if strings.HasPrefix(lines.Text(), "idemkit_events_total") || strings.HasPrefix(lines.Text(), "idemkit_in_flight") {
+		if strings.HasPrefix(lines.Text(), "idemkit_decisions_total") || strings.HasPrefix(lines.Text(), "idemkit_handler_outcomes_total") {
 			fmt.Println(lines.Text())
 		}
 	}
 	// Output:
-	// idemkit_events_total{method="POST",outcome="first"} 1
-	// idemkit_events_total{method="POST",outcome="replay"} 1
-	// idemkit_events_total{method="POST",outcome="stored"} 1
-	// idemkit_in_flight{method="POST"} 0
+	// idemkit_decisions_total{http_request_method="POST",idemkit_event="first"} 1
+	// idemkit_decisions_total{http_request_method="POST",idemkit_event="replay"} 1
+	// idemkit_handler_outcomes_total{http_request_method="POST",idemkit_event="stored"} 1
 }

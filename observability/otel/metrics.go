@@ -4,11 +4,11 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-	"go.opentelemetry.io/otel/trace"
 
 	idem "github.com/idemkit/idemkit/core"
 )
@@ -16,20 +16,53 @@ import (
 // ScopeName is the instrumentation scope of the instruments.
 const ScopeName = "github.com/idemkit/idemkit/observability/otel"
 
-// Instrument names, as OpenTelemetry sees them. See the package
-// documentation for the names a Prometheus scrape shows.
+// Instrument names, as OpenTelemetry sees them. docs/operations.md lists
+// each with its type, unit, attributes and the name a Prometheus scrape
+// shows.
 const (
-	EventsName       = "idemkit.events"
-	StoreLatencyName = "idemkit.store.latency"
-	InFlightName     = "idemkit.in_flight"
+	// DecisionsName counts guarded requests, one per request: the events
+	// whose kind is a decision (idem.EventKind.IsDecision).
+	DecisionsName = "idemkit.decisions"
+	// HandlerOutcomesName counts what became of handlers that ran: stored
+	// or not-stored.
+	HandlerOutcomesName = "idemkit.handler.outcomes"
+	// LeaseEventsName counts the events of running handlers' leases:
+	// renewed, renew-error, lease-lost.
+	LeaseEventsName = "idemkit.lease.events"
+	// StoreDurationName is the histogram of store calls, each timed alone.
+	StoreDurationName = "idemkit.store.duration"
+	// HandlerDurationName is the histogram of how long requests whose
+	// handler ran held their key.
+	HandlerDurationName = "idemkit.handler.duration"
+	// InFlightName counts the requests holding a key while their handler runs.
+	InFlightName = "idemkit.in_flight"
+
+	// The memory store's gauges and counters, with WithMemoryStore.
+	MemstoreRecordsName      = "idemkit.memstore.records"
+	MemstoreRecordsLimitName = "idemkit.memstore.records.limit"
+	MemstorePurgeBatchesName = "idemkit.memstore.purge.batches"
+	MemstorePurgeDeletedName = "idemkit.memstore.purge.deleted"
+	MemstorePurgeTimeName    = "idemkit.memstore.purge.time"
 )
 
-// Attribute keys.
+// Attribute keys of the metrics. The request's method and route take the
+// names of OpenTelemetry's HTTP conventions.
 const (
-	AttrOutcome = attribute.Key("outcome")
-	AttrReason  = attribute.Key("reason")
-	AttrMethod  = attribute.Key("method")
-	AttrRoute   = attribute.Key("route")
+	// AttrEvent is the event kind (idem.EventKind.String), on the three
+	// counters of events.
+	AttrEvent = attribute.Key("idemkit.event")
+	// AttrReason is why a response was not stored, on not-stored only.
+	AttrReason = attribute.Key("idemkit.reason")
+	// AttrMethod is the request's method.
+	AttrMethod = attribute.Key("http.request.method")
+	// AttrRoute is the request's route as WithRouteMapper maps it; absent
+	// without a mapper.
+	AttrRoute = attribute.Key("http.route")
+	// AttrStoreCall names a store call: acquire, complete, release, renew.
+	AttrStoreCall = attribute.Key("idemkit.store.call")
+	// AttrStoreResult is how a store call ended: ok, error, or cancelled
+	// (the client went away while it ran).
+	AttrStoreResult = attribute.Key("idemkit.store.result")
 )
 
 // Span attribute keys, set on span events and, for decisions, on the span.
@@ -40,26 +73,43 @@ const (
 	SpanAttrStatus  = attribute.Key("http.response.status_code")
 )
 
-// storeLatencyBuckets suit store calls, from an in-memory store's
-// microseconds to a struggling database's seconds; the SDK's default
-// buckets are meant for milliseconds and would put every call in the first.
-var storeLatencyBuckets = []float64{
-	0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
+// storeDurationBuckets reach from an in-memory store's microseconds to a
+// minute: past the Engine's StoreTimeout (5 s by default), so that a call
+// that ran into it shows as such; 5 and 6 bracket that default. The SDK's
+// default buckets are meant for milliseconds.
+var storeDurationBuckets = []float64{
+	0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 6, 10, 30, 60,
+}
+
+// handlerDurationBuckets returns the buckets of the handler duration for
+// a lease: the usual steps below half of it, then half, three quarters,
+// nine tenths and the whole lease, where a handler nears the point at
+// which only its renewals keep its key.
+func handlerDurationBuckets(lease time.Duration) []float64 {
+	l := lease.Seconds()
+	var b []float64
+	for _, v := range []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000} {
+		if v < l/2 {
+			b = append(b, v)
+		}
+	}
+	return append(b, l/2, l*3/4, l*9/10, l)
 }
 
 // Metrics records the Engine's events. It is safe for concurrent use.
 type Metrics struct {
-	events   metric.Int64Counter
-	latency  metric.Float64Histogram
-	inFlight metric.Int64UpDownCounter
-	route    func(string) string
-	spans    bool
+	decisions, outcomes, lease metric.Int64Counter
+	storeDuration              metric.Float64Histogram
+	handlerDuration            metric.Float64Histogram
+	inFlight                   metric.Int64UpDownCounter
+	route                      func(string) string
+	spans                      bool
 
 	// Building an attribute set sorts and allocates; the combinations in
 	// use are few, so each is built once and kept.
-	latencyAttrs [][]metric.RecordOption // by event kind
-	series       sync.Map                // seriesKey -> *seriesAttrs
-	seriesCount  atomic.Int64
+	storeAttrs  [len(storeCalls)][storeResults][]metric.RecordOption
+	series      sync.Map // seriesKey -> *seriesAttrs
+	seriesCount atomic.Int64
 }
 
 // maxCachedSeries bounds the cache of attribute sets, in case a route
@@ -74,12 +124,14 @@ type seriesKey struct {
 // seriesAttrs holds option slices rather than options: passing a slice
 // on to a variadic parameter does not allocate a new one per call.
 type seriesAttrs struct {
-	events, inFlight []metric.AddOption
+	count      []metric.AddOption    // the event's counter
+	request    []metric.AddOption    // in flight: method and route alone
+	requestRec []metric.RecordOption // handler duration: the same set
 }
 
 // New creates the instruments on the configured MeterProvider.
 func New(opts ...Option) (*Metrics, error) {
-	var o options
+	o := options{lease: defaultLease}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -89,15 +141,32 @@ func New(opts ...Option) (*Metrics, error) {
 	meter := o.provider.Meter(ScopeName)
 	m := &Metrics{route: o.route, spans: !o.noSpans}
 	var err error
-	if m.events, err = meter.Int64Counter(EventsName,
-		metric.WithUnit("{event}"),
-		metric.WithDescription("Idempotency decisions and outcomes, by outcome (the event kind).")); err != nil {
+	counter := func(name, unit, desc string) metric.Int64Counter {
+		var c metric.Int64Counter
+		if err == nil {
+			c, err = meter.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		}
+		return c
+	}
+	m.decisions = counter(DecisionsName, "{request}",
+		"Guarded requests, one per request, by the Engine's decision (idemkit.event).")
+	m.outcomes = counter(HandlerOutcomesName, "{request}",
+		"Requests whose handler ran, by whether the response was stored (idemkit.event) and why not (idemkit.reason).")
+	m.lease = counter(LeaseEventsName, "{event}",
+		"Events of running handlers' leases: renewed, renew-error, lease-lost (idemkit.event).")
+	if err != nil {
 		return nil, err
 	}
-	if m.latency, err = meter.Float64Histogram(StoreLatencyName,
+	if m.storeDuration, err = meter.Float64Histogram(StoreDurationName,
 		metric.WithUnit("s"),
-		metric.WithDescription("Duration of the idempotency store call behind an event."),
-		metric.WithExplicitBucketBoundaries(storeLatencyBuckets...)); err != nil {
+		metric.WithDescription("Duration of each idempotency store call, by call and result."),
+		metric.WithExplicitBucketBoundaries(storeDurationBuckets...)); err != nil {
+		return nil, err
+	}
+	if m.handlerDuration, err = meter.Float64Histogram(HandlerDurationName,
+		metric.WithUnit("s"),
+		metric.WithDescription("How long requests whose handler ran held their idempotency key, up to the lease."),
+		metric.WithExplicitBucketBoundaries(handlerDurationBuckets(o.lease)...)); err != nil {
 		return nil, err
 	}
 	if m.inFlight, err = meter.Int64UpDownCounter(InFlightName,
@@ -105,36 +174,101 @@ func New(opts ...Option) (*Metrics, error) {
 		metric.WithDescription("Requests holding an idempotency key while their handler runs.")); err != nil {
 		return nil, err
 	}
-	m.latencyAttrs = make([][]metric.RecordOption, len(idem.EventKinds())+1)
-	for k := range m.latencyAttrs {
-		m.latencyAttrs[k] = []metric.RecordOption{
-			metric.WithAttributeSet(attribute.NewSet(AttrOutcome.String(idem.EventKind(k).String()))),
+	for c, call := range storeCalls {
+		for r := range storeResults {
+			set := attribute.NewSet(AttrStoreCall.String(call), AttrStoreResult.String(storeResultNames[r]))
+			m.storeAttrs[c][r] = []metric.RecordOption{metric.WithAttributeSet(set)}
+		}
+	}
+	if o.memstore != nil {
+		if err := observeMemstore(meter, o.memstore); err != nil {
+			return nil, err
 		}
 	}
 	return m, nil
 }
 
-// OnEvent records ev; give it to idem.Config.OnEvent. It counts the event,
-// records the store latency of events that called the store, keeps the
-// in-flight count (up on first and takeover, down on stored and
-// not-stored), and adds a span event "idempotency.<outcome>" to the
-// recording span in ctx, if any. Decisions also set the span attributes
-// idempotency.outcome and idempotency.key_hash.
+// The store calls an event can name (idem.Event.StoreCall).
+var storeCalls = [...]string{"acquire", "complete", "release", "renew"}
+
+// How a store call ended.
+const (
+	resultOK = iota
+	resultError
+	resultCancelled
+	storeResults
+)
+
+var storeResultNames = [storeResults]string{"ok", "error", "cancelled"}
+
+// OnEvent records ev; give it to idem.Config.OnEvent. It counts the event
+// in its family (a decision, a handler's outcome or a lease event), times
+// the store call behind it, if any, records how long a request that ran
+// held its key, keeps the in-flight count (up on first and takeover, down
+// on stored and not-stored), and annotates the recording span in ctx, if
+// any (see the package documentation).
 func (m *Metrics) OnEvent(ctx context.Context, ev idem.Event) {
 	attrs := m.attrs(&ev)
-	switch ev.Kind {
-	case idem.EventFirst, idem.EventTakeover:
-		m.inFlight.Add(ctx, 1, attrs.inFlight...)
-	case idem.EventStored, idem.EventNotStored:
-		m.inFlight.Add(ctx, -1, attrs.inFlight...)
+	switch familyOf(ev.Kind) {
+	case familyDecision:
+		m.decisions.Add(ctx, 1, attrs.count...)
+		if ev.Kind == idem.EventFirst || ev.Kind == idem.EventTakeover {
+			m.inFlight.Add(ctx, 1, attrs.request...)
+		}
+	case familyOutcome:
+		m.outcomes.Add(ctx, 1, attrs.count...)
+		m.inFlight.Add(ctx, -1, attrs.request...)
+		m.handlerDuration.Record(ctx, ev.Duration.Seconds(), attrs.requestRec...)
+	case familyLease:
+		m.lease.Add(ctx, 1, attrs.count...)
 	}
-	m.events.Add(ctx, 1, attrs.events...)
-	if callsStore(ev.Kind) {
-		m.latency.Record(ctx, ev.StoreLatency.Seconds(), m.latencyAttrs[ev.Kind]...)
+	if ev.StoreCall != "" {
+		m.storeDuration.Record(ctx, ev.StoreLatency.Seconds(), m.storeCallAttrs(&ev)...)
 	}
 	if m.spans {
 		annotate(ctx, &ev)
 	}
+}
+
+// The families of events, each counted by an instrument of its own, so
+// that no sum over one of them counts a request twice.
+const (
+	familyNone = iota
+	familyDecision
+	familyOutcome
+	familyLease
+)
+
+func familyOf(k idem.EventKind) int {
+	switch {
+	case k == idem.EventStored || k == idem.EventNotStored:
+		return familyOutcome
+	case k == idem.EventRenewed || k == idem.EventRenewError || k == idem.EventLeaseLost:
+		return familyLease
+	case k.IsDecision():
+		return familyDecision
+	}
+	return familyNone
+}
+
+// storeCallAttrs returns the attributes of the store call behind ev. A
+// call the client's departure cut short is no sample of the store's
+// speed, nor one of its errors: it is counted apart, as cancelled.
+func (m *Metrics) storeCallAttrs(ev *idem.Event) []metric.RecordOption {
+	result := resultOK
+	switch {
+	case ev.Kind == idem.EventClientGone:
+		result = resultCancelled
+	case ev.Err != nil:
+		result = resultError
+	}
+	for c, call := range storeCalls {
+		if call == ev.StoreCall {
+			return m.storeAttrs[c][result]
+		}
+	}
+	set := attribute.NewSet(AttrStoreCall.String(ev.StoreCall), AttrStoreResult.String(storeResultNames[result]))
+	return []metric.RecordOption{metric.WithAttributeSet(set)}
 }
 
 // attrs returns the attribute sets of an event's series.
@@ -159,60 +293,21 @@ func (m *Metrics) attrs(ev *idem.Event) *seriesAttrs {
 }
 
 func newSeriesAttrs(k seriesKey, withRoute bool) *seriesAttrs {
-	// The in-flight series share every attribute but the outcome and
+	// The in-flight series share every attribute but the event and
 	// reason, so that each -1 meets the +1 of its request.
 	common := make([]attribute.KeyValue, 0, 4)
 	common = append(common, AttrMethod.String(k.method))
 	if withRoute {
 		common = append(common, AttrRoute.String(k.route))
 	}
-	all := append(common[:len(common):len(common)], AttrOutcome.String(k.kind.String()))
+	all := append(common[:len(common):len(common)], AttrEvent.String(k.kind.String()))
 	if k.kind == idem.EventNotStored {
 		all = append(all, AttrReason.String(k.reason))
 	}
+	request := attribute.NewSet(common...)
 	return &seriesAttrs{
-		events:   []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(all...))},
-		inFlight: []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(common...))},
-	}
-}
-
-// callsStore reports whether an event of this kind follows a store call,
-// whose latency the event carries.
-func callsStore(k idem.EventKind) bool {
-	switch k {
-	case idem.EventFirst, idem.EventTakeover, idem.EventReplay, idem.EventConflict, idem.EventMismatch,
-		idem.EventStoreError, idem.EventStoreFull, idem.EventStored, idem.EventNotStored, idem.EventRenewError:
-		return true
-	}
-	return false
-}
-
-func annotate(ctx context.Context, ev *idem.Event) {
-	span := trace.SpanFromContext(ctx)
-	if !span.IsRecording() {
-		return
-	}
-	kind := ev.Kind.String()
-	hash := ev.KeyHash()
-	var buf [3]attribute.KeyValue
-	attrs := buf[:0]
-	if hash != "" {
-		attrs = append(attrs, SpanAttrKeyHash.String(hash))
-	}
-	if ev.Status != 0 {
-		attrs = append(attrs, SpanAttrStatus.Int(ev.Status))
-	}
-	if ev.Reason != "" {
-		attrs = append(attrs, SpanAttrReason.String(string(ev.Reason)))
-	}
-	span.AddEvent("idempotency."+kind, trace.WithAttributes(attrs...))
-	if ev.Kind.IsDecision() {
-		span.SetAttributes(SpanAttrOutcome.String(kind))
-		if hash != "" {
-			span.SetAttributes(SpanAttrKeyHash.String(hash))
-		}
-	}
-	if ev.Err != nil {
-		span.RecordError(ev.Err)
+		count:      []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(all...))},
+		request:    []metric.AddOption{metric.WithAttributeSet(request)},
+		requestRec: []metric.RecordOption{metric.WithAttributeSet(request)},
 	}
 }

@@ -1,6 +1,12 @@
 package idemotel
 
-import "go.opentelemetry.io/otel/metric"
+import (
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/idemkit/idemkit/core/memstore"
+)
 
 // Option configures Metrics.
 type Option func(*options)
@@ -9,7 +15,12 @@ type options struct {
 	provider metric.MeterProvider
 	route    func(route string) string
 	noSpans  bool
+	lease    time.Duration
+	memstore *memstore.Store
 }
+
+// defaultLease is the Engine's default Config.Lease.
+const defaultLease = 30 * time.Second
 
 // WithMeterProvider sets where the instruments are created. Default: the
 // global MeterProvider (otel.GetMeterProvider).
@@ -21,19 +32,38 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 	}
 }
 
-// WithRouteMapper adds a route attribute to the counters, computed by
-// mapRoute from the event's route, which is the raw request path without
-// its query (such as "/v1/charges/ch_123/refunds"). Every distinct value
-// it returns is a time series per outcome and method, so it must map paths
-// to a small, fixed set: route templates such as "/v1/charges/{id}/refunds",
-// and a constant such as "other" for anything else. Default: no route
-// attribute.
+// WithRouteMapper adds the http.route attribute to the counters and the
+// handler duration, computed by mapRoute from the event's route, which is
+// the raw request path without its query (such as
+// "/v1/charges/ch_123/refunds"). Every distinct value it returns is a time
+// series per event and method, so it must map paths to a small, fixed set:
+// route templates such as "/v1/charges/{id}/refunds", and a constant such
+// as "other" for anything else. Default: no route attribute.
 func WithRouteMapper(mapRoute func(route string) string) Option {
 	return func(o *options) { o.route = mapRoute }
 }
 
-// WithoutSpanEvents stops OnEvent from adding events and attributes to the
-// active span. Default: spans that are recording get them.
+// WithoutSpanEvents stops OnEvent from adding events, attributes and a
+// status to the active span. Default: spans that are recording get them.
 func WithoutSpanEvents() Option {
 	return func(o *options) { o.noSpans = true }
+}
+
+// WithLease sets the Engine's Config.Lease, which the buckets of the
+// handler duration reach (see [HandlerDurationName]): give it the lease
+// the Engine is configured with. Default: the Engine's default, 30 s;
+// d <= 0 leaves it.
+func WithLease(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.lease = d
+		}
+	}
+}
+
+// WithMemoryStore adds gauges of the records s holds against its bound
+// (WithMaxRecords), and counters of its purges, read from s.Stats at each
+// collection. Default: none.
+func WithMemoryStore(s *memstore.Store) Option {
+	return func(o *options) { o.memstore = s }
 }

@@ -72,11 +72,6 @@ func sample(fams map[string]*dto.MetricFamily, name string, want map[string]stri
 	return sum
 }
 
-var outcomes = []string{
-	"first", "takeover", "replay", "conflict", "mismatch", "key-missing", "key-invalid",
-	"too-large", "body-unreadable", "store-error", "stored", "not-stored",
-}
-
 // TestPrometheusScrape drives a scripted sequence through the net/http
 // adapter and checks, on GET /metrics, that each counter moved by exactly
 // what happened.
@@ -147,16 +142,26 @@ func TestPrometheusScrape(t *testing.T) {
 
 	after := scrape(t, srv.URL)
 
-	const events = "idemkit_events_total"
-	want := map[string]float64{"first": 1, "conflict": 1, "stored": 1, "replay": 1, "mismatch": 1, "key-invalid": 1}
-	for _, o := range outcomes {
-		labels := map[string]string{"outcome": o}
-		if got := sample(after, events, labels) - sample(before, events, labels); got != want[o] {
-			t.Errorf("%s{outcome=%q} moved by %v, want %v", events, o, got, want[o])
+	const decisions, outcomes = "idemkit_decisions_total", "idemkit_handler_outcomes_total"
+	want := map[string]float64{"first": 1, "conflict": 1, "replay": 1, "mismatch": 1, "key-invalid": 1}
+	for _, k := range idem.EventKinds() {
+		if !k.IsDecision() {
+			continue
+		}
+		labels := map[string]string{"idemkit_event": k.String()}
+		if got := sample(after, decisions, labels) - sample(before, decisions, labels); got != want[k.String()] {
+			t.Errorf("%s{idemkit_event=%q} moved by %v, want %v", decisions, k, got, want[k.String()])
 		}
 	}
-	if got := sample(after, events, map[string]string{"outcome": "first", "method": "POST"}); got != 1 {
-		t.Errorf(`%s{outcome="first",method="POST"} = %v, want 1`, events, got)
+	if got := sample(after, decisions, nil) - sample(before, decisions, nil); got != 5 {
+		t.Errorf("%s moved by %v in all, want the 5 requests", decisions, got)
+	}
+	if got := sample(after, decisions, map[string]string{"idemkit_event": "first", "http_request_method": "POST"}); got != 1 {
+		t.Errorf(`%s{idemkit_event="first",http_request_method="POST"} = %v, want 1`, decisions, got)
+	}
+	if got := sample(after, outcomes, nil) - sample(before, outcomes, nil); got != 1 ||
+		sample(after, outcomes, map[string]string{"idemkit_event": "stored"}) != 1 {
+		t.Errorf("%s moved by %v, want the one stored", outcomes, got)
 	}
 
 	const inFlight = "idemkit_in_flight"
@@ -167,20 +172,22 @@ func TestPrometheusScrape(t *testing.T) {
 		t.Errorf("%s = %v at the end, want 0", inFlight, got)
 	}
 
-	// One store call behind each event but the invalid key's.
-	const latency = "idemkit_store_latency_seconds"
-	for _, o := range outcomes {
-		labels := map[string]string{"outcome": o}
-		wantCalls := want[o]
-		if o == "key-invalid" {
-			wantCalls = 0
-		}
-		if got := sample(after, latency, labels) - sample(before, latency, labels); got != wantCalls {
-			t.Errorf("%s{outcome=%q} count moved by %v, want %v", latency, o, got, wantCalls)
+	// One acquire behind each decision but the invalid key's, and one
+	// completion.
+	const storeDuration = "idemkit_store_duration_seconds"
+	for call, n := range map[string]float64{"acquire": 4, "complete": 1, "release": 0, "renew": 0} {
+		labels := map[string]string{"idemkit_store_call": call, "idemkit_store_result": "ok"}
+		if got := sample(after, storeDuration, labels) - sample(before, storeDuration, labels); got != n {
+			t.Errorf("%s{idemkit_store_call=%q} count moved by %v, want %v", storeDuration, call, got, n)
 		}
 	}
+	const handlerDuration = "idemkit_handler_duration_seconds"
+	if got := sample(after, handlerDuration, nil); got != 1 {
+		t.Errorf("%s count %v, want the one handler", handlerDuration, got)
+	}
 
-	types := map[string]dto.MetricType{events: dto.MetricType_COUNTER, latency: dto.MetricType_HISTOGRAM, inFlight: dto.MetricType_GAUGE}
+	types := map[string]dto.MetricType{decisions: dto.MetricType_COUNTER, outcomes: dto.MetricType_COUNTER,
+		storeDuration: dto.MetricType_HISTOGRAM, handlerDuration: dto.MetricType_HISTOGRAM, inFlight: dto.MetricType_GAUGE}
 	for name, typ := range types {
 		f, ok := after[name]
 		if !ok {
@@ -192,7 +199,7 @@ func TestPrometheusScrape(t *testing.T) {
 		}
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if strings.HasPrefix(l.GetName(), "otel_scope") || l.GetName() == "route" {
+				if strings.HasPrefix(l.GetName(), "otel_scope") || l.GetName() == "http_route" {
 					t.Errorf("%s has label %s, want none such", name, l.GetName())
 				}
 			}
@@ -231,7 +238,7 @@ func TestPrometheusRegistriesIndependent(t *testing.T) {
 	for i, h := range handlers {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
-		line := fmt.Sprintf(`idemkit_events_total{method="POST",outcome="first"} %d`, i+1)
+		line := fmt.Sprintf(`idemkit_decisions_total{http_request_method="POST",idemkit_event="first"} %d`, i+1)
 		if !strings.Contains(rec.Body.String(), line) {
 			t.Errorf("exporter %d does not show %s:\n%s", i, line, rec.Body.String())
 		}

@@ -27,7 +27,8 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	m, err := idemotel.New(idemotel.WithMeterProvider(prom.MeterProvider), idemotel.WithRouteMapper(route))
+	m, err := idemotel.New(idemotel.WithMeterProvider(prom.MeterProvider), idemotel.WithRouteMapper(route),
+		idemotel.WithMemoryStore(store)) // gauges of the memory store's records against its bound
 	if err != nil {
 		log.Fatal(err)
 	}
