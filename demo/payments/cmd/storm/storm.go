@@ -22,6 +22,7 @@ import (
 	"github.com/idemkit/idemkit/core/idemclient"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/app"
+	"github.com/idemkit/idemkit/demo/payments/internal/redisserver"
 )
 
 // Options configure a storm.
@@ -217,7 +218,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	if o.Target != "" && o.Records != "" {
 		return rep, errors.New("-records is for the in-process demo: a -target keeps its records where it was told to")
 	}
-	var rs *redisServer
+	var rs *redisserver.Server
 	if o.OwnRedis || o.RedisRestartAfter > 0 || o.RedisFlushEvery > 0 {
 		switch {
 		case o.Target != "":
@@ -226,10 +227,10 @@ func Run(ctx context.Context, o Options) (Report, error) {
 			return rep, errors.New("-records names a Redis of your own: the storm restarts or empties only a redis-server it started (drop -records)")
 		}
 		var err error
-		if rs, err = startRedis(ctx); err != nil {
+		if rs, err = redisserver.Start(ctx); err != nil {
 			return rep, err
 		}
-		defer rs.stop() // after the demo's shutdown, deferred below
+		defer rs.Stop() // after the demo's shutdown, deferred below
 		o.Records = rs.URL()
 	}
 
@@ -543,7 +544,7 @@ type chaosResult struct {
 // sent: until sending is closed. Without rs it does nothing. A restart or a
 // flush that never came before the charges were all answered is an error:
 // the run would prove nothing about it.
-func chaos(ctx context.Context, o Options, rs *redisServer, sending <-chan struct{}) (res chaosResult) {
+func chaos(ctx context.Context, o Options, rs *redisserver.Server, sending <-chan struct{}) (res chaosResult) {
 	if rs == nil {
 		return res
 	}
@@ -563,21 +564,21 @@ func chaos(ctx context.Context, o Options, rs *redisServer, sending <-chan struc
 		case <-restart:
 			restart = nil
 			began := time.Now()
-			rs.kill()
+			rs.Kill()
 			select {
 			case <-time.After(o.RedisDown):
 			case <-ctx.Done():
 				res.err = ctx.Err()
 				return res
 			}
-			if res.err = rs.start(ctx); res.err != nil {
+			if res.err = rs.Restart(ctx); res.err != nil {
 				res.err = fmt.Errorf("restart redis-server: %w", res.err)
 				return res
 			}
 			res.restarts++
 			res.downtime = time.Since(began)
 		case <-flush:
-			if err := rs.flushAll(ctx); err != nil {
+			if err := rs.FlushAll(ctx); err != nil {
 				res.err = fmt.Errorf("FLUSHALL: %w", err)
 				return res
 			}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/app"
+	"github.com/idemkit/idemkit/demo/payments/internal/redisserver"
 )
 
 // TestDefaultStorm is the storm's default run: 2,000 charges, 30% of the
@@ -279,7 +280,7 @@ func TestStormAdminTarget(t *testing.T) {
 func redisStorm(t *testing.T, with func(*Options)) Report {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Fatalf("%v; `make test` installs it through scripts/redis-servers.sh", errNoRedisServer)
+		t.Fatalf("%v; `make test` installs it through scripts/redis-servers.sh", redisserver.ErrNotInstalled)
 	}
 	o := DefaultOptions()
 	o.Charges, o.Concurrency, o.OwnRedis = 300, 20, true
@@ -333,7 +334,7 @@ func TestStormRedisOptions(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	o := DefaultOptions()
 	o.RedisRestartAfter = time.Second
-	if _, err := Run(t.Context(), o); !errors.Is(err, errNoRedisServer) {
-		t.Fatalf("without redis-server: %v, want %v", err, errNoRedisServer)
+	if _, err := Run(t.Context(), o); !errors.Is(err, redisserver.ErrNotInstalled) {
+		t.Fatalf("without redis-server: %v, want %v", err, redisserver.ErrNotInstalled)
 	}
 }

@@ -21,6 +21,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/payments"
+	"github.com/idemkit/idemkit/demo/payments/internal/webhook"
 )
 
 // DocsPath serves the published idempotency policy; every problem type URI,
@@ -49,10 +50,14 @@ type API struct {
 	// lost is answered with the row written the first time, never with a
 	// second one.
 	KeyedRows bool
-	// Existing counts the charges and refunds answered with the row
-	// already written under their key (KeyedRows only): their record was
-	// lost, or their lease taken over while they ran.
+	// Existing counts the charges, refunds and events answered with the
+	// row already written under their key (KeyedRows only): their record
+	// was lost, or their lease taken over while they ran.
 	Existing atomic.Int64
+	// Engine applies the provider's events (ApplyEvent), and WebhookSecret
+	// is the secret its webhooks are signed with.
+	Engine        *idem.Engine
+	WebhookSecret webhook.Secret
 }
 
 // Handler returns the /v1 routes.
@@ -63,9 +68,15 @@ func (a *API) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/charges/{id}", a.getCharge)
 	mux.HandleFunc("GET /v1/charges", a.listCharges)
 	mux.HandleFunc("GET /v1/balance", a.balance)
+	mux.HandleFunc("GET /v1/settlements", a.listSettlements)
 	mux.HandleFunc("/", a.NotFound)
 	return mux
 }
+
+// WebhookHandler returns the handler of POST WebhookPath, to mount behind
+// VerifyWebhooks, a transaction slot, and idemkit's middleware taking the
+// key from the webhook-id header in WebhookScope.
+func (a *API) WebhookHandler() http.Handler { return http.HandlerFunc(a.receiveWebhook) }
 
 // NotFound answers a path the demo does not serve.
 func (a *API) NotFound(w http.ResponseWriter, _ *http.Request) {
