@@ -51,6 +51,9 @@ type Sender struct {
 	queue   chan Message
 	working sync.WaitGroup // workers
 	pending sync.WaitGroup // messages queued or under way
+
+	mu   sync.Mutex
+	busy map[string]int // copies of each message queued or under way
 }
 
 // Start starts the workers; they stop when ctx ends, dropping what is
@@ -79,6 +82,7 @@ func (s *Sender) Start(ctx context.Context) {
 				select {
 				case m := <-s.queue:
 					s.deliver(ctx, m)
+					s.done(m.ID)
 					s.pending.Done()
 				case <-ctx.Done():
 					return
@@ -92,7 +96,8 @@ func (s *Sender) Start(ctx context.Context) {
 		// What the workers left in the queue is dropped.
 		for {
 			select {
-			case <-s.queue:
+			case m := <-s.queue:
+				s.done(m.ID)
 				s.pending.Done()
 			default:
 				return
@@ -102,13 +107,18 @@ func (s *Sender) Start(ctx context.Context) {
 }
 
 // Send queues msgs for delivery in random order, and those drawn by
-// DuplicateRate twice. It waits while the queue is full, until ctx ends.
+// DuplicateRate twice; a message already queued or under way is left to
+// that delivery, as a provider does not send an event again while it is
+// still trying to. It waits while the queue is full, until ctx ends.
 func (s *Sender) Send(ctx context.Context, msgs []Message) {
 	order := rand.Perm(len(msgs))
 	for _, i := range order {
 		copies := 1
 		if s.DuplicateRate > 0 && rand.Float64() < s.DuplicateRate {
 			copies = 2
+		}
+		if !s.take(msgs[i].ID, copies) {
+			continue
 		}
 		for range copies {
 			if ctx.Err() != nil {
@@ -122,6 +132,29 @@ func (s *Sender) Send(ctx context.Context, msgs []Message) {
 				return
 			}
 		}
+	}
+}
+
+// take marks copies of message id as under way, unless some already are.
+func (s *Sender) take(id string, copies int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.busy[id] > 0 {
+		return false
+	}
+	if s.busy == nil {
+		s.busy = map[string]int{}
+	}
+	s.busy[id] = copies
+	return true
+}
+
+// done marks one copy of message id as delivered or dropped.
+func (s *Sender) done(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.busy[id]--; s.busy[id] <= 0 {
+		delete(s.busy, id)
 	}
 }
 
