@@ -77,10 +77,14 @@ type Config struct {
 	Webhooks   bool
 	WebhookURL string
 	// WebhookDuplicateRate is the share of webhook deliveries the provider
-	// sends twice at once (no flag), and RedeliverAfter how long it waits
-	// for an event it sent to be applied before it sends it again (no
-	// flag; 0: payments.DefaultRedeliverAfter).
+	// sends twice at once, WebhookTimeout how long it waits for the answer
+	// to one (0: 5 s), WebhookWorkers how many it makes at once (0: 8),
+	// and RedeliverAfter how long it waits for an event it sent to be
+	// applied before it sends it again (0: payments.DefaultRedeliverAfter).
+	// None has a flag.
 	WebhookDuplicateRate float64
+	WebhookTimeout       time.Duration
+	WebhookWorkers       int
 	RedeliverAfter       time.Duration
 	// Events, if set, is the redis:// URL of the Redis stream the
 	// provider's events also go to, which the demo consumes in a consumer

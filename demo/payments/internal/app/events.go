@@ -76,7 +76,8 @@ func (a *App) StartEvents(webhookURL string) (stop func()) {
 	var wg sync.WaitGroup
 	if a.cfg.Webhooks && a.cfg.SettleEvery > 0 {
 		a.Webhooks = &webhook.Sender{URL: webhookURL, Secret: a.API.WebhookSecret, DuplicateRate: a.cfg.WebhookDuplicateRate,
-			Now: a.API.Now, Log: a.log, Delivered: func(m webhook.Message) { a.Provider.Delivered(m.Account) }}
+			AttemptTimeout: a.cfg.WebhookTimeout, Workers: a.cfg.WebhookWorkers, Now: a.API.Now, Log: a.log,
+			Delivered: func(m webhook.Message) { a.Provider.Delivered(m.Account) }}
 		a.Webhooks.Start(ctx)
 	}
 	if a.Stream != nil {
