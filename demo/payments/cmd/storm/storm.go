@@ -190,7 +190,9 @@ type events struct {
 	// each once however often it went out, and Deliveries their
 	// deliveries: webhook requests (each retry and duplicate) and stream
 	// entries. StreamEntries counts the entries the in-process demo added
-	// to its stream, StreamClaimed those it claimed from another consumer.
+	// to its stream, StreamClaimed those its consumer claimed after they
+	// had been left pending a lease (not acknowledged: another delivery
+	// held the event's key, or the store was down).
 	Sent, Deliveries, StreamEntries, StreamClaimed int64
 	// Webhooks counts the webhook requests that reached the proxy, and
 	// Resets, Drops and Delays the faults it injected into them;
@@ -266,7 +268,7 @@ func (r Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "event stream        in Redis at %s, read by the demo's consumer group\n", e.Stream)
 	}
 	fmt.Fprintf(w, "events sent         %d settlement events, one per charge and refund\n", e.Sent)
-	fmt.Fprintf(w, "deliveries          %d: %d webhooks through the proxy (%d resets, %d answers dropped, %d delays; %d answered 409), %d stream entries (%d claimed from another consumer)\n",
+	fmt.Fprintf(w, "deliveries          %d: %d webhooks through the proxy (%d resets, %d answers dropped, %d delays; %d answered 409), %d stream entries (%d claimed again after a lease pending)\n",
 		e.Deliveries, e.Webhooks, e.Resets, e.Drops, e.Delays, e.Conflicts, e.StreamEntries, e.StreamClaimed)
 	fmt.Fprintf(w, "duplicates          %d deliveries beyond each event's first\n", e.Duplicates())
 	fmt.Fprintf(w, "applied             %d ledger entries for %d charges and refunds (settled %s after the last refund)\n", e.Applied, e.Expected, e.Waited.Round(time.Millisecond))
@@ -708,9 +710,9 @@ type chaosResult struct {
 	err      error
 }
 
-// chaos restarts and empties rs as the Options ask, while the charges are
-// sent: until sending is closed. Without rs it does nothing. A restart or a
-// flush that never came before the charges were all answered is an error:
+// chaos restarts and empties rs as the Options ask, while the charges and
+// refunds are sent and settled: until sending is closed. Without rs it does
+// nothing. A restart or a flush that never came before then is an error:
 // the run would prove nothing about it.
 func chaos(ctx context.Context, o Options, rs *redisserver.Server, sending <-chan struct{}) (res chaosResult) {
 	if rs == nil {
@@ -754,9 +756,9 @@ func chaos(ctx context.Context, o Options, rs *redisserver.Server, sending <-cha
 		case <-sending:
 			switch {
 			case restart != nil:
-				res.err = fmt.Errorf("every charge was answered before the Redis restart due at %s: lower -redis-restart-after or raise -n", o.RedisRestartAfter)
+				res.err = fmt.Errorf("every charge and refund was settled before the Redis restart due at %s: lower -redis-restart-after or raise -n", o.RedisRestartAfter)
 			case o.RedisFlushEvery > 0 && res.flushes == 0:
-				res.err = fmt.Errorf("every charge was answered before the first FLUSHALL due at %s: lower -redis-flush-every or raise -n", o.RedisFlushEvery)
+				res.err = fmt.Errorf("every charge and refund was settled before the first FLUSHALL due at %s: lower -redis-flush-every or raise -n", o.RedisFlushEvery)
 			}
 			return res
 		case <-ctx.Done():
