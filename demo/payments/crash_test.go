@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -34,26 +33,8 @@ import (
 type instance struct {
 	cmd  *exec.Cmd
 	base string
-	logs *syncBuffer
+	logs *logBuffer
 	done chan struct{}
-}
-
-// syncBuffer is a buffer the process's log goes to while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // startInstance runs the demo's command with args on a free port and waits
@@ -66,7 +47,7 @@ func startInstance(t *testing.T, args ...string) *instance {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	in := &instance{base: "http://" + addr, logs: &syncBuffer{}, done: make(chan struct{})}
+	in := &instance{base: "http://" + addr, logs: &logBuffer{}, done: make(chan struct{})}
 	in.cmd = exec.Command(binary(t), append([]string{"-addr", addr}, args...)...)
 	in.cmd.Dir, in.cmd.Stderr = t.TempDir(), in.logs
 	if err := in.cmd.Start(); err != nil {
@@ -77,7 +58,7 @@ func startInstance(t *testing.T, args ...string) *instance {
 		in.cmd.Process.Kill()
 		<-in.done
 		if t.Failed() {
-			t.Logf("log of the instance on %s:\n%s", addr, in.logs.String())
+			t.Logf("log of the instance on %s:\n%s", addr, in.logs.text())
 		}
 	})
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
@@ -87,11 +68,11 @@ func startInstance(t *testing.T, args ...string) *instance {
 		}
 		select {
 		case <-in.done:
-			t.Fatalf("the instance exited at start:\n%s", in.logs.String())
+			t.Fatalf("the instance exited at start:\n%s", in.logs.text())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the instance did not come up:\n%s", in.logs.String())
+			t.Fatalf("the instance did not come up:\n%s", in.logs.text())
 		}
 	}
 }

@@ -226,18 +226,28 @@ func (a *API) getCharge(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, viewCharge(c))
 }
 
-// maxPage is the most charges one GET /v1/charges returns.
+// maxPage is the most items one page of a list returns (GET
+// /v1/charges, GET /v1/settlements).
 const maxPage = 100
 
+// pageLimit reads a list's ?limit: maxPage without it.
+func pageLimit(r *http.Request) (int, error) {
+	v := r.URL.Query().Get("limit")
+	if v == "" {
+		return maxPage, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > maxPage {
+		return 0, payments.Invalid(payments.FieldError{Parameter: "limit", Detail: "must be an integer from 1 to " + strconv.Itoa(maxPage)})
+	}
+	return n, nil
+}
+
 func (a *API) listCharges(w http.ResponseWriter, r *http.Request) {
-	limit := maxPage
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxPage {
-			a.fail(w, r, payments.Invalid(payments.FieldError{Parameter: "limit", Detail: "must be an integer from 1 to " + strconv.Itoa(maxPage)}))
-			return
-		}
-		limit = n
+	limit, err := pageLimit(r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
 	}
 	charges, more, err := payments.ListCharges(r.Context(), a.DB, account(r), limit, r.URL.Query().Get("starting_after"))
 	if err != nil {

@@ -226,25 +226,17 @@ func (a *API) failEvent(w http.ResponseWriter, r *http.Request, err error) {
 	}
 }
 
-// maxSettlementPage is the most ledger entries one GET /v1/settlements
-// returns.
-const maxSettlementPage = 100
-
 // listSettlements serves GET /v1/settlements: the account's ledger
 // entries in the order they were written, a page at a time
 // (?starting_after=<id of the last entry of the page before>).
 func (a *API) listSettlements(w http.ResponseWriter, r *http.Request) {
-	limit, after := maxSettlementPage, int64(0)
-	q := r.URL.Query()
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxSettlementPage {
-			a.fail(w, r, payments.Invalid(payments.FieldError{Parameter: "limit", Detail: "must be an integer from 1 to " + strconv.Itoa(maxSettlementPage)}))
-			return
-		}
-		limit = n
+	limit, err := pageLimit(r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
 	}
-	if v := q.Get("starting_after"); v != "" {
+	after := int64(0)
+	if v := r.URL.Query().Get("starting_after"); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 0 {
 			a.fail(w, r, payments.Invalid(payments.FieldError{Parameter: "starting_after", Detail: "must be the id of a ledger entry"}))

@@ -174,8 +174,14 @@ func CheckRecords(records string) error {
 	if records == "" {
 		return nil
 	}
-	if _, err := redis.ParseURL(records); err != nil {
-		return fmt.Errorf("-records must be empty (the -db database) or a redis:// or rediss:// URL: %w", err)
+	return checkRedisURL("-records must be empty (the -db database) or", records)
+}
+
+// checkRedisURL reports, after what, why u is no redis:// or rediss://
+// URL, or nil.
+func checkRedisURL(what, u string) error {
+	if _, err := redis.ParseURL(u); err != nil {
+		return fmt.Errorf("%s a redis:// or rediss:// URL: %w", what, err)
 	}
 	return nil
 }

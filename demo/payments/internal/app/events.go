@@ -25,10 +25,7 @@ func CheckEvents(events string) error {
 	if events == "" {
 		return nil
 	}
-	if _, err := redis.ParseURL(events); err != nil {
-		return fmt.Errorf("-events must be empty or a redis:// or rediss:// URL: %w", err)
-	}
-	return nil
+	return checkRedisURL("-events must be empty or", events)
 }
 
 // CheckWebhookSecret reports why secret, the value of

@@ -5,8 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
-	"log/slog"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -14,7 +12,6 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
-	redisstore "github.com/idemkit/idemkit/stores/redis"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
@@ -25,15 +22,7 @@ import (
 // (App.Serve: the provider's events run) until the test ends.
 func serveAll(t *testing.T, cfg Config) (*App, string) {
 	t.Helper()
-	a, err := Open(t.Context(), cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		a.Close()
-		t.Fatal(err)
-	}
+	a, ln := open(t, cfg)
 	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- a.Serve(ctx, ln, nil) }()
@@ -183,15 +172,7 @@ func TestEventOnceWithRecordsInRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-	defer client.Close()
-	names, err := redisstore.New(client, redisstore.WithPrefix(RedisPrefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, err := client.Del(t.Context(), names.Key(idem.ID{Scope: api.EventScope, Key: e.ID})).Result(); err != nil || n != 1 {
-		t.Fatalf("deleting the event's record: %d %v", n, err)
-	}
+	loseRecord(t, addr, idem.ID{Scope: api.EventScope, Key: e.ID})
 	again, err := a.API.ApplyEvent(t.Context(), e.ID, e.Body())
 	if err != nil {
 		t.Fatal(err)

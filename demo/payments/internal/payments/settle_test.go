@@ -29,8 +29,8 @@ func chargeOf(t *testing.T, db *gorm.DB, account string, amount, refund int64) (
 	return c, r
 }
 
-// events returns the pending events of the given objects.
-func eventsOf(t *testing.T, db *gorm.DB, objects ...string) []Event {
+// pendingWhere returns the pending events that keep says to.
+func pendingWhere(t *testing.T, db *gorm.DB, keep func(Event) bool) []Event {
 	t.Helper()
 	pending, _, err := PendingEvents(t.Context(), db)
 	if err != nil {
@@ -38,10 +38,17 @@ func eventsOf(t *testing.T, db *gorm.DB, objects ...string) []Event {
 	}
 	var found []Event
 	for _, e := range pending {
-		if slices.Contains(objects, e.Data.Object) {
+		if keep(e) {
 			found = append(found, e)
 		}
 	}
+	return found
+}
+
+// eventsOf returns the pending events of the given objects.
+func eventsOf(t *testing.T, db *gorm.DB, objects ...string) []Event {
+	t.Helper()
+	found := pendingWhere(t, db, func(e Event) bool { return slices.Contains(objects, e.Data.Object) })
 	if len(found) != len(objects) {
 		t.Fatalf("pending events %v, want one for each of %v", found, objects)
 	}
@@ -113,7 +120,7 @@ func TestApplyEvent(t *testing.T) {
 			if got, _ := GetCharge(t.Context(), db, acct, c.ID); got.Status != StatusSettled {
 				t.Fatalf("charge status %q, want %q", got.Status, StatusSettled)
 			}
-			if pending := eventsOfAccount(t, db, acct); len(pending) != 0 {
+			if pending := pendingWhere(t, db, func(e Event) bool { return e.Data.Account == acct }); len(pending) != 0 {
 				t.Fatalf("settled objects still pending: %v", pending)
 			}
 			list, more, err := ListSettlements(t.Context(), db, acct, 1, 0)
@@ -125,21 +132,6 @@ func TestApplyEvent(t *testing.T) {
 			}
 		})
 	}
-}
-
-func eventsOfAccount(t *testing.T, db *gorm.DB, account string) []Event {
-	t.Helper()
-	pending, _, err := PendingEvents(t.Context(), db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mine []Event
-	for _, e := range pending {
-		if e.Data.Account == account {
-			mine = append(mine, e)
-		}
-	}
-	return mine
 }
 
 // TestApplyEventOnceUnderOneKey: with the records apart from the ledger,
