@@ -84,6 +84,9 @@ func main() {
 	}
 	rep.Print(os.Stdout)
 	if !rep.OK() {
+		for _, f := range rep.Failures() {
+			fmt.Fprintln(os.Stderr, "storm:", f)
+		}
 		fmt.Fprintln(os.Stderr, "storm:", errFailed)
 		os.Exit(1)
 	}

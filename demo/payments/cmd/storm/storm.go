@@ -216,12 +216,25 @@ func (e events) Duplicates() int64 { return e.Deliveries - e.Sent }
 
 // OK reports whether every charge and refund happened exactly once, with
 // its amount, the provider took the money once per charge, and each
-// settlement event was applied exactly once.
-func (r Report) OK() bool {
+// settlement event was applied exactly once: whether Failures is empty.
+func (r Report) OK() bool { return len(r.Failures()) == 0 }
+
+// Failures says what the storm found wrong, one line per check failed.
+func (r Report) Failures() []string {
+	var f []string
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			f = append(f, fmt.Sprintf(format, args...))
+		}
+	}
 	e := r.Events
-	return r.Duplicates == 0 && r.Lost == 0 && r.Mismatched == 0 && r.Found == r.Expected &&
-		r.Authorizations == r.Expected.Charges && r.FoundRefunds == r.ExpectedRefunds &&
-		e.Twice == 0 && e.Lost == 0 && e.Mismatched == 0 && e.Applied == e.Expected && e.Expected > 0
+	check(r.Duplicates == 0 && r.Lost == 0 && r.Mismatched == 0 && r.Found == r.Expected,
+		"charges: %d duplicates, %d lost, %d mismatched; found %+v, expected %+v", r.Duplicates, r.Lost, r.Mismatched, r.Found, r.Expected)
+	check(r.Authorizations == r.Expected.Charges, "%d authorizations for %d charges", r.Authorizations, r.Expected.Charges)
+	check(r.FoundRefunds == r.ExpectedRefunds, "refunds found %+v, expected %+v", r.FoundRefunds, r.ExpectedRefunds)
+	check(e.Twice == 0 && e.Lost == 0 && e.Mismatched == 0 && e.Applied == e.Expected && e.Expected > 0,
+		"settlements: %d applied for %d charges and refunds, %d twice, %d lost, %d mismatched", e.Applied, e.Expected, e.Twice, e.Lost, e.Mismatched)
+	return f
 }
 
 // Print writes the summary.

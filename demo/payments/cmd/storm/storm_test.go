@@ -99,8 +99,8 @@ func runStorm(t *testing.T, o Options) Report {
 	var sb strings.Builder
 	rep.Print(&sb)
 	t.Logf("storm summary:\n%s", sb.String())
-	if !rep.OK() || rep.Duplicates != 0 || rep.Lost != 0 {
-		t.Fatalf("charges duplicated or lost")
+	if failures := rep.Failures(); len(failures) > 0 || rep.Duplicates != 0 || rep.Lost != 0 {
+		t.Fatalf("the storm failed: %s", strings.Join(failures, "; "))
 	}
 	if rep.Retries == 0 || rep.Replays == 0 || rep.Drops == 0 || rep.Resets == 0 {
 		t.Fatalf("the storm did not exercise retries, replays and faults: %+v", rep)
@@ -347,7 +347,7 @@ func TestTargetMustBeLoopback(t *testing.T) {
 func TestStormAdminTarget(t *testing.T) {
 	cfg := app.DefaultConfig()
 	cfg.DB, cfg.AdminAddr = filepath.Join(t.TempDir(), "p.db"), "127.0.0.1:0"
-	cfg.ProviderLatency, cfg.ProviderFailureRate = 5*time.Millisecond, 0.05
+	cfg.ProviderLatency, cfg.ProviderFailureRate, cfg.SettleEvery = 5*time.Millisecond, 0.05, 100*time.Millisecond
 	a, err := app.Open(t.Context(), cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
