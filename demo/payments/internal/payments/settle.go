@@ -220,8 +220,10 @@ func settlementByKey(db *gorm.DB, key string) (Settlement, error) {
 	return s, notFound(err)
 }
 
-// maxPending bounds the events one settlement run reads.
-const maxPending = 5000
+// maxPending bounds the charges, and the refunds, one settlement run
+// reads: the oldest, so that a backlog is worked off in order, and the
+// provider has at most that many of each under way.
+const maxPending = 500
 
 // PendingEvents returns the settlement events of the charges and refunds
 // not yet settled, oldest first, at most maxPending of each; full reports
@@ -231,11 +233,11 @@ const maxPending = 5000
 func PendingEvents(ctx context.Context, db *gorm.DB) (events []Event, full bool, err error) {
 	db = db.WithContext(ctx)
 	var charges []Charge
-	if err := db.Where("status = ?", StatusSucceeded).Order("seq").Limit(maxPending).Find(&charges).Error; err != nil {
+	if err := db.Select("id", "account", "amount", "created").Where("status = ?", StatusSucceeded).Order("seq").Limit(maxPending).Find(&charges).Error; err != nil {
 		return nil, false, err
 	}
 	var refunds []Refund
-	if err := db.Where("status = ?", StatusSucceeded).Order("created, id").Limit(maxPending).Find(&refunds).Error; err != nil {
+	if err := db.Select("id", "charge", "account", "amount", "created").Where("status = ?", StatusSucceeded).Order("created, id").Limit(maxPending).Find(&refunds).Error; err != nil {
 		return nil, false, err
 	}
 	for _, c := range charges {
