@@ -105,7 +105,8 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	}
 	secret := "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 	if cfg, err := parseFlags([]string{"-events", "redis://:secret@127.0.0.1:6379/1", "-webhook-secret", secret, "-settle-every", "250ms", "-webhooks=false"}, io.Discard); err != nil ||
-		cfg.Events != "redis://:secret@127.0.0.1:6379/1" || cfg.WebhookSecret != secret || cfg.SettleEvery != 250*time.Millisecond || cfg.Webhooks {
+		cfg.Events != "redis://:secret@127.0.0.1:6379/1" || cfg.WebhookSecret != secret || cfg.SettleEvery != 250*time.Millisecond || cfg.Webhooks ||
+		strings.Contains(cfg.EventsLabel(), "secret") {
 		t.Errorf("-events, -webhook-secret, -settle-every, -webhooks: %+v (%v)", cfg, err)
 	}
 	if cfg, _ := parseFlags(nil, io.Discard); cfg.SettleEvery != time.Second || !cfg.Webhooks || cfg.Events != "" || cfg.WebhookSecret != "" {

@@ -266,7 +266,7 @@ func (r Report) Print(w io.Writer) {
 	}
 	fmt.Fprintf(w, "settled afterwards  %d\n", r.Unsettled)
 	if r.Records != "" {
-		fmt.Fprintf(w, "existing rows       %d charges answered with the row their key already had (record lost or lease taken over)\n", r.Existing)
+		fmt.Fprintf(w, "existing rows       %d charges, refunds and events answered with the row their key already had (record lost or lease taken over)\n", r.Existing)
 	}
 	fmt.Fprintf(w, "charges expected    %d totalling %d\n", r.Expected.Charges, r.Expected.Charged)
 	fmt.Fprintf(w, "charges found       %d totalling %d\n", r.Found.Charges, r.Found.Charged)
