@@ -105,3 +105,33 @@ func TestSenderDeliversAtLeastOnce(t *testing.T) {
 		t.Fatalf("with DuplicateRate 1: %d and %d deliveries, want 2 each", dup.count("a"), dup.count("b"))
 	}
 }
+
+// TestSenderLeavesAMessageToItsDelivery: a message sent again while a
+// delivery of it is still under way is left to that delivery; once it is
+// over, the message can be sent again.
+func TestSenderLeavesAMessageToItsDelivery(t *testing.T) {
+	rc := &receiver{t: t, secret: NewSecret(), release: make(chan struct{}), attempts: map[string]int{},
+		script: map[string][]int{"slow": {0, 200}}}
+	srv := httptest.NewServer(rc)
+	defer srv.Close()
+	s := &Sender{URL: srv.URL, Secret: rc.secret, AttemptTimeout: time.Minute}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s.Start(ctx)
+	m := []Message{{ID: "slow", Body: []byte("{}")}}
+	s.Send(ctx, m)
+	for rc.count("slow") == 0 {
+		time.Sleep(time.Millisecond) // the first delivery reaches the receiver, and hangs there
+	}
+	s.Send(ctx, m)
+	close(rc.release)
+	s.Idle()
+	if n := rc.count("slow"); n != 1 {
+		t.Fatalf("%d deliveries of a message sent again while its first was under way, want 1", n)
+	}
+	s.Send(ctx, m)
+	s.Idle()
+	if n := rc.count("slow"); n != 2 {
+		t.Fatalf("%d deliveries once the first was over and the message sent again, want 2", n)
+	}
+}
