@@ -185,15 +185,17 @@ func (d *demo) provider(t *testing.T, account string) map[string]any {
 func newAccount() string { return "acct_" + rand.Text()[:10] }
 func newKey() string     { return `"` + rand.Text() + `"` }
 
-// TestAPI runs the whole API on every framework and database.
+// TestAPI runs the whole API, and the receipt of the provider's webhooks,
+// on every framework and database.
 func TestAPI(t *testing.T) {
 	for dbName, db := range databases(t) {
 		for _, fw := range server.Frameworks {
 			t.Run(fw+"/"+dbName, func(t *testing.T) {
 				cfg := app.DefaultConfig()
 				cfg.Framework, cfg.DB, cfg.ProviderLatency = fw, db, 20*time.Millisecond
+				cfg.WebhookSecret = testSecret.String()
 				d := start(t, cfg)
-				for _, c := range apiCases {
+				for _, c := range append(apiCases, webhookCases...) {
 					t.Run(c.name, func(t *testing.T) { c.run(t, d) })
 				}
 			})

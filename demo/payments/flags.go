@@ -41,6 +41,10 @@ Flags:
 	fs.Float64Var(&cfg.ProviderFailureRate, "provider-failure-rate", cfg.ProviderFailureRate, "probability 0..1 of a transient provider failure")
 	fs.BoolVar(&cfg.FaultInjection, "fault-injection", cfg.FaultInjection, "let requests ask for injected network faults with the header Demo-Network: flaky (attempts held 4 s, answers broken off), for the checkout page's flaky-network switch; off, the header is ignored")
 	fs.StringVar(&cfg.Records, "records", cfg.Records, "where idempotency records are kept: empty for the -db database, committed with the charges; or a redis:// URL, with each charge carrying its key under a unique constraint")
+	fs.DurationVar(&cfg.SettleEvery, "settle-every", cfg.SettleEvery, "how often the simulated provider sends the settlement events of the charges and refunds not yet settled (0: never)")
+	fs.BoolVar(&cfg.Webhooks, "webhooks", cfg.Webhooks, "the provider sends its settlement events as signed webhooks to this demo's POST /v1/webhooks/provider")
+	fs.StringVar(&cfg.WebhookSecret, "webhook-secret", cfg.WebhookSecret, "the Standard Webhooks secret, whsec_<base64 of 24 to 64 bytes>, that signs the provider's webhooks and checks those received (default: a random one at each start)")
+	fs.StringVar(&cfg.Events, "events", cfg.Events, "a redis:// URL: the provider's events also go to a Redis stream there, which this demo consumes in a consumer group shared by every instance given the same URL")
 
 	if err := setFromEnvironment(fs); err != nil {
 		return cfg, err
@@ -63,6 +67,15 @@ Flags:
 		return cfg, err
 	}
 	if err := app.CheckRecords(cfg.Records); err != nil {
+		return cfg, err
+	}
+	if cfg.SettleEvery < 0 {
+		return cfg, errors.New("-settle-every must be 0 or more")
+	}
+	if err := app.CheckWebhookSecret(cfg.WebhookSecret); err != nil {
+		return cfg, err
+	}
+	if err := app.CheckEvents(cfg.Events); err != nil {
 		return cfg, err
 	}
 	return cfg, nil

@@ -2,12 +2,17 @@
 // double-charge, however often clients retry: every POST is guarded by
 // idemkit, and a charge row commits in the same transaction as the stored
 // response. It runs on Gin (default), Echo, Fiber or net/http, and serves a
-// checkout page at / that pays through the API from a browser.
+// checkout page at / that pays through the API from a browser. Its
+// simulated payment provider settles every charge and refund with an event,
+// sent as a signed webhook (and with -events, on a Redis stream that a
+// fleet of demos consumes together), which changes the ledger once however
+// often it comes.
 //
 //	go run ./demo/payments                          # SQLite file payments.db, Gin, 127.0.0.1:8080
 //	go run ./demo/payments -framework fiber -db postgres://user@127.0.0.1:5432/payments
 //	go run ./demo/payments -records redis://127.0.0.1:6379/0   # records in Redis, charges in payments.db
 //	go run ./demo/payments -fault-injection         # the checkout page's flaky-network switch works
+//	go run ./demo/payments -events redis://127.0.0.1:6379/0    # events on a Redis stream too, consumed in a group
 //
 // Every flag can also be set with an environment variable PAYMENTS_<FLAG>
 // (upper case, dashes as underscores), e.g. PAYMENTS_PROVIDER_LATENCY=10ms.
@@ -67,7 +72,8 @@ func run(cfg app.Config, log *slog.Logger) error {
 			return fmt.Errorf("admin listener: %w", err)
 		}
 	}
-	attrs := []any{"addr", "http://" + apiLn.Addr().String(), "framework", cfg.Framework, "db", cfg.DBLabel(), "records", cfg.RecordsLabel()}
+	attrs := []any{"addr", "http://" + apiLn.Addr().String(), "framework", cfg.Framework, "db", cfg.DBLabel(), "records", cfg.RecordsLabel(),
+		"events", cfg.EventsLabel()}
 	if adminLn != nil {
 		attrs = append(attrs, "admin", "http://"+adminLn.Addr().String())
 	}

@@ -65,7 +65,7 @@ func TestHelpExitsZero(t *testing.T) {
 			t.Errorf("payments %s: %v, want exit status 0:\n%s", arg, err, out.String())
 			continue
 		}
-		for _, want := range []string{"-addr", "-lease", "-fault-injection", "PAYMENTS_"} {
+		for _, want := range []string{"-addr", "-lease", "-fault-injection", "-events", "-webhook-secret", "-settle-every", "PAYMENTS_"} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("payments %s: the usage lacks %q:\n%s", arg, want, out.String())
 			}
@@ -103,7 +103,17 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		cfg.Records != "redis://:secret@127.0.0.1:6379/0" || strings.Contains(cfg.RecordsLabel(), "secret") {
 		t.Errorf("-records redis://: %+v (%v), label %q", cfg, err, cfg.RecordsLabel())
 	}
-	for _, args := range [][]string{{"-provider-failure-rate", "2"}, {"-ttl", "soon"}, {"extra"}, {"-records", "memcached://127.0.0.1"}, {"-records", "redis://127.0.0.1:6379/x"}} {
+	secret := "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	if cfg, err := parseFlags([]string{"-events", "redis://:secret@127.0.0.1:6379/1", "-webhook-secret", secret, "-settle-every", "250ms", "-webhooks=false"}, io.Discard); err != nil ||
+		cfg.Events != "redis://:secret@127.0.0.1:6379/1" || cfg.WebhookSecret != secret || cfg.SettleEvery != 250*time.Millisecond || cfg.Webhooks ||
+		strings.Contains(cfg.EventsLabel(), "secret") {
+		t.Errorf("-events, -webhook-secret, -settle-every, -webhooks: %+v (%v)", cfg, err)
+	}
+	if cfg, _ := parseFlags(nil, io.Discard); cfg.SettleEvery != time.Second || !cfg.Webhooks || cfg.Events != "" || cfg.WebhookSecret != "" {
+		t.Errorf("the events' defaults: %+v", cfg)
+	}
+	for _, args := range [][]string{{"-provider-failure-rate", "2"}, {"-ttl", "soon"}, {"extra"}, {"-records", "memcached://127.0.0.1"}, {"-records", "redis://127.0.0.1:6379/x"},
+		{"-events", "kafka://127.0.0.1"}, {"-webhook-secret", "whsec_short"}, {"-webhook-secret", "not base64!"}, {"-settle-every", "-1s"}} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
 			t.Errorf("parseFlags(%q) accepted bad input", args)
 		}

@@ -1,22 +1,28 @@
-// Command storm proves that the payments demo never double-charges: it
+// Command storm proves that the payments demo never double-charges, and
+// applies each settlement event of its payment provider exactly once: it
 // starts the demo (or targets a running one), puts a fault-injecting proxy
 // on loopback in front of it that resets connections, drops responses after
 // the server processed the request, and holds requests back until the
 // client has retried them, then sends both copies together; and it sends
-// charges through a retrying client that reuses each charge's key. It then
-// looks up every charge it sent, and the payment provider's authorizations,
-// and exits non-zero unless each charge was written exactly once with its
-// amount and authorized exactly once. The in-process demo can keep its
-// idempotency records in Redis (-records), or in a redis-server the storm
-// starts and then kills and restarts (-redis-restart-after) or empties
-// (-redis-flush-every) while the charges are sent.
+// charges, then refunds, through a retrying client that reuses each one's
+// key. The provider's webhooks go through the same proxy. It then looks up
+// every charge and refund, the payment provider's authorizations and the
+// ledger's settlement entries, and exits non-zero unless each charge was
+// written exactly once with its amount and authorized exactly once, and
+// each charge and refund settled by exactly one entry. The in-process demo
+// can keep its idempotency records in Redis (-records), or in a
+// redis-server the storm starts and then kills and restarts
+// (-redis-restart-after) or empties (-redis-flush-every) while the charges
+// are sent; its event stream can go to that redis-server too
+// (-events-own-redis).
 //
-//	go run ./demo/payments/cmd/storm                    # 2,000 charges, 30% faults
+//	go run ./demo/payments/cmd/storm                    # 2,000 charges, 400 refunds, 30% faults
 //	go run ./demo/payments/cmd/storm -n 500 -c 20 -framework fiber
 //	go run ./demo/payments/cmd/storm -target http://127.0.0.1:8080
 //	go run ./demo/payments/cmd/storm -records redis://127.0.0.1:6379/0  # records in Redis
 //	go run ./demo/payments/cmd/storm -n 300 -redis-restart-after 2s     # its own Redis, killed and restarted mid-storm
 //	go run ./demo/payments/cmd/storm -n 300 -redis-flush-every 200ms    # its own Redis, emptied again and again
+//	go run ./demo/payments/cmd/storm -events-own-redis -redis-restart-after 2s # events on a stream in its own Redis, restarted
 package main
 
 import (
@@ -50,7 +56,10 @@ func main() {
 	flag.DurationVar(&o.RedisRestartAfter, "redis-restart-after", o.RedisRestartAfter, "with the storm's own redis-server: kill it (SIGKILL) this long into the run and restart it on its files")
 	flag.DurationVar(&o.RedisDown, "redis-down", o.RedisDown, "how long the killed redis-server stays down")
 	flag.DurationVar(&o.RedisFlushEvery, "redis-flush-every", o.RedisFlushEvery, "with the storm's own redis-server: delete every record (FLUSHALL) this often while charges are sent")
-	flag.DurationVar(&o.Lease, "lease", o.Lease, "in-process demo: lease of a running request (default: the demo's 30s, or 2s with records in Redis)")
+	flag.DurationVar(&o.Lease, "lease", o.Lease, "in-process demo: lease of a running request (default: the demo's 30s, or 2s with records or events in Redis)")
+	flag.IntVar(&o.Refunds, "refunds", o.Refunds, "number of the charges then refunded, half their amount each")
+	flag.BoolVar(&o.EventsOwnRedis, "events-own-redis", o.EventsOwnRedis, "in-process demo: its event stream (-events) in a redis-server the storm starts, which -redis-restart-after restarts; the records stay in its database unless -own-redis")
+	flag.DurationVar(&o.SettleTimeout, "settle-timeout", o.SettleTimeout, "how long to wait, after the refunds, for the provider's settlement events to settle every charge and refund")
 	flag.Parse()
 	o.Progress = os.Stderr
 
@@ -75,6 +84,9 @@ func main() {
 	}
 	rep.Print(os.Stdout)
 	if !rep.OK() {
+		for _, f := range rep.Failures() {
+			fmt.Fprintln(os.Stderr, "storm:", f)
+		}
 		fmt.Fprintln(os.Stderr, "storm:", errFailed)
 		os.Exit(1)
 	}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+
+	"github.com/idemkit/idemkit/demo/payments/internal/webhook"
 )
 
 // Faults are the probabilities, each 0..1, that the proxy breaks a request.
@@ -42,12 +44,15 @@ type faultCounts struct {
 	storeDown atomic.Int64
 }
 
-// proxy forwards requests to backend, injecting faults at random.
+// proxy forwards requests to backend, injecting faults at random: the
+// clients' requests, and the provider's webhooks, which it tells apart by
+// their webhook-id and counts apart.
 type proxy struct {
 	backend string
 	faults  Faults
 	client  *http.Client
 	counts  faultCounts
+	hooks   faultCounts // the webhooks'
 
 	mu      sync.Mutex
 	held    map[string]chan struct{} // delayed requests by idempotency key: closed when a retry comes
@@ -65,18 +70,23 @@ func newProxy(backend string, f Faults) *proxy {
 }
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	key := r.Header.Get("Idempotency-Key")
+	key, counts := r.Header.Get("Idempotency-Key"), &p.counts
+	if id := r.Header.Get(webhook.HeaderID); id != "" {
+		// A webhook: its id is its key, and its retry the provider's
+		// redelivery.
+		key, counts = "webhook "+id, &p.hooks
+	}
 	// A retry has come: the request held for its key goes now, beside it.
 	beside := p.release(key)
 	roll := rand.Float64()
 	switch {
 	case roll < p.faults.Reset:
-		p.counts.resets.Add(1)
+		counts.resets.Add(1)
 		reset(w)
 		return
 	case roll < p.faults.Reset+p.faults.Delay:
-		p.counts.delays.Add(1)
-		p.delay(w, r, key)
+		counts.delays.Add(1)
+		p.delay(w, r, key, counts)
 		return
 	}
 	drop := roll < p.faults.Reset+p.faults.Delay+p.faults.Drop
@@ -86,14 +96,14 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reset(w)
 		return
 	}
-	resp, respBody, err := p.forward(r.Context(), r, body, beside)
+	resp, respBody, err := p.forward(r.Context(), r, body, beside, counts)
 	if resp == nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
 	if err != nil || drop {
 		// The server has done its work; the client never hears of it.
-		p.counts.drops.Add(1)
+		counts.drops.Add(1)
 		reset(w)
 		return
 	}
@@ -103,7 +113,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // delay holds r until a retry with the same key reaches the proxy (or
 // DelayFor has passed), then forwards it whether or not its client still
 // waits, and answers the client if it does.
-func (p *proxy) delay(w http.ResponseWriter, r *http.Request, key string) {
+func (p *proxy) delay(w http.ResponseWriter, r *http.Request, key string, counts *faultCounts) {
 	// Read now: the client may be gone by the time the request goes on.
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
@@ -126,14 +136,14 @@ func (p *proxy) delay(w http.ResponseWriter, r *http.Request, key string) {
 	}
 	t.Stop()
 	gone := r.Context().Err() != nil
-	resp, respBody, err := p.forward(context.WithoutCancel(r.Context()), r, body, beside)
+	resp, respBody, err := p.forward(context.WithoutCancel(r.Context()), r, body, beside, counts)
 	if resp == nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
 	}
 	switch {
 	case gone:
-		p.counts.late.Add(1)
+		counts.late.Add(1)
 	case err != nil:
 		reset(w)
 	default:
@@ -198,10 +208,18 @@ func (p *proxy) drain() {
 	p.holding.Wait()
 }
 
-// forward sends r, with body, to the backend. beside says r went to the
-// server together with another copy of itself. The response is nil if the
-// server could not be reached; with an error, its body could not be read.
-func (p *proxy) forward(ctx context.Context, r *http.Request, body []byte, beside bool) (*http.Response, []byte, error) {
+// resume lets the proxy hold delayed requests again after a drain.
+func (p *proxy) resume() {
+	p.mu.Lock()
+	p.drained = false
+	p.mu.Unlock()
+}
+
+// forward sends r, with body, to the backend, and counts it in counts.
+// beside says r went to the server together with another copy of itself.
+// The response is nil if the server could not be reached; with an error,
+// its body could not be read.
+func (p *proxy) forward(ctx context.Context, r *http.Request, body []byte, beside bool, counts *faultCounts) (*http.Response, []byte, error) {
 	out, err := http.NewRequestWithContext(ctx, r.Method, p.backend+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
 		return nil, nil, err
@@ -213,15 +231,15 @@ func (p *proxy) forward(ctx context.Context, r *http.Request, body []byte, besid
 	}
 	respBody, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	p.counts.forwarded.Add(1)
+	counts.forwarded.Add(1)
 	switch {
 	case resp.StatusCode == http.StatusConflict:
-		p.counts.conflicts.Add(1)
+		counts.conflicts.Add(1)
 		if beside {
-			p.counts.pairConflicts.Add(1)
+			counts.pairConflicts.Add(1)
 		}
 	case resp.StatusCode == http.StatusServiceUnavailable && bytes.Contains(respBody, []byte("/"+idem.ProblemStoreUnavailable)):
-		p.counts.storeDown.Add(1)
+		counts.storeDown.Add(1)
 	}
 	return resp, respBody, err
 }

@@ -21,7 +21,9 @@ import (
 
 	"github.com/idemkit/idemkit/core/idemclient"
 
+	"github.com/idemkit/idemkit/demo/payments/internal/api"
 	"github.com/idemkit/idemkit/demo/payments/internal/app"
+	"github.com/idemkit/idemkit/demo/payments/internal/redisserver"
 )
 
 // Options configure a storm.
@@ -69,6 +71,19 @@ type Options struct {
 	// or RedisLease when the records are in Redis.
 	Lease time.Duration
 
+	// Refunds is how many of the charges are then refunded, half their
+	// amount each, through the proxy as the charges were.
+	Refunds int
+	// EventsOwnRedis puts the in-process demo's event stream (its
+	// -events) in a redis-server the storm starts, which then keeps the
+	// records only with OwnRedis; RedisRestartAfter restarts it.
+	EventsOwnRedis bool
+	// SettleTimeout bounds the wait, once the charges and refunds are
+	// made, for the provider's settlement events to settle them all.
+	SettleTimeout time.Duration
+	// events is the in-process demo's -events.
+	events string
+
 	// Progress receives a progress bar; nil for none.
 	Progress io.Writer
 }
@@ -79,8 +94,8 @@ type Options struct {
 // lease lets the storm's retries get through within their budget.
 const RedisLease = 2 * time.Second
 
-// DefaultOptions is the storm's default run: 2,000 charges, 30% of requests
-// broken by the proxy.
+// DefaultOptions is the storm's default run: 2,000 charges and 400
+// refunds, 30% of requests and webhooks broken by the proxy.
 func DefaultOptions() Options {
 	return Options{
 		Framework:           "gin",
@@ -92,6 +107,8 @@ func DefaultOptions() Options {
 		ProviderLatency:     5 * time.Millisecond,
 		ProviderFailureRate: 0.05,
 		RedisDown:           time.Second,
+		Refunds:             400,
+		SettleTimeout:       2 * time.Minute,
 	}
 }
 
@@ -140,10 +157,19 @@ type Report struct {
 	RedisRestarts int
 	RedisDowntime time.Duration
 	RedisFlushes  int
-	// Existing counts the charges the in-process demo answered with the
-	// row already written under their key, because their record was lost
-	// or their lease taken over (records in Redis only); -1 for a -target.
+	// Existing counts the charges, refunds and events the in-process
+	// demo answered with the row already written under their key, because
+	// their record was lost or their lease taken over (records in Redis
+	// only); -1 for a -target.
 	Existing int64
+
+	// Refunds counts the refunds sent; ExpectedRefunds and FoundRefunds
+	// the refunds expected and found, with their total.
+	Refunds         int
+	ExpectedRefunds refunds
+	FoundRefunds    refunds
+	// Events is what became of the provider's settlement events.
+	Events events
 }
 
 type balance struct {
@@ -151,11 +177,64 @@ type balance struct {
 	Charges int64 `json:"charges"`
 }
 
-// OK reports whether every charge happened exactly once, with its amount,
-// and the provider took the money once per charge.
-func (r Report) OK() bool {
-	return r.Duplicates == 0 && r.Lost == 0 && r.Mismatched == 0 && r.Found == r.Expected &&
-		r.Authorizations == r.Expected.Charges
+type refunds struct {
+	Refunded int64 `json:"refunded"`
+	Refunds  int64 `json:"refunds"`
+}
+
+// events is what a storm found of the settlement events.
+type events struct {
+	// Stream is the in-process demo's event stream, if it had one.
+	Stream string
+	// Sent counts the events the provider sent for the storm's account,
+	// each once however often it went out, and Deliveries their
+	// deliveries: webhook requests (each retry and duplicate) and stream
+	// entries. StreamEntries counts the entries the in-process demo added
+	// to its stream, StreamClaimed those its consumer claimed after they
+	// had been left pending a lease (not acknowledged: another delivery
+	// held the event's key, or the store was down).
+	Sent, Deliveries, StreamEntries, StreamClaimed int64
+	// Webhooks counts the webhook requests that reached the proxy, and
+	// Resets, Drops and Delays the faults it injected into them;
+	// Conflicts counts the 409s they got (another delivery of the event
+	// was being applied).
+	Webhooks, Resets, Drops, Delays, Conflicts int64
+	// Expected counts the charges and refunds, each settled by one event;
+	// Applied the ledger entries found; Twice the entries beyond the first
+	// for one charge or refund; Lost the charges and refunds with none; and
+	// Mismatched the entries with another amount than their object, or for
+	// no object the storm made.
+	Expected, Applied, Twice, Lost, Mismatched int64
+	// Waited is how long the settlement took after the last refund, and
+	// Unacked counts the stream's entries still pending at the end.
+	Waited  time.Duration
+	Unacked int64
+}
+
+// Duplicates counts the deliveries beyond each event's first.
+func (e events) Duplicates() int64 { return e.Deliveries - e.Sent }
+
+// OK reports whether every charge and refund happened exactly once, with
+// its amount, the provider took the money once per charge, and each
+// settlement event was applied exactly once: whether Failures is empty.
+func (r Report) OK() bool { return len(r.Failures()) == 0 }
+
+// Failures says what the storm found wrong, one line per check failed.
+func (r Report) Failures() []string {
+	var f []string
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			f = append(f, fmt.Sprintf(format, args...))
+		}
+	}
+	e := r.Events
+	check(r.Duplicates == 0 && r.Lost == 0 && r.Mismatched == 0 && r.Found == r.Expected,
+		"charges: %d duplicates, %d lost, %d mismatched; found %+v, expected %+v", r.Duplicates, r.Lost, r.Mismatched, r.Found, r.Expected)
+	check(r.Authorizations == r.Expected.Charges, "%d authorizations for %d charges", r.Authorizations, r.Expected.Charges)
+	check(r.FoundRefunds == r.ExpectedRefunds, "refunds found %+v, expected %+v", r.FoundRefunds, r.ExpectedRefunds)
+	check(e.Twice == 0 && e.Lost == 0 && e.Mismatched == 0 && e.Applied == e.Expected && e.Expected > 0,
+		"settlements: %d applied for %d charges and refunds, %d twice, %d lost, %d mismatched", e.Applied, e.Expected, e.Twice, e.Lost, e.Mismatched)
+	return f
 }
 
 // Print writes the summary.
@@ -177,17 +256,17 @@ func (r Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "redis flushes       %d: every record written so far deleted (FLUSHALL) mid-storm\n", r.RedisFlushes)
 	}
 	fmt.Fprintf(w, "requests sent       %d (%d retries)\n", r.Attempts, r.Retries)
-	fmt.Fprintf(w, "faults injected     %d: %d resets before the server, %d responses dropped after it, %d delays\n",
+	fmt.Fprintf(w, "faults injected     %d into charges and refunds: %d resets before the server, %d responses dropped after it, %d delays\n",
 		r.Resets+r.Drops+r.Delays, r.Resets, r.Drops, r.Delays)
 	fmt.Fprintf(w, "replays             %d\n", r.Replays)
 	fmt.Fprintf(w, "in flight (409)     %d, %d of them between a delayed request and its retry (%d delayed requests arrived after their client gave up)\n",
 		r.Conflicts, r.PairConflicts, r.Late)
-	if r.StoreDown > 0 || r.RedisRestarts > 0 {
+	if r.StoreDown > 0 || r.RedisRestarts > 0 && r.Records != "" {
 		fmt.Fprintf(w, "store unavailable   %d requests answered 503 while the records' store was down, and retried\n", r.StoreDown)
 	}
 	fmt.Fprintf(w, "settled afterwards  %d\n", r.Unsettled)
 	if r.Records != "" {
-		fmt.Fprintf(w, "existing rows       %d charges answered with the row their key already had (record lost or lease taken over)\n", r.Existing)
+		fmt.Fprintf(w, "existing rows       %d charges, refunds and events answered with the row their key already had (record lost or lease taken over)\n", r.Existing)
 	}
 	fmt.Fprintf(w, "charges expected    %d totalling %d\n", r.Expected.Charges, r.Expected.Charged)
 	fmt.Fprintf(w, "charges found       %d totalling %d\n", r.Found.Charges, r.Found.Charged)
@@ -195,6 +274,23 @@ func (r Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "duplicates          %d\n", r.Duplicates)
 	fmt.Fprintf(w, "lost                %d\n", r.Lost)
 	fmt.Fprintf(w, "mismatched          %d\n", r.Mismatched)
+	fmt.Fprintf(w, "refunds             %d sent; %d expected totalling %d, %d found totalling %d\n", r.Refunds,
+		r.ExpectedRefunds.Refunds, r.ExpectedRefunds.Refunded, r.FoundRefunds.Refunds, r.FoundRefunds.Refunded)
+	e := r.Events
+	if e.Stream != "" {
+		fmt.Fprintf(w, "event stream        in Redis at %s, read by the demo's consumer group\n", e.Stream)
+	}
+	fmt.Fprintf(w, "events sent         %d settlement events, one per charge and refund\n", e.Sent)
+	fmt.Fprintf(w, "deliveries          %d: %d webhooks through the proxy (%d resets, %d answers dropped, %d delays; %d answered 409), %d stream entries (%d claimed again after a lease pending)\n",
+		e.Deliveries, e.Webhooks, e.Resets, e.Drops, e.Delays, e.Conflicts, e.StreamEntries, e.StreamClaimed)
+	fmt.Fprintf(w, "duplicates          %d deliveries beyond each event's first\n", e.Duplicates())
+	fmt.Fprintf(w, "applied             %d ledger entries for %d charges and refunds (settled %s after the last refund)\n", e.Applied, e.Expected, e.Waited.Round(time.Millisecond))
+	fmt.Fprintf(w, "applied twice       %d\n", e.Twice)
+	fmt.Fprintf(w, "events lost         %d\n", e.Lost)
+	fmt.Fprintf(w, "entries mismatched  %d\n", e.Mismatched)
+	if e.Stream != "" {
+		fmt.Fprintf(w, "stream unacked      %d entries still pending at the end\n", e.Unacked)
+	}
 	fmt.Fprintf(w, "elapsed             %s\n", r.Elapsed.Round(time.Millisecond))
 }
 
@@ -206,31 +302,22 @@ type charge struct {
 }
 
 // Run starts (or targets) the server, puts the proxy in front, sends the
-// charges, then holds every charge sent against the rows found for it and
-// the provider's authorizations.
+// charges, then refunds some of them; it holds every charge sent against
+// the rows found for it and the provider's authorizations, and, once the
+// provider's settlement events have come through the proxy (and the event
+// stream), every charge and refund against its ledger entries.
 func Run(ctx context.Context, o Options) (Report, error) {
 	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
 	defer cancel()
 	start := time.Now()
 	rep := Report{Charges: o.Charges, Concurrency: o.Concurrency, Existing: -1}
 
-	if o.Target != "" && o.Records != "" {
-		return rep, errors.New("-records is for the in-process demo: a -target keeps its records where it was told to")
+	rs, err := ownRedis(ctx, &o)
+	if err != nil {
+		return rep, err
 	}
-	var rs *redisServer
-	if o.OwnRedis || o.RedisRestartAfter > 0 || o.RedisFlushEvery > 0 {
-		switch {
-		case o.Target != "":
-			return rep, errors.New("a Redis of the storm's own (-own-redis, -redis-restart-after, -redis-flush-every) is for the in-process demo: not with -target")
-		case o.Records != "":
-			return rep, errors.New("-records names a Redis of your own: the storm restarts or empties only a redis-server it started (drop -records)")
-		}
-		var err error
-		if rs, err = startRedis(ctx); err != nil {
-			return rep, err
-		}
-		defer rs.stop() // after the demo's shutdown, deferred below
-		o.Records = rs.URL()
+	if rs != nil {
+		defer rs.Stop() // after the demo's shutdown, deferred below
 	}
 
 	backend := strings.TrimSuffix(o.Target, "/")
@@ -242,7 +329,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		}
 		defer stop()
 		backend, demo = addr, a
-		rep.Records = o.Records
+		rep.Records, rep.Events.Stream = o.Records, o.events
 	}
 	px := newProxy(backend, o.Faults)
 	pxURL, stopProxy, err := serve(px)
@@ -251,6 +338,10 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	defer stopProxy()
 	defer px.drain()
+	if demo != nil {
+		// Its provider's webhooks go through the proxy, faults and all.
+		defer demo.StartEvents(pxURL + api.WebhookPath)()
+	}
 
 	account := "storm_" + rand.Text()[:12]
 	auth := "Bearer " + account
@@ -278,19 +369,152 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		Budget:         time.Minute,
 		AttemptTimeout: o.AttemptTimeout,
 	})
-	var attempts, replays, done atomic.Int64
-	var mu sync.Mutex
-	var unsettled []int
-	stopBar := progress(o.Progress, &done, o.Charges)
 	sending := make(chan struct{})
 	chaosDone := make(chan chaosResult, 1)
 	go func() { chaosDone <- chaos(ctx, o, rs, sending) }()
+	chaosOver := func() error {
+		close(sending)
+		ch := <-chaosDone
+		rep.RedisRestarts, rep.RedisDowntime, rep.RedisFlushes = ch.restarts, ch.downtime, ch.flushes
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("storm did not finish within %s: %w", o.Timeout, err)
+		}
+		return ch.err
+	}
+	sent := sendAll(ctx, o, "charges", o.Charges, func(i int) (idemclient.Result, string) {
+		return post(ctx, client, pxURL, auth, charges[i])
+	})
+	if err := ctx.Err(); err != nil {
+		chaosOver()
+		return rep, fmt.Errorf("storm did not finish within %s: %w", o.Timeout, err)
+	}
+
+	// Whatever the proxy still holds reaches the server now, and is
+	// answered, before anything is settled or counted.
+	px.drain()
+	px.resume()
+
+	// Charges whose client gave up are settled straight at the server, with
+	// their own keys: each then happened once, or happens now.
+	direct := idemclient.NewClient(idemclient.Config{MaxAttempts: 20, Budget: time.Minute})
+	for _, i := range sent.unsettled {
+		if res, failure := post(ctx, direct, backend, auth, charges[i]); failure != "" {
+			chaosOver()
+			return rep, fmt.Errorf("charge %d could not be settled even without faults: %s after %d attempts",
+				i, failure, res.Attempts)
+		}
+	}
+
+	rows, err := fetchCharges(ctx, backend, auth)
+	if err != nil {
+		chaosOver()
+		return rep, err
+	}
+	rep.check(charges, rows)
+	refunds, err := rep.refund(ctx, o, client, direct, pxURL, backend, auth, charges, rows)
+	if err != nil {
+		chaosOver()
+		return rep, err
+	}
+	waitErr := rep.awaitSettlement(ctx, o, backend, auth)
+	if err := chaosOver(); err != nil {
+		return rep, err
+	}
+	if waitErr != nil {
+		return rep, waitErr
+	}
+	// Whatever is still under way (a held webhook, a delivery retried,
+	// an entry pending) ends before the ledger is read, so that an event
+	// applied twice late is seen.
+	px.drain()
+	rep.quiesce(ctx, demo)
+	if err := rep.checkLedger(ctx, backend, auth, rows, refunds); err != nil {
+		return rep, err
+	}
+
+	admin := strings.TrimSuffix(o.AdminTarget, "/")
+	if admin == "" {
+		admin = backend
+	}
+	counts, err := fetchProviderCounts(ctx, admin, auth)
+	if err != nil {
+		return rep, err
+	}
+	rep.Authorizations, rep.ProviderCalls = counts.Authorizations, counts.Calls
+	rep.Events.Sent, rep.Events.Deliveries = counts.Events, counts.Deliveries
+	rep.Attempts, rep.Replays = sent.attempts, sent.replays
+	rep.Retries = rep.Attempts - int64(o.Charges)
+	rep.Unsettled = len(sent.unsettled)
+	rep.Forwarded = px.counts.forwarded.Load()
+	rep.Resets, rep.Drops, rep.Delays = px.counts.resets.Load(), px.counts.drops.Load(), px.counts.delays.Load()
+	rep.Late = px.counts.late.Load()
+	rep.Conflicts, rep.PairConflicts = px.counts.conflicts.Load(), px.counts.pairConflicts.Load()
+	rep.StoreDown = px.counts.storeDown.Load()
+	h := &px.hooks
+	rep.Events.Webhooks = h.forwarded.Load() + h.resets.Load()
+	rep.Events.Resets, rep.Events.Drops, rep.Events.Delays = h.resets.Load(), h.drops.Load(), h.delays.Load()
+	rep.Events.Conflicts = h.conflicts.Load()
+	if demo != nil {
+		rep.Existing = demo.API.Existing.Load()
+		if demo.Stream != nil {
+			rep.Events.StreamEntries, rep.Events.StreamClaimed = demo.Stream.Published.Load(), demo.Stream.Claimed.Load()
+		}
+	}
+	rep.Elapsed = time.Since(start)
+	return rep, nil
+}
+
+// ownRedis starts the storm's own redis-server if the Options ask for
+// one, and points the in-process demo's records or event stream at it.
+func ownRedis(ctx context.Context, o *Options) (*redisserver.Server, error) {
+	if o.Target != "" && o.Records != "" {
+		return nil, errors.New("-records is for the in-process demo: a -target keeps its records where it was told to")
+	}
+	chaos := o.RedisRestartAfter > 0 || o.RedisFlushEvery > 0
+	if !o.OwnRedis && !o.EventsOwnRedis && !chaos {
+		return nil, nil
+	}
+	// The records go there unless only the events were asked to.
+	records := o.OwnRedis || !o.EventsOwnRedis
+	switch {
+	case o.Target != "":
+		return nil, errors.New("a Redis of the storm's own (-own-redis, -events-own-redis, -redis-restart-after, -redis-flush-every) is for the in-process demo: not with -target")
+	case records && o.Records != "":
+		return nil, errors.New("-records names a Redis of your own: the storm restarts or empties only a redis-server it started (drop -records)")
+	}
+	rs, err := redisserver.Start(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if records {
+		o.Records = rs.URL()
+	}
+	if o.EventsOwnRedis {
+		o.events = rs.URL()
+	}
+	return rs, nil
+}
+
+// sent is what sendAll did.
+type sent struct {
+	attempts, replays int64
+	unsettled         []int // the requests whose client gave up
+}
+
+// sendAll sends requests 0 to n-1 with send, o.Concurrency at a time,
+// drawing a progress bar of what.
+func sendAll(ctx context.Context, o Options, what string, n int, send func(i int) (idemclient.Result, string)) sent {
+	var attempts, replays, done atomic.Int64
+	var mu sync.Mutex
+	var unsettled []int
+	stopBar := progress(o.Progress, &done, n, what)
+	defer stopBar()
 	jobs := make(chan int)
 	var wg sync.WaitGroup
 	for range o.Concurrency {
 		wg.Go(func() {
 			for i := range jobs {
-				res, failure := post(ctx, client, pxURL, auth, charges[i])
+				res, failure := send(i)
 				attempts.Add(int64(res.Attempts))
 				if res.Replayed {
 					replays.Add(1)
@@ -304,7 +528,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 			}
 		})
 	}
-	for i := range charges {
+	for i := range n {
 		select {
 		case jobs <- i:
 		case <-ctx.Done():
@@ -312,58 +536,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	}
 	close(jobs)
 	wg.Wait()
-	stopBar()
-	close(sending)
-	ch := <-chaosDone
-	rep.RedisRestarts, rep.RedisDowntime, rep.RedisFlushes = ch.restarts, ch.downtime, ch.flushes
-	if err := ctx.Err(); err != nil {
-		return rep, fmt.Errorf("storm did not finish within %s: %w", o.Timeout, err)
-	}
-	if ch.err != nil {
-		return rep, ch.err
-	}
-
-	// Whatever the proxy still holds reaches the server now, and is
-	// answered, before anything is settled or counted.
-	px.drain()
-
-	// Charges whose client gave up are settled straight at the server, with
-	// their own keys: each then happened once, or happens now.
-	direct := idemclient.NewClient(idemclient.Config{MaxAttempts: 20, Budget: time.Minute})
-	for _, i := range unsettled {
-		if res, failure := post(ctx, direct, backend, auth, charges[i]); failure != "" {
-			return rep, fmt.Errorf("charge %d could not be settled even without faults: %s after %d attempts",
-				i, failure, res.Attempts)
-		}
-	}
-
-	rows, err := fetchCharges(ctx, backend, auth)
-	if err != nil {
-		return rep, err
-	}
-	rep.check(charges, rows)
-	admin := strings.TrimSuffix(o.AdminTarget, "/")
-	if admin == "" {
-		admin = backend
-	}
-	counts, err := fetchProviderCounts(ctx, admin, auth)
-	if err != nil {
-		return rep, err
-	}
-	rep.Authorizations, rep.ProviderCalls = counts.Authorizations, counts.Calls
-	rep.Attempts, rep.Replays = attempts.Load(), replays.Load()
-	rep.Retries = rep.Attempts - int64(o.Charges)
-	rep.Unsettled = len(unsettled)
-	rep.Forwarded = px.counts.forwarded.Load()
-	rep.Resets, rep.Drops, rep.Delays = px.counts.resets.Load(), px.counts.drops.Load(), px.counts.delays.Load()
-	rep.Late = px.counts.late.Load()
-	rep.Conflicts, rep.PairConflicts = px.counts.conflicts.Load(), px.counts.pairConflicts.Load()
-	rep.StoreDown = px.counts.storeDown.Load()
-	if demo != nil {
-		rep.Existing = demo.API.Existing.Load()
-	}
-	rep.Elapsed = time.Since(start)
-	return rep, nil
+	return sent{attempts: attempts.Load(), replays: replays.Load(), unsettled: unsettled}
 }
 
 // check holds every charge sent against the rows found for it: exactly
@@ -399,28 +572,35 @@ func (rep *Report) check(sent []charge, rows []chargeRow) {
 // post sends one charge. It returns why the server did not confirm it with
 // a 201, or "" if it did.
 func post(ctx context.Context, c *http.Client, base, auth string, ch charge) (idemclient.Result, string) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/charges", bytes.NewReader(ch.body))
+	res, failure, _ := postJSON(ctx, c, base+"/v1/charges", auth, ch.key, ch.body)
+	return res, failure
+}
+
+// postJSON sends body to u with the Idempotency-Key key. It returns why
+// the server did not answer 201, or "" and the answer's body if it did.
+func postJSON(ctx context.Context, c *http.Client, u, auth, key string, body []byte) (idemclient.Result, string, []byte) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
 	if err != nil {
-		return idemclient.Result{}, err.Error()
+		return idemclient.Result{}, err.Error(), nil
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", auth)
-	req.Header.Set("Idempotency-Key", ch.key)
+	req.Header.Set("Idempotency-Key", key)
 	resp, err := c.Do(req)
 	if err != nil {
 		res := idemclient.Result{Attempts: 1}
 		if e := (*idemclient.Error)(nil); errors.As(err, &e) {
 			res.Attempts = e.Attempts
 		}
-		return res, err.Error()
+		return res, err.Error(), nil
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
 	res, _ := idemclient.Outcome(resp)
 	if resp.StatusCode != http.StatusCreated {
-		return res, fmt.Sprintf("%s: %s", resp.Status, body)
+		return res, fmt.Sprintf("%s: %s", resp.Status, answer), nil
 	}
-	return res, ""
+	return res, "", answer
 }
 
 // chargeRow is a charge as GET /v1/charges lists it.
@@ -458,6 +638,8 @@ func fetchCharges(ctx context.Context, base, auth string) ([]chargeRow, error) {
 type providerCounts struct {
 	Calls          int64 `json:"calls"`
 	Authorizations int64 `json:"authorizations"`
+	Events         int64 `json:"events"`
+	Deliveries     int64 `json:"deliveries"`
 }
 
 func fetchProviderCounts(ctx context.Context, base, auth string) (providerCounts, error) {
@@ -496,13 +678,15 @@ func startServer(ctx context.Context, o Options) (string, *app.App, func(), erro
 	cfg := app.DefaultConfig()
 	cfg.Addr, cfg.Framework, cfg.DB = "127.0.0.1:0", o.Framework, db
 	cfg.ProviderLatency, cfg.ProviderFailureRate = o.ProviderLatency, o.ProviderFailureRate
-	cfg.Records = o.Records
+	cfg.Records, cfg.Events = o.Records, o.events
 	switch {
 	case o.Lease > 0:
 		cfg.Lease = o.Lease
-	case o.Records != "":
+	case o.Records != "" || o.events != "":
 		cfg.Lease = RedisLease
 	}
+	// The provider settles at once, and sends 16 webhooks at once.
+	cfg.SettleEvery, cfg.WebhookWorkers = 100*time.Millisecond, 16
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	a, err := app.Open(ctx, cfg, quiet)
 	if err != nil {
@@ -539,11 +723,11 @@ type chaosResult struct {
 	err      error
 }
 
-// chaos restarts and empties rs as the Options ask, while the charges are
-// sent: until sending is closed. Without rs it does nothing. A restart or a
-// flush that never came before the charges were all answered is an error:
+// chaos restarts and empties rs as the Options ask, while the charges and
+// refunds are sent and settled: until sending is closed. Without rs it does
+// nothing. A restart or a flush that never came before then is an error:
 // the run would prove nothing about it.
-func chaos(ctx context.Context, o Options, rs *redisServer, sending <-chan struct{}) (res chaosResult) {
+func chaos(ctx context.Context, o Options, rs *redisserver.Server, sending <-chan struct{}) (res chaosResult) {
 	if rs == nil {
 		return res
 	}
@@ -563,21 +747,21 @@ func chaos(ctx context.Context, o Options, rs *redisServer, sending <-chan struc
 		case <-restart:
 			restart = nil
 			began := time.Now()
-			rs.kill()
+			rs.Kill()
 			select {
 			case <-time.After(o.RedisDown):
 			case <-ctx.Done():
 				res.err = ctx.Err()
 				return res
 			}
-			if res.err = rs.start(ctx); res.err != nil {
+			if res.err = rs.Restart(ctx); res.err != nil {
 				res.err = fmt.Errorf("restart redis-server: %w", res.err)
 				return res
 			}
 			res.restarts++
 			res.downtime = time.Since(began)
 		case <-flush:
-			if err := rs.flushAll(ctx); err != nil {
+			if err := rs.FlushAll(ctx); err != nil {
 				res.err = fmt.Errorf("FLUSHALL: %w", err)
 				return res
 			}
@@ -585,9 +769,9 @@ func chaos(ctx context.Context, o Options, rs *redisServer, sending <-chan struc
 		case <-sending:
 			switch {
 			case restart != nil:
-				res.err = fmt.Errorf("every charge was answered before the Redis restart due at %s: lower -redis-restart-after or raise -n", o.RedisRestartAfter)
+				res.err = fmt.Errorf("every charge and refund was settled before the Redis restart due at %s: lower -redis-restart-after or raise -n", o.RedisRestartAfter)
 			case o.RedisFlushEvery > 0 && res.flushes == 0:
-				res.err = fmt.Errorf("every charge was answered before the first FLUSHALL due at %s: lower -redis-flush-every or raise -n", o.RedisFlushEvery)
+				res.err = fmt.Errorf("every charge and refund was settled before the first FLUSHALL due at %s: lower -redis-flush-every or raise -n", o.RedisFlushEvery)
 			}
 			return res
 		case <-ctx.Done():
@@ -609,7 +793,7 @@ func serve(h http.Handler) (string, func(), error) {
 }
 
 // progress draws a bar on w until the returned function is called.
-func progress(w io.Writer, done *atomic.Int64, total int) func() {
+func progress(w io.Writer, done *atomic.Int64, total int, what string) func() {
 	if w == nil {
 		return func() {}
 	}
@@ -619,7 +803,7 @@ func progress(w io.Writer, done *atomic.Int64, total int) func() {
 		n := int(done.Load())
 		const width = 40
 		filled := width * n / max(total, 1)
-		fmt.Fprintf(w, "\r[%s%s] %d/%d charges", strings.Repeat("#", filled), strings.Repeat(".", width-filled), n, total)
+		fmt.Fprintf(w, "\r[%s%s] %d/%d %s", strings.Repeat("#", filled), strings.Repeat(".", width-filled), n, total, what)
 	}
 	go func() {
 		defer close(finished)
@@ -639,4 +823,4 @@ func progress(w io.Writer, done *atomic.Int64, total int) func() {
 	return func() { close(stop); <-finished }
 }
 
-var errFailed = errors.New("storm found duplicated, lost or mismatched charges, or provider authorizations that differ from the charges")
+var errFailed = errors.New("storm found duplicated, lost or mismatched charges or refunds, provider authorizations that differ from the charges, or settlement events applied twice, never, or wrongly")

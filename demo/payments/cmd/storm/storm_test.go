@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -18,14 +17,17 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/app"
+	"github.com/idemkit/idemkit/demo/payments/internal/redisserver"
+	"github.com/idemkit/idemkit/demo/payments/internal/testdb"
 )
 
-// TestDefaultStorm is the storm's default run: 2,000 charges, 30% of the
-// requests broken, on the default framework and an SQLite file.
+// TestDefaultStorm is the storm's default run: 2,000 charges and 400
+// refunds, 30% of the requests and webhooks broken, on the default
+// framework and an SQLite file.
 func TestDefaultStorm(t *testing.T) {
 	rep := runStorm(t, DefaultOptions())
-	if rep.Charges != 2000 || rep.Resets+rep.Drops+rep.Delays < rep.Attempts/5 {
-		t.Fatalf("the default run must send 2,000 charges with about 30%% faults: %+v", rep)
+	if rep.Charges != 2000 || rep.Refunds != 400 || rep.Resets+rep.Drops+rep.Delays < rep.Attempts/5 {
+		t.Fatalf("the default run must send 2,000 charges and 400 refunds with about 30%% faults: %+v", rep)
 	}
 }
 
@@ -39,28 +41,48 @@ func TestStormRefusesALeaseIdemkitCannotKeep(t *testing.T) {
 	}
 }
 
-// TestStormEveryFramework runs a shorter storm on the other frameworks, and
-// on PostgreSQL.
+// TestStormEveryFramework runs a shorter storm on the other frameworks.
+// TestStormEvents runs it on PostgreSQL.
 func TestStormEveryFramework(t *testing.T) {
 	for _, fw := range []string{"echo", "fiber", "nethttp"} {
 		t.Run(fw, func(t *testing.T) {
-			o := DefaultOptions()
-			o.Framework, o.Charges, o.Concurrency = fw, 300, 20
-			runStorm(t, o)
+			runStorm(t, shortStorm(func(o *Options) { o.Framework = fw }))
 		})
 	}
-	t.Run("gin/postgres", func(t *testing.T) {
-		dsn := os.Getenv("IDEMKIT_TEST_POSTGRES_DSN")
-		if dsn == "" {
-			if testing.Short() {
-				return
+}
+
+// shortStorm is a storm of 300 charges and 60 refunds, changed by with.
+func shortStorm(with func(*Options)) Options {
+	o := DefaultOptions()
+	o.Charges, o.Refunds, o.Concurrency = 300, 60, 20
+	with(&o)
+	return o
+}
+
+// TestStormEvents: the provider's events go to a Redis stream as well as
+// by webhook, and the storm's redis-server is killed with SIGKILL and
+// restarted mid-storm, on SQLite and on PostgreSQL (in a database of its
+// own: the demo's provider settles every charge of its database): every
+// event is applied exactly once, some of them through the stream.
+func TestStormEvents(t *testing.T) {
+	for name, dsn := range map[string]func(testing.TB) string{
+		"sqlite":   func(testing.TB) string { return "" },
+		"postgres": testdb.Postgres,
+	} {
+		t.Run(name, func(t *testing.T) {
+			db := dsn(t)
+			if name == "postgres" && db == "" {
+				return // -short
 			}
-			t.Fatal("IDEMKIT_TEST_POSTGRES_DSN is not set: run the tests with `make test`, which starts PostgreSQL")
-		}
-		o := DefaultOptions()
-		o.DB, o.Charges, o.Concurrency = dsn, 300, 20
-		runStorm(t, o)
-	})
+			requireRedisServer(t)
+			rep := runStorm(t, shortStorm(func(o *Options) {
+				o.DB, o.EventsOwnRedis, o.RedisRestartAfter, o.RedisDown = db, true, time.Second, 500*time.Millisecond
+			}))
+			if rep.RedisRestarts != 1 || rep.Events.StreamEntries == 0 || rep.Events.Unacked != 0 || rep.Records != "" {
+				t.Fatalf("Redis not restarted, no event through the stream, entries left unacknowledged, or records in Redis: %+v", rep)
+			}
+		})
+	}
 }
 
 func runStorm(t *testing.T, o Options) Report {
@@ -72,8 +94,8 @@ func runStorm(t *testing.T, o Options) Report {
 	var sb strings.Builder
 	rep.Print(&sb)
 	t.Logf("storm summary:\n%s", sb.String())
-	if !rep.OK() || rep.Duplicates != 0 || rep.Lost != 0 {
-		t.Fatalf("charges duplicated or lost")
+	if failures := rep.Failures(); len(failures) > 0 || rep.Duplicates != 0 || rep.Lost != 0 {
+		t.Fatalf("the storm failed: %s", strings.Join(failures, "; "))
 	}
 	if rep.Retries == 0 || rep.Replays == 0 || rep.Drops == 0 || rep.Resets == 0 {
 		t.Fatalf("the storm did not exercise retries, replays and faults: %+v", rep)
@@ -81,26 +103,40 @@ func runStorm(t *testing.T, o Options) Report {
 	if rep.PairConflicts == 0 {
 		t.Fatalf("no delayed request and its retry met at the server (no 409 between them): the delays did not overlap a retry with its original: %+v", rep)
 	}
+	if e := rep.Events; e.Sent != e.Expected || e.Duplicates() == 0 {
+		t.Fatalf("the provider did not send every event, or no event twice: %+v", e)
+	}
+	// The in-process demo's webhooks go through the proxy.
+	if e := rep.Events; rep.Existing >= 0 && (e.Drops == 0 || e.Resets == 0 || e.Delays == 0) {
+		t.Fatalf("the storm exercised no dropped, reset or delayed webhook: %+v", e)
+	}
 	return rep
 }
 
 // fakeDemo is a stand-in for the demo that is wrong in a chosen way, for
 // the storm to catch. It serves the endpoints the storm reads: charges,
-// their list, the balance and the provider's counts.
+// their list, refunds, the balance, the ledger and the provider's counts.
+// It settles each charge and refund as it makes it.
 type fakeDemo struct {
-	// idempotent replays a charge whose key it has seen; otherwise every
-	// request charges, key or not.
+	// idempotent replays a charge or refund whose key it has seen;
+	// otherwise every request makes one, key or not.
 	idempotent bool
 	// record turns a charge's description and amount into the rows
 	// written; nil writes the one row asked for.
 	record func(description string, amount int64) []fakeRow
 	// extraAuthorizations are provider authorizations no charge accounts for.
 	extraAuthorizations int64
+	// entries is how many ledger entries settle the charge or refund with
+	// that index in its account (nil: one each).
+	entries func(refund bool, index int) int
 
-	mu    sync.Mutex
-	keys  map[string]bool
-	rows  map[string][]fakeRow // by account
-	auths map[string]int64
+	mu       sync.Mutex
+	keys     map[string]string // the id each key made
+	rows     map[string][]fakeRow
+	refunds  map[string][]fakeRow
+	auths    map[string]int64
+	settled  map[string][]map[string]any // the ledger, by account
+	refunded map[string]int64
 }
 
 type fakeRow struct {
@@ -108,46 +144,89 @@ type fakeRow struct {
 	Amount      int64  `json:"amount"`
 }
 
+func (f *fakeDemo) settle(acct, id string, amount int64, refund bool, index int) {
+	n := 1
+	if f.entries != nil {
+		n = f.entries(refund, index)
+	}
+	for range n {
+		f.settled[acct] = append(f.settled[acct], map[string]any{"id": len(f.settled[acct]) + 1, "settles": id, "amount": amount})
+	}
+}
+
 func (f *fakeDemo) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	acct := r.Header.Get("Authorization")
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.keys == nil {
-		f.keys, f.rows, f.auths = map[string]bool{}, map[string][]fakeRow{}, map[string]int64{}
+		f.keys, f.rows, f.refunds, f.auths = map[string]string{}, map[string][]fakeRow{}, map[string][]fakeRow{}, map[string]int64{}
+		f.settled, f.refunded = map[string][]map[string]any{}, map[string]int64{}
+	}
+	k := acct + "\x00" + r.URL.Path + "\x00" + r.Header.Get("Idempotency-Key")
+	if prev, seen := f.keys[k]; r.Method == "POST" && f.idempotent && seen {
+		w.Header().Set("Idempotent-Replayed", "true")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id":%q}`, prev)
+		return
 	}
 	switch r.Method + " " + r.URL.Path {
 	case "POST /v1/charges":
 		var body fakeRow
 		json.NewDecoder(r.Body).Decode(&body)
-		k := acct + "\x00" + r.Header.Get("Idempotency-Key")
-		if f.idempotent && f.keys[k] {
-			w.Header().Set("Idempotent-Replayed", "true")
-			w.WriteHeader(http.StatusCreated)
-			return
-		}
-		f.keys[k] = true
 		f.auths[acct]++
 		rows := []fakeRow{body}
 		if f.record != nil {
 			rows = f.record(body.Description, body.Amount)
 		}
-		f.rows[acct] = append(f.rows[acct], rows...)
+		for _, row := range rows {
+			f.rows[acct] = append(f.rows[acct], row)
+			i := len(f.rows[acct]) - 1
+			f.settle(acct, fmt.Sprintf("ch_%d", i), row.Amount, false, i)
+		}
+		f.keys[k] = fmt.Sprintf("ch_%d", len(f.rows[acct])-1)
 		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id":%q}`, f.keys[k])
+	case "POST /v1/refunds":
+		var body struct{ Amount int64 }
+		json.NewDecoder(r.Body).Decode(&body)
+		f.refunds[acct] = append(f.refunds[acct], fakeRow{Amount: body.Amount})
+		f.refunded[acct] += body.Amount
+		i := len(f.refunds[acct]) - 1
+		f.keys[k] = fmt.Sprintf("re_%d", i)
+		f.settle(acct, f.keys[k], body.Amount, true, i)
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"id":%q}`, f.keys[k])
 	case "GET /v1/charges":
 		data := []map[string]any{}
 		for i, c := range f.rows[acct] {
 			data = append(data, map[string]any{"id": fmt.Sprintf("ch_%d", i), "amount": c.Amount, "description": c.Description})
 		}
 		json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data, "has_more": false})
+	case "GET /v1/settlements":
+		var page []map[string]any
+		if r.URL.Query().Get("starting_after") == "0" {
+			page = f.settled[acct]
+		}
+		json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": page, "has_more": false})
 	case "GET /v1/balance":
-		var sum int64
+		var sum, settledCharged, settledRefunded int64
 		for _, c := range f.rows[acct] {
 			sum += c.Amount
 		}
-		json.NewEncoder(w).Encode(map[string]int64{"charges": int64(len(f.rows[acct])), "charged": sum})
+		for _, e := range f.settled[acct] {
+			if strings.HasPrefix(e["settles"].(string), "re_") {
+				settledRefunded += e["amount"].(int64)
+			} else {
+				settledCharged += e["amount"].(int64)
+			}
+		}
+		json.NewEncoder(w).Encode(map[string]int64{"charges": int64(len(f.rows[acct])), "charged": sum,
+			"refunds": int64(len(f.refunds[acct])), "refunded": f.refunded[acct],
+			"settled_charged": settledCharged, "settled_refunded": settledRefunded, "settlements": int64(len(f.settled[acct]))})
 	case "GET /debug/provider":
 		n := f.auths[acct] + f.extraAuthorizations
-		json.NewEncoder(w).Encode(map[string]int64{"calls": n, "authorizations": n})
+		events := int64(len(f.rows[acct]) + len(f.refunds[acct]))
+		json.NewEncoder(w).Encode(map[string]int64{"calls": n, "authorizations": n, "events": events, "deliveries": events})
 	default:
 		http.NotFound(w, r)
 	}
@@ -159,7 +238,7 @@ func stormAgainst(t *testing.T, f *fakeDemo) Report {
 	srv := httptest.NewServer(f)
 	defer srv.Close()
 	o := DefaultOptions()
-	o.Target, o.Charges, o.Concurrency = srv.URL, 200, 10
+	o.Target, o.Charges, o.Refunds, o.Concurrency, o.SettleTimeout = srv.URL, 200, 40, 10, time.Second
 	rep, err := Run(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
@@ -215,6 +294,29 @@ func TestStormChecksEveryCharge(t *testing.T) {
 	}
 }
 
+// TestStormChecksEverySettlement: a server that makes every charge and
+// refund once, but applies one settlement event twice, or never applies
+// another's, must fail the run, by the entries of each charge and refund
+// (a double and a loss of the same amount leave the totals right).
+func TestStormChecksEverySettlement(t *testing.T) {
+	for name, c := range map[string]struct {
+		entries func(refund bool, i int) int
+		check   func(events) bool
+	}{
+		"a refund settled twice": {func(refund bool, i int) int { return map[bool]int{true: 2, false: 1}[refund && i == 3] },
+			func(e events) bool { return e.Twice == 1 }},
+		"a charge never settled": {func(refund bool, i int) int { return map[bool]int{true: 0, false: 1}[!refund && i == 150] },
+			func(e events) bool { return e.Lost == 1 }},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rep := stormAgainst(t, &fakeDemo{idempotent: true, entries: c.entries})
+			if rep.OK() || !c.check(rep.Events) {
+				t.Fatalf("the storm passed a server that applied events wrong: %+v", rep.Events)
+			}
+		})
+	}
+}
+
 // TestStormCountsProviderAuthorizations: a server that records every
 // charge once but took the money one time too many must fail the run.
 func TestStormCountsProviderAuthorizations(t *testing.T) {
@@ -240,7 +342,7 @@ func TestTargetMustBeLoopback(t *testing.T) {
 func TestStormAdminTarget(t *testing.T) {
 	cfg := app.DefaultConfig()
 	cfg.DB, cfg.AdminAddr = filepath.Join(t.TempDir(), "p.db"), "127.0.0.1:0"
-	cfg.ProviderLatency, cfg.ProviderFailureRate = 5*time.Millisecond, 0.05
+	cfg.ProviderLatency, cfg.ProviderFailureRate, cfg.SettleEvery = 5*time.Millisecond, 0.05, 100*time.Millisecond
 	a, err := app.Open(t.Context(), cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -273,18 +375,21 @@ func TestStormAdminTarget(t *testing.T) {
 	runStorm(t, o)
 }
 
-// redisStorm is a short storm on the in-process demo with its records in
-// a redis-server of the storm's own. The test fails, and says why, when
-// there is no redis-server to start: `make test` installs it.
-func redisStorm(t *testing.T, with func(*Options)) Report {
+// requireRedisServer fails the test, saying why, when there is no
+// redis-server to start: `make test` installs it.
+func requireRedisServer(t *testing.T) {
 	t.Helper()
 	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Fatalf("%v; `make test` installs it through scripts/redis-servers.sh", errNoRedisServer)
+		t.Fatalf("%v; `make test` installs it through scripts/redis-servers.sh", redisserver.ErrNotInstalled)
 	}
-	o := DefaultOptions()
-	o.Charges, o.Concurrency, o.OwnRedis = 300, 20, true
-	with(&o)
-	rep := runStorm(t, o)
+}
+
+// redisStorm is a short storm on the in-process demo with its records in
+// a redis-server of the storm's own.
+func redisStorm(t *testing.T, with func(*Options)) Report {
+	t.Helper()
+	requireRedisServer(t)
+	rep := runStorm(t, shortStorm(func(o *Options) { o.OwnRedis = true; with(o) }))
 	if !strings.HasPrefix(rep.Records, "redis://127.0.0.1:") {
 		t.Fatalf("the demo did not keep its records in the storm's Redis: %+v", rep)
 	}
@@ -333,7 +438,7 @@ func TestStormRedisOptions(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	o := DefaultOptions()
 	o.RedisRestartAfter = time.Second
-	if _, err := Run(t.Context(), o); !errors.Is(err, errNoRedisServer) {
-		t.Fatalf("without redis-server: %v, want %v", err, errNoRedisServer)
+	if _, err := Run(t.Context(), o); !errors.Is(err, redisserver.ErrNotInstalled) {
+		t.Fatalf("without redis-server: %v, want %v", err, redisserver.ErrNotInstalled)
 	}
 }

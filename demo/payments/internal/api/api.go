@@ -21,6 +21,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/payments"
+	"github.com/idemkit/idemkit/demo/payments/internal/webhook"
 )
 
 // DocsPath serves the published idempotency policy; every problem type URI,
@@ -49,10 +50,14 @@ type API struct {
 	// lost is answered with the row written the first time, never with a
 	// second one.
 	KeyedRows bool
-	// Existing counts the charges and refunds answered with the row
-	// already written under their key (KeyedRows only): their record was
-	// lost, or their lease taken over while they ran.
+	// Existing counts the charges, refunds and events answered with the
+	// row already written under their key (KeyedRows only): their record
+	// was lost, or their lease taken over while they ran.
 	Existing atomic.Int64
+	// Engine applies the provider's events (ApplyEvent), and WebhookSecret
+	// is the secret its webhooks are signed with.
+	Engine        *idem.Engine
+	WebhookSecret webhook.Secret
 }
 
 // Handler returns the /v1 routes.
@@ -63,9 +68,15 @@ func (a *API) Handler() http.Handler {
 	mux.HandleFunc("GET /v1/charges/{id}", a.getCharge)
 	mux.HandleFunc("GET /v1/charges", a.listCharges)
 	mux.HandleFunc("GET /v1/balance", a.balance)
+	mux.HandleFunc("GET /v1/settlements", a.listSettlements)
 	mux.HandleFunc("/", a.NotFound)
 	return mux
 }
+
+// WebhookHandler returns the handler of POST WebhookPath, to mount behind
+// VerifyWebhooks, a transaction slot, and idemkit's middleware taking the
+// key from the webhook-id header in WebhookScope.
+func (a *API) WebhookHandler() http.Handler { return http.HandlerFunc(a.receiveWebhook) }
 
 // NotFound answers a path the demo does not serve.
 func (a *API) NotFound(w http.ResponseWriter, _ *http.Request) {
@@ -215,18 +226,28 @@ func (a *API) getCharge(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, viewCharge(c))
 }
 
-// maxPage is the most charges one GET /v1/charges returns.
+// maxPage is the most items one page of a list returns (GET
+// /v1/charges, GET /v1/settlements).
 const maxPage = 100
 
+// pageLimit reads a list's ?limit: maxPage without it.
+func pageLimit(r *http.Request) (int, error) {
+	v := r.URL.Query().Get("limit")
+	if v == "" {
+		return maxPage, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > maxPage {
+		return 0, payments.Invalid(payments.FieldError{Parameter: "limit", Detail: "must be an integer from 1 to " + strconv.Itoa(maxPage)})
+	}
+	return n, nil
+}
+
 func (a *API) listCharges(w http.ResponseWriter, r *http.Request) {
-	limit := maxPage
-	if v := r.URL.Query().Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxPage {
-			a.fail(w, r, payments.Invalid(payments.FieldError{Parameter: "limit", Detail: "must be an integer from 1 to " + strconv.Itoa(maxPage)}))
-			return
-		}
-		limit = n
+	limit, err := pageLimit(r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
 	}
 	charges, more, err := payments.ListCharges(r.Context(), a.DB, account(r), limit, r.URL.Query().Get("starting_after"))
 	if err != nil {

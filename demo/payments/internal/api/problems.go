@@ -16,6 +16,11 @@ const (
 	ProblemTimedOut            = "timed-out"
 	ProblemClientClosedRequest = "client-closed-request"
 	ProblemInternalError       = "internal-error"
+	// The webhook receiver's: a webhook that is not signed as it must be
+	// (records nothing), and an event the ledger refuses for good.
+	ProblemWebhookSignatureInvalid = "webhook-signature-invalid"
+	ProblemWebhookTimestampStale   = "webhook-timestamp-stale"
+	ProblemEventRejected           = "event-rejected"
 )
 
 // ProblemNames lists the demo's own problem type names.
@@ -24,6 +29,7 @@ func ProblemNames() []string {
 		ProblemInvalidRequest, ProblemUnauthorized, ProblemCardDeclined, ProblemRefundTooLarge, ProblemNotFound,
 		ProblemMethodNotAllowed, ProblemProviderUnavailable, ProblemLeaseLost, ProblemDatabaseUnavailable,
 		ProblemTimedOut, ProblemClientClosedRequest, ProblemInternalError,
+		ProblemWebhookSignatureInvalid, ProblemWebhookTimestampStale, ProblemEventRejected,
 	}
 }
 

@@ -30,6 +30,8 @@ import (
 	"github.com/idemkit/idemkit/demo/payments/internal/flaky"
 	"github.com/idemkit/idemkit/demo/payments/internal/payments"
 	"github.com/idemkit/idemkit/demo/payments/internal/server"
+	"github.com/idemkit/idemkit/demo/payments/internal/stream"
+	"github.com/idemkit/idemkit/demo/payments/internal/webhook"
 )
 
 // Config holds the demo's settings; each has a flag of the same name.
@@ -59,6 +61,38 @@ type Config struct {
 	// tells by it whether a row's key has expired (nil: time.Now). Tests
 	// move it instead of waiting for a TTL; it has no flag.
 	Now func() time.Time
+
+	// The payment provider's settlement events (see StartEvents).
+	//
+	// SettleEvery is how often the simulated provider sends the events of
+	// the charges and refunds not yet settled; 0 sends none.
+	SettleEvery time.Duration
+	// WebhookSecret signs the provider's webhooks and checks those the
+	// demo receives, in the Standard Webhooks form "whsec_<base64>"
+	// (CheckWebhookSecret); empty, a random secret is made at each start.
+	WebhookSecret string
+	// Webhooks has the provider send its events as webhooks, to this
+	// demo's api.WebhookPath, or to WebhookURL if set (no flag: the storm
+	// puts its fault-injecting proxy there).
+	Webhooks   bool
+	WebhookURL string
+	// WebhookDuplicateRate is the share of webhook deliveries the provider
+	// sends twice at once, WebhookTimeout how long it waits for the answer
+	// to one (0: 5 s), WebhookWorkers how many it makes at once (0: 8),
+	// and RedeliverAfter how long it waits for an event it sent to be
+	// applied before it sends it again (0: payments.DefaultRedeliverAfter).
+	// None has a flag.
+	WebhookDuplicateRate float64
+	WebhookTimeout       time.Duration
+	WebhookWorkers       int
+	RedeliverAfter       time.Duration
+	// Events, if set, is the redis:// URL of the Redis stream the
+	// provider's events also go to, which the demo consumes in a consumer
+	// group shared by every instance given the same URL. EventStream is
+	// the stream's key there (no flag; empty: the constant EventStream):
+	// tests sharing one Redis keep apart with keys of their own.
+	Events      string
+	EventStream string
 }
 
 // ShutdownGrace is how long a shutdown waits for the requests running
@@ -84,6 +118,10 @@ func DefaultConfig() Config {
 		TTL:             24 * time.Hour,
 		Lease:           30 * time.Second,
 		ProviderLatency: 50 * time.Millisecond,
+
+		SettleEvery:          time.Second,
+		Webhooks:             true,
+		WebhookDuplicateRate: 0.1,
 	}
 }
 
@@ -109,7 +147,21 @@ func (c Config) RecordsLabel() string {
 	if c.Records == "" {
 		return "db"
 	}
-	u, err := url.Parse(c.Records)
+	return redisLabel(c.Records)
+}
+
+// EventsLabel names the event stream's Redis, for logs, without any
+// password; "none" without one.
+func (c Config) EventsLabel() string {
+	if c.Events == "" {
+		return "none"
+	}
+	return redisLabel(c.Events)
+}
+
+// redisLabel is a redis:// URL without its password.
+func redisLabel(rawURL string) string {
+	u, err := url.Parse(rawURL)
 	if err != nil {
 		return "redis"
 	}
@@ -122,8 +174,14 @@ func CheckRecords(records string) error {
 	if records == "" {
 		return nil
 	}
-	if _, err := redis.ParseURL(records); err != nil {
-		return fmt.Errorf("-records must be empty (the -db database) or a redis:// or rediss:// URL: %w", err)
+	return checkRedisURL("-records must be empty (the -db database) or", records)
+}
+
+// checkRedisURL reports, after what, why u is no redis:// or rediss://
+// URL, or nil.
+func checkRedisURL(what, u string) error {
+	if _, err := redis.ParseURL(u); err != nil {
+		return fmt.Errorf("%s a redis:// or rediss:// URL: %w", what, err)
 	}
 	return nil
 }
@@ -165,10 +223,16 @@ type App struct {
 	API *api.API
 	// Provider is the simulated payment provider the API charges through.
 	Provider *payments.Provider
+	// Stream is the event stream of the Config's Events; nil without.
+	Stream *stream.Stream
+	// Webhooks delivers the provider's webhooks once StartEvents has
+	// started it; nil before, and without the Config's Webhooks.
+	Webhooks *webhook.Sender
 	metrics  *metrics
-	// closeRecords stops the store: the GORM store's purger, or the Redis
-	// client.
+	// closeRecords stops the store (the GORM store's purger, or the Redis
+	// client) and closes the event stream's Redis client.
 	closeRecords func() error
+	cfg          Config
 	grace        time.Duration
 	log          *slog.Logger
 }
@@ -198,6 +262,13 @@ func Open(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
 
 // build migrates db and assembles the App on it.
 func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App, error) {
+	secret := webhook.NewSecret()
+	if cfg.WebhookSecret != "" {
+		var err error
+		if secret, err = webhook.ParseSecret(cfg.WebhookSecret); err != nil {
+			return nil, fmt.Errorf("-webhook-secret: %w", err)
+		}
+	}
 	if err := payments.Migrate(ctx, db); err != nil {
 		return nil, fmt.Errorf("migrate: %w", err)
 	}
@@ -205,9 +276,18 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 	if err != nil {
 		return nil, err
 	}
-	m, err := newMetrics()
+	events, err := openEvents(cfg)
 	if err != nil {
 		rec.close()
+		return nil, err
+	}
+	closeRecords := rec.close
+	if events != nil {
+		closeRecords = func() error { return errors.Join(rec.close(), events.Client.Close()) }
+	}
+	m, err := newMetrics()
+	if err != nil {
+		closeRecords()
 		return nil, err
 	}
 	problemBase := api.DocsPath + "/"
@@ -231,7 +311,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 		Logger:         log,
 		OnEvent:        m.onEvent,
 	})
-	provider := &payments.Provider{Latency: cfg.ProviderLatency, FailureRate: cfg.ProviderFailureRate}
+	provider := &payments.Provider{Latency: cfg.ProviderLatency, FailureRate: cfg.ProviderFailureRate, RedeliverAfter: cfg.RedeliverAfter}
 	var network *flaky.Network // nil: no fault injected
 	if cfg.FaultInjection {
 		network = flaky.New(log)
@@ -247,6 +327,12 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 		Logger:      log,
 		ProblemBase: problemBase,
 		KeyedRows:   rec.gorm == nil,
+
+		Engine:        engine,
+		WebhookSecret: secret,
+	}
+	if events != nil {
+		events.ClaimAfter, events.Log = cfg.Lease, log
 	}
 	scfg := server.Config{
 		Framework:     cfg.Framework,
@@ -262,31 +348,38 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 	}
 	srv, err := server.New(scfg)
 	if err != nil {
-		rec.close()
+		closeRecords()
 		m.prom.Shutdown(ctx)
 		return nil, err
 	}
-	app := &App{Server: srv, Engine: engine, DB: db, Store: rec.gorm, API: a, Provider: provider, metrics: m,
-		closeRecords: rec.close, grace: cfg.ShutdownGrace(), log: log}
+	app := &App{cfg: cfg, Server: srv, Engine: engine, DB: db, Store: rec.gorm, API: a, Provider: provider, Stream: events,
+		metrics: m, closeRecords: closeRecords, grace: cfg.ShutdownGrace(), log: log}
 	if scfg.SeparateAdmin {
 		app.Admin = server.NewAdmin(scfg)
 	}
 	return app, nil
 }
 
-// Serve serves the API on api, and the admin endpoints on admin if the App
-// has an admin server, until ctx ends or a server fails. Then it shuts
-// both down: they stop accepting connections and wait for the running
-// requests, for at most the Config's ShutdownGrace. It returns nil after a
-// clean shutdown. Close the App afterwards.
-func (a *App) Serve(ctx context.Context, api, admin net.Listener) error {
+// Serve serves the API on apiLn, and the admin endpoints on admin if the
+// App has an admin server, until ctx ends or a server fails, with the
+// provider's settlement events running (StartEvents; its webhooks go to
+// apiLn unless the Config's WebhookURL says otherwise). Then it stops the
+// events and shuts both servers down: they stop accepting connections and
+// wait for the running requests, for at most the Config's ShutdownGrace.
+// It returns nil after a clean shutdown. Close the App afterwards.
+func (a *App) Serve(ctx context.Context, apiLn, admin net.Listener) error {
 	type served struct {
 		name string
 		err  error
 	}
 	done := make(chan served, 2)
+	webhooks := a.cfg.WebhookURL
+	if webhooks == "" {
+		webhooks = "http://" + apiLn.Addr().String() + api.WebhookPath
+	}
+	stopEvents := a.StartEvents(webhooks)
 	running := []server.Server{a.Server}
-	go func() { done <- served{"API", a.Server.Serve(api)} }()
+	go func() { done <- served{"API", a.Server.Serve(apiLn)} }()
 	if a.Admin != nil {
 		running = append(running, a.Admin)
 		go func() { done <- served{"admin", a.Admin.Serve(admin)} }()
@@ -302,6 +395,7 @@ func (a *App) Serve(ctx context.Context, api, admin net.Listener) error {
 	case <-ctx.Done():
 		a.log.Info("shutting down", "grace", a.grace)
 	}
+	stopEvents()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.grace)
 	defer cancel()
 	for _, s := range running {

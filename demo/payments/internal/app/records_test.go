@@ -34,9 +34,22 @@ func redisAddr(t *testing.T) string {
 	return addr
 }
 
-// serve opens the demo with cfg and serves it until the test ends. It
-// returns the App and the server's base URL.
+// serve opens the demo with cfg and serves its API until the test ends,
+// without the provider's events. It returns the App and the server's
+// base URL.
 func serve(t *testing.T, cfg Config) (*App, string) {
+	t.Helper()
+	a, ln := open(t, cfg)
+	go a.Server.Serve(ln)
+	t.Cleanup(func() {
+		a.Server.Shutdown(context.Background())
+		a.Close()
+	})
+	return a, "http://" + ln.Addr().String()
+}
+
+// open opens the demo with cfg and a listener for it.
+func open(t *testing.T, cfg Config) (*App, net.Listener) {
 	t.Helper()
 	a, err := Open(t.Context(), cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -47,12 +60,22 @@ func serve(t *testing.T, cfg Config) (*App, string) {
 		a.Close()
 		t.Fatal(err)
 	}
-	go a.Server.Serve(ln)
-	t.Cleanup(func() {
-		a.Server.Shutdown(context.Background())
-		a.Close()
-	})
-	return a, "http://" + ln.Addr().String()
+	return a, ln
+}
+
+// loseRecord deletes the record of id from the Redis at addr, as a Redis
+// that lost it would.
+func loseRecord(t *testing.T, addr string, id idem.ID) {
+	t.Helper()
+	client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	defer client.Close()
+	names, err := redisstore.New(client, redisstore.WithPrefix(RedisPrefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, err := client.Del(t.Context(), names.Key(id)).Result(); err != nil || n != 1 {
+		t.Fatalf("deleting the record of %+v: %d %v", id, n, err)
+	}
 }
 
 // answer is what a charge request got.
@@ -171,15 +194,7 @@ func TestExpiredKeyIsNewWithRecordsInRedis(t *testing.T) {
 
 	// Redis loses the new charge's record before it expires: the retry
 	// runs the handler again, which answers with the charge under the key.
-	client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-	defer client.Close()
-	names, err := redisstore.New(client, redisstore.WithPrefix(RedisPrefix))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, err := client.Del(t.Context(), names.Key(idem.ID{Scope: acct, Key: key})).Result(); err != nil || n != 1 {
-		t.Fatalf("deleting the record: %d %v", n, err)
-	}
+	loseRecord(t, addr, idem.ID{Scope: acct, Key: key})
 	want("the retry after Redis lost the record", post(1999), 201, second.id, false)
 
 	// Expired again, the key comes back with another amount: a charge of

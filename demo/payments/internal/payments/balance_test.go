@@ -46,7 +46,7 @@ func openTestDBs(t *testing.T, prepare func(context.Context, *gorm.DB) error) ma
 			t.Fatalf("%s: migrate: %v", name, err)
 		}
 		t.Cleanup(func() {
-			db.Migrator().DropTable(&Charge{}, &Refund{}, &KeyUse{})
+			db.Migrator().DropTable(&Charge{}, &Refund{}, &KeyUse{}, &Settlement{})
 			if sqlDB, err := db.DB(); err == nil {
 				sqlDB.Close()
 			}

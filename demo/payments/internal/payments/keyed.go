@@ -125,7 +125,7 @@ func CreateChargeOnce(ctx context.Context, db *gorm.DB, p Authorizer, account st
 	}
 	c = Charge{
 		ID: newID("ch_"), Account: account, Amount: r.Amount, Currency: r.Currency,
-		Customer: r.Customer, Description: r.Description, Status: "succeeded", Created: k.Now.UTC().Truncate(time.Second),
+		Customer: r.Customer, Description: r.Description, Status: StatusSucceeded, Created: k.Now.UTC().Truncate(time.Second),
 	}
 	c.RequestKey, c.KeyExpires = k.columns()
 	err = db.Transaction(func(tx *gorm.DB) error {

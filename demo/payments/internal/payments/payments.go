@@ -24,7 +24,7 @@ type Charge struct {
 	Currency    string    `gorm:"size:3;not null"`
 	Customer    string    `gorm:"size:200;not null"`
 	Description string    `gorm:"size:1000;not null;default:''"`
-	Status      string    `gorm:"size:20;not null"`
+	Status      string    `gorm:"size:20;not null;index"` // StatusSucceeded, then StatusSettled
 	Created     time.Time `gorm:"not null"`
 	// Seq orders the charges: the database numbers each one as it takes
 	// it, higher than every charge before (see migrateSeq), so a list of
@@ -49,19 +49,29 @@ type Refund struct {
 	Account string    `gorm:"size:200;not null;index"`
 	Charge  string    `gorm:"size:40;not null;index"`
 	Amount  int64     `gorm:"not null"`
-	Status  string    `gorm:"size:20;not null"`
+	Status  string    `gorm:"size:20;not null;index"` // as Charge's
 	Created time.Time `gorm:"not null"`
 	// RequestKey and KeyExpires are as Charge's (see CreateRefundOnce).
 	RequestKey *string `gorm:"size:80;uniqueIndex"`
 	KeyExpires *time.Time
 }
 
-// Balance sums an account's money movements.
+// Balance sums an account's money movements, and what the provider has
+// settled of them.
 type Balance struct {
 	Charged  int64 `json:"charged"`
 	Refunded int64 `json:"refunded"`
 	Charges  int64 `json:"charges"`
 	Refunds  int64 `json:"refunds"`
+	// Settled is the settled balance: the settled charges' money less the
+	// settled refunds'. SettledCharged and SettledRefunded are its two
+	// sides, and Settlements counts the ledger entries: once every event
+	// is applied, the sides equal Charged and Refunded, and Settlements
+	// Charges plus Refunds.
+	Settled         int64 `json:"settled"`
+	SettledCharged  int64 `json:"settled_charged"`
+	SettledRefunded int64 `json:"settled_refunded"`
+	Settlements     int64 `json:"settlements"`
 }
 
 // Errors the API layer turns into problems.
@@ -86,14 +96,15 @@ const DeclinedCustomer = "cus_declined"
 // case-insensitive collation would let account "ACCT_1" read the charges
 // of "acct_1". Tables created earlier keep their options, and get the
 // columns and indexes added since (request_key and key_expires, with
-// request_key's unique index, and the charges' seq, see migrateSeq); the
-// table key_uses (KeyUse) is created where it is missing.
+// request_key's unique index, the index on status, and the charges' seq,
+// see migrateSeq); the tables key_uses (KeyUse) and settlements
+// (Settlement) are created where they are missing.
 func Migrate(ctx context.Context, db *gorm.DB) error {
 	db = db.WithContext(ctx)
 	if db.Dialector.Name() == "mysql" {
 		db = db.Set("gorm:table_options", "DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin")
 	}
-	if err := db.AutoMigrate(&Charge{}, &Refund{}, &KeyUse{}); err != nil {
+	if err := db.AutoMigrate(&Charge{}, &Refund{}, &KeyUse{}, &Settlement{}); err != nil {
 		return err
 	}
 	return migrateSeq(db)
@@ -165,7 +176,7 @@ func CreateCharge(ctx context.Context, db *gorm.DB, tx func() (*gorm.DB, error),
 	}
 	c := Charge{
 		ID: newID("ch_"), Account: account, Amount: r.Amount, Currency: r.Currency,
-		Customer: r.Customer, Description: r.Description, Status: "succeeded", Created: now.UTC().Truncate(time.Second),
+		Customer: r.Customer, Description: r.Description, Status: StatusSucceeded, Created: now.UTC().Truncate(time.Second),
 	}
 	if err := txdb.Create(&c).Error; err != nil {
 		return Charge{}, err
@@ -238,7 +249,7 @@ func createRefund(ctx context.Context, tx func() (*gorm.DB, error), account stri
 		}
 		return Refund{}, ErrOverRefund
 	}
-	ref := Refund{ID: newID("re_"), Account: account, Charge: r.Charge, Amount: r.Amount, Status: "succeeded",
+	ref := Refund{ID: newID("re_"), Account: account, Charge: r.Charge, Amount: r.Amount, Status: StatusSucceeded,
 		Created: now.UTC().Truncate(time.Second)}
 	if key != nil {
 		ref.RequestKey, ref.KeyExpires = key.columns()
@@ -294,10 +305,10 @@ func ListCharges(ctx context.Context, db *gorm.DB, account string, limit int, st
 	return charges, false, err
 }
 
-// GetBalance sums account's charges and refunds in one statement, so that
-// both sums are read from one snapshot of the database: two statements
-// would let a charge and its refund commit between them, and the refunds
-// counted could then exceed the charges counted.
+// GetBalance sums account's charges, refunds and settlements in one
+// statement, so that every sum is read from one snapshot of the database:
+// two statements would let a charge and its refund commit between them,
+// and the refunds counted could then exceed the charges counted.
 func GetBalance(ctx context.Context, db *gorm.DB, account string) (Balance, error) {
 	var b Balance
 	if err := ValidAccount(account); err != nil {
@@ -307,10 +318,15 @@ func GetBalance(ctx context.Context, db *gorm.DB, account string) (Balance, erro
 	of := func(model any, expr string) *gorm.DB {
 		return db.Session(&gorm.Session{NewDB: true}).Model(model).Where("account = ?", account).Select(expr)
 	}
-	err := db.Raw("SELECT (?) AS charged, (?) AS charges, (?) AS refunded, (?) AS refunds",
+	settled := func(kind string) *gorm.DB {
+		return of(&Settlement{}, "COALESCE(SUM(amount), 0)").Where("type = ?", kind)
+	}
+	err := db.Raw("SELECT (?) AS charged, (?) AS charges, (?) AS refunded, (?) AS refunds, (?) AS settled_charged, (?) AS settled_refunded, (?) AS settlements",
 		of(&Charge{}, "COALESCE(SUM(amount), 0)"), of(&Charge{}, "COUNT(*)"),
 		of(&Refund{}, "COALESCE(SUM(amount), 0)"), of(&Refund{}, "COUNT(*)"),
+		settled(ChargeSettled), settled(RefundSettled), of(&Settlement{}, "COUNT(*)"),
 	).Scan(&b).Error
+	b.Settled = b.SettledCharged - b.SettledRefunded
 	return b, err
 }
 

@@ -36,7 +36,18 @@ type Counts struct {
 	// Authorizations counts the times money was taken: never more than
 	// once for one idempotency key.
 	Authorizations int64 `json:"authorizations"`
+	// Events counts the settlement events the provider sent for the
+	// account, each once however often it went out, and Deliveries their
+	// deliveries: every webhook request (duplicates and retries included)
+	// and every stream entry.
+	Events     int64 `json:"events"`
+	Deliveries int64 `json:"deliveries"`
 }
+
+// DefaultRedeliverAfter is how long the provider waits, when
+// Provider.RedeliverAfter is zero, for a settlement event it sent to be
+// applied before it sends the event again.
+const DefaultRedeliverAfter = 10 * time.Second
 
 // DefaultKeyRetention is how long the provider remembers an idempotency
 // key when Provider.KeyRetention is zero: as long as the demo remembers
@@ -58,6 +69,9 @@ type Provider struct {
 	Latency      time.Duration
 	FailureRate  float64       // 0..1: probability of a transient failure
 	KeyRetention time.Duration // default DefaultKeyRetention
+	// RedeliverAfter is how long a settlement event may go unapplied after
+	// it was sent before Due gives it again (default DefaultRedeliverAfter).
+	RedeliverAfter time.Duration
 
 	now func() time.Time // default time.Now; tests move it
 
@@ -65,6 +79,9 @@ type Provider struct {
 	counts map[string]*Counts
 	keys   map[string]*answer
 	order  []*answer // keys in the order they came, for expiry
+	// sent holds when each settlement event not yet seen applied was last
+	// given out by Due.
+	sent map[string]time.Time
 }
 
 // answer is the provider's first final answer to an idempotency key.
@@ -182,6 +199,58 @@ func (a Authorization) own() Authorization {
 	a.Customer = strings.Clone(a.Customer)
 	a.Currency = strings.Clone(a.Currency)
 	return a
+}
+
+// Due takes the settlement events not yet applied (PendingEvents) and
+// returns those the provider sends now: the ones it never sent, and the
+// ones it sent RedeliverAfter ago or more, which their deliveries have not
+// got applied (all failed, or the answers were lost). An event stays
+// pending until applied, so none is ever lost, and a redelivery may arrive
+// beside an earlier delivery still under way: the receiver's idempotency
+// keeps both to one application. Unless partial (pending may lack some
+// events), the events no longer pending are forgotten: they were applied.
+func (p *Provider) Due(pending []Event, partial bool) []Event {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := p.clock()
+	again := p.RedeliverAfter
+	if again <= 0 {
+		again = DefaultRedeliverAfter
+	}
+	if p.sent == nil {
+		p.sent = map[string]time.Time{}
+	}
+	var due []Event
+	for _, e := range pending {
+		last, seen := p.sent[e.ID]
+		switch {
+		case !seen:
+			p.countsOf(e.Data.Account).Events++
+		case now.Sub(last) < again:
+			continue
+		}
+		p.sent[e.ID] = now
+		due = append(due, e)
+	}
+	if !partial && len(p.sent) > len(pending) {
+		still := make(map[string]bool, len(pending))
+		for _, e := range pending {
+			still[e.ID] = true
+		}
+		for id := range p.sent {
+			if !still[id] {
+				delete(p.sent, id)
+			}
+		}
+	}
+	return due
+}
+
+// Delivered counts one delivery of a settlement event of account.
+func (p *Provider) Delivered(account string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.countsOf(account).Deliveries++
 }
 
 // Counts returns what the provider did for account so far.

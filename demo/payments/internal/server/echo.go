@@ -41,6 +41,21 @@ func newEcho(cfg Config) http.Handler {
 	get(api.DocsPath, cfg.Docs)
 	get(api.DocsPath+"/:name", cfg.Docs)
 
+	e.POST(api.WebhookPath, echo.WrapHandler(cfg.API.WebhookHandler()),
+		func(next echo.HandlerFunc) echo.HandlerFunc {
+			return func(c echo.Context) error {
+				if resp, ok := cfg.API.ReadWebhook(c.Request()); !ok {
+					api.WriteResponse(c.Response(), resp)
+					return nil
+				}
+				return next(c)
+			}
+		},
+		echoTxSlot,
+		idemecho.Middleware(cfg.Engine,
+			idemecho.WithKey(func(c echo.Context) (string, bool) { return webhookID(c.Request().Header.Get) }),
+			idemecho.WithScope(func(echo.Context) string { return webhookScope() })),
+	)
 	v1 := e.Group("/v1",
 		func(next echo.HandlerFunc) echo.HandlerFunc {
 			return func(c echo.Context) error {
@@ -51,18 +66,21 @@ func newEcho(cfg Config) http.Handler {
 				return next(c)
 			}
 		},
-		func(next echo.HandlerFunc) echo.HandlerFunc {
-			return func(c echo.Context) error {
-				ctx, done := gormstore.WithTxSlot(c.Request().Context())
-				defer done()
-				c.SetRequest(c.Request().WithContext(ctx))
-				return next(c)
-			}
-		},
+		echoTxSlot,
 		idemecho.Middleware(cfg.Engine, idemecho.WithScope(func(c echo.Context) string {
 			return scope(c.Request().Header.Get("Authorization"))
 		})),
 	)
 	v1.Any("/*", echo.WrapHandler(apiHandler(cfg)))
 	return e
+}
+
+// echoTxSlot gives the request a transaction slot (gormstore.WithTxSlot).
+func echoTxSlot(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		ctx, done := gormstore.WithTxSlot(c.Request().Context())
+		defer done()
+		c.SetRequest(c.Request().WithContext(ctx))
+		return next(c)
+	}
 }

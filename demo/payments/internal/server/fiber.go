@@ -55,6 +55,25 @@ func newFiber(cfg Config) *fiberServer {
 	app.Get(api.DocsPath, adaptor.HTTPHandler(cfg.Docs))
 	app.Get(api.DocsPath+"/:name", adaptor.HTTPHandler(cfg.Docs))
 
+	// Registered before the /v1 group, whose authentication would
+	// otherwise run for it too: Fiber runs a group's handlers for every
+	// path under its prefix.
+	app.Post(api.WebhookPath,
+		func(c *fiber.Ctx) error {
+			if resp, ok := cfg.API.WebhookBody(c.Body(), nil); !ok {
+				return writeFiber(c, resp)
+			}
+			if resp, ok := cfg.API.CheckWebhook(fiberHeader(c), c.Body()); !ok {
+				return writeFiber(c, resp)
+			}
+			return c.Next()
+		},
+		fiberTxSlot,
+		idemfiber.New(cfg.Engine,
+			idemfiber.WithKey(func(c *fiber.Ctx) (string, bool) { return webhookID(fiberHeader(c)) }),
+			idemfiber.WithScope(func(*fiber.Ctx) string { return webhookScope() })),
+		withUserContext(cfg.API.WebhookHandler()),
+	)
 	v1 := app.Group("/v1",
 		func(c *fiber.Ctx) error {
 			if _, ok := api.Account(c.Get("Authorization")); !ok {
@@ -62,18 +81,27 @@ func newFiber(cfg Config) *fiberServer {
 			}
 			return c.Next()
 		},
-		func(c *fiber.Ctx) error {
-			ctx, done := gormstore.WithTxSlot(c.UserContext())
-			defer done()
-			c.SetUserContext(ctx)
-			return c.Next()
-		},
+		fiberTxSlot,
 		idemfiber.New(cfg.Engine, idemfiber.WithScope(func(c *fiber.Ctx) string {
 			return scope(c.Get("Authorization"))
 		})),
 	)
 	v1.All("/*", withUserContext(apiHandler(cfg)))
 	return &fiberServer{app: app}
+}
+
+// fiberHeader reads c's request header fields.
+func fiberHeader(c *fiber.Ctx) func(string) string {
+	return func(name string) string { return c.Get(name) }
+}
+
+// fiberTxSlot gives the request a transaction slot (gormstore.WithTxSlot)
+// in its user context.
+func fiberTxSlot(c *fiber.Ctx) error {
+	ctx, done := gormstore.WithTxSlot(c.UserContext())
+	defer done()
+	c.SetUserContext(ctx)
+	return c.Next()
 }
 
 // withUserContext mounts a net/http handler like adaptor.HTTPHandler, but

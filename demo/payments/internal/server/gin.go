@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/gin-gonic/gin"
 	idemgin "github.com/idemkit/idemkit/adapters/gin"
@@ -33,6 +34,19 @@ func newGin(cfg Config) http.Handler {
 	get(api.DocsPath+"/:name", cfg.Docs)
 	get(DebugPath, cfg.Debug)
 
+	r.POST(api.WebhookPath,
+		func(c *gin.Context) {
+			if resp, ok := cfg.API.ReadWebhook(c.Request); !ok {
+				writeGin(c, resp)
+				c.Abort()
+			}
+		},
+		ginTxSlot,
+		idemgin.Middleware(cfg.Engine,
+			idemgin.WithKey(func(c *gin.Context) (string, bool) { return webhookID(c.GetHeader) }),
+			idemgin.WithScope(func(*gin.Context) string { return webhookScope() })),
+		gin.WrapH(cfg.API.WebhookHandler()),
+	)
 	v1 := r.Group("/v1",
 		func(c *gin.Context) {
 			if _, ok := api.Account(c.GetHeader("Authorization")); !ok {
@@ -40,18 +54,40 @@ func newGin(cfg Config) http.Handler {
 				c.Abort()
 			}
 		},
-		func(c *gin.Context) {
-			ctx, done := gormstore.WithTxSlot(c.Request.Context())
-			defer done()
-			c.Request = c.Request.WithContext(ctx)
-			c.Next()
-		},
+		ginTxSlot,
 		idemgin.Middleware(cfg.Engine, idemgin.WithScope(func(c *gin.Context) string {
 			return scope(c.GetHeader("Authorization"))
 		})),
 	)
-	v1.Any("/*path", gin.WrapH(apiHandler(cfg)))
+	// Each /v1 route of the table, rather than one catch-all under /v1:
+	// Gin's router holds no static route (the webhooks') beside a
+	// catch-all of the same prefix.
+	h := gin.WrapH(apiHandler(cfg))
+	for _, rt := range apiRoutes(cfg) {
+		if path, ok := strings.CutPrefix(rt.pattern, "/v1/"); ok && rt.pattern != api.WebhookPath {
+			v1.Match(rt.methods, "/"+ginPattern(path), h)
+		}
+	}
 	return r
+}
+
+// ginPattern writes a route pattern's {name} segments as Gin's :name.
+func ginPattern(pattern string) string {
+	segs := strings.Split(pattern, "/")
+	for i, s := range segs {
+		if name, ok := strings.CutPrefix(s, "{"); ok {
+			segs[i] = ":" + strings.TrimSuffix(name, "}")
+		}
+	}
+	return strings.Join(segs, "/")
+}
+
+// ginTxSlot gives the request a transaction slot (gormstore.WithTxSlot).
+func ginTxSlot(c *gin.Context) {
+	ctx, done := gormstore.WithTxSlot(c.Request.Context())
+	defer done()
+	c.Request = c.Request.WithContext(ctx)
+	c.Next()
 }
 
 func writeGin(c *gin.Context, resp idem.Response) { api.WriteResponse(c.Writer, resp) }

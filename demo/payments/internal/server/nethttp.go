@@ -15,6 +15,10 @@ func newNetHTTP(cfg Config) http.Handler {
 		return scope(r.Header.Get("Authorization"))
 	}))(apiHandler(cfg))
 	v1 := authenticate(cfg.API, gormstore.TxMiddleware(guarded))
+	webhooks := cfg.API.VerifyWebhooks(gormstore.TxMiddleware(idemhttp.Middleware(cfg.Engine,
+		idemhttp.WithKey(func(r *http.Request) (string, bool) { return webhookID(r.Header.Get) }),
+		idemhttp.WithScope(func(*http.Request) string { return webhookScope() }),
+	)(cfg.API.WebhookHandler())))
 
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", healthz)
@@ -29,6 +33,7 @@ func newNetHTTP(cfg Config) http.Handler {
 	mux.Handle("GET "+api.DocsPath, cfg.Docs)
 	mux.Handle("GET "+api.DocsPath+"/", cfg.Docs)
 	mux.Handle("/v1/", v1)
+	mux.Handle("POST "+api.WebhookPath, webhooks)
 	return recoverPanics(cfg.API, mux)
 }
 

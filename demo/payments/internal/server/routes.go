@@ -43,6 +43,8 @@ func apiRoutes(cfg Config) routes {
 		{"/v1/charges/{id}", getOnly},
 		{"/v1/refunds", postOnly},
 		{"/v1/balance", getOnly},
+		{"/v1/settlements", getOnly},
+		{api.WebhookPath, postOnly},
 	}
 	for _, path := range checkout.Paths {
 		rs = append(rs, route{path, getOnly})

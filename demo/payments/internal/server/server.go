@@ -2,7 +2,11 @@
 // framework gets the same chain, in this order: request log, panic
 // recovery, then for /v1: authentication (a 401 records nothing), the
 // transaction slot (so the handler's writes commit with the stored
-// response), idemkit's middleware for that framework, and the API.
+// response), idemkit's middleware for that framework, and the API. The
+// provider's webhooks (api.WebhookPath) take no bearer token: their chain
+// checks the signature instead (a webhook refused records nothing), then
+// the transaction slot and idemkit's middleware, its key taken from the
+// webhook-id header (the adapter's WithKey).
 package server
 
 import (
@@ -17,6 +21,7 @@ import (
 
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
 	"github.com/idemkit/idemkit/demo/payments/internal/flaky"
+	"github.com/idemkit/idemkit/demo/payments/internal/webhook"
 )
 
 // DebugPath serves what the simulated payment provider did for the
@@ -93,6 +98,16 @@ func NewAdmin(cfg Config) Server {
 	rs := append(routes{{"/healthz", getOnly}}, adminRoutes()...)
 	return newHTTPServer(logRequests(cfg.Logger, "admin", guard(cfg.API, rs, recoverPanics(cfg.API, mux))))
 }
+
+// webhookID is where the webhook route takes its idempotency key from:
+// the webhook-id header, one id per event, the same on every delivery.
+func webhookID(header func(string) string) (string, bool) {
+	id := header(webhook.HeaderID)
+	return id, id != ""
+}
+
+// webhookScope is the scope of the webhooks' records.
+func webhookScope() string { return api.WebhookScope }
 
 // scope is the tenant of a request: its account.
 func scope(authorization string) string {

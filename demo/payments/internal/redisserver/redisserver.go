@@ -1,4 +1,7 @@
-package main
+// Package redisserver starts a redis-server of its own, on a free
+// loopback port and in a directory of its own, for the storm and the
+// tests that kill, restart or empty Redis on purpose.
+package redisserver
 
 import (
 	"context"
@@ -14,12 +17,11 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// redisServer is a redis-server the storm started for the in-process
-// demo's records, on a free loopback port and in a directory of its own,
-// with the durability the Redis store's README asks for: an append-only
-// file, fsynced every second. The storm kills it and starts it again on the
-// same port and files, or empties it, while the charges are sent.
-type redisServer struct {
+// Server is a redis-server started by Start, with the durability the
+// Redis store's README asks for: an append-only file, fsynced every
+// second. It can be killed and started again on the same port and files,
+// or emptied.
+type Server struct {
 	bin  string
 	dir  string
 	port int
@@ -28,15 +30,14 @@ type redisServer struct {
 	exited chan struct{}
 }
 
-// errNoRedisServer: the storm was asked for a Redis of its own and there is
-// no redis-server to start.
-var errNoRedisServer = errors.New("redis-server is not installed: install the Debian package redis-server (scripts/redis-servers.sh does, as root)")
+// ErrNotInstalled: there is no redis-server to start.
+var ErrNotInstalled = errors.New("redis-server is not installed: install the Debian package redis-server (scripts/redis-servers.sh does, as root)")
 
-// startRedis starts a redis-server and waits until it answers.
-func startRedis(ctx context.Context) (*redisServer, error) {
+// Start starts a redis-server and waits until it answers.
+func Start(ctx context.Context) (*Server, error) {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		return nil, errNoRedisServer
+		return nil, ErrNotInstalled
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -48,8 +49,8 @@ func startRedis(ctx context.Context) (*redisServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &redisServer{bin: bin, dir: dir, port: port}
-	if err := s.start(ctx); err != nil {
+	s := &Server{bin: bin, dir: dir, port: port}
+	if err := s.Restart(ctx); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
@@ -57,14 +58,15 @@ func startRedis(ctx context.Context) (*redisServer, error) {
 }
 
 // Addr is the server's host:port.
-func (s *redisServer) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
+func (s *Server) Addr() string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port)) }
 
-// URL is the demo's -records for this server.
-func (s *redisServer) URL() string { return "redis://" + s.Addr() + "/0" }
+// URL is the server's redis:// URL, database 0.
+func (s *Server) URL() string { return "redis://" + s.Addr() + "/0" }
 
-// start runs redis-server on the server's port and files, and waits until
-// it answers PING: after a restart, once it has loaded its append-only file.
-func (s *redisServer) start(ctx context.Context) error {
+// Restart runs redis-server on the server's port and files, and waits
+// until it answers PING: after a Kill, once it has loaded its append-only
+// file.
+func (s *Server) Restart(ctx context.Context) error {
 	cmd := exec.Command(s.bin,
 		"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
 		"--appendonly", "yes", "--appendfsync", "everysec", "--save", "",
@@ -86,7 +88,7 @@ func (s *redisServer) start(ctx context.Context) error {
 		case err == nil:
 			return nil
 		case ctx.Err() != nil, time.Now().After(deadline):
-			s.kill()
+			s.Kill()
 			log, _ := os.ReadFile(filepath.Join(s.dir, "server.log"))
 			return fmt.Errorf("redis-server on %s did not answer: %v\n%s", s.Addr(), err, log)
 		}
@@ -99,9 +101,9 @@ func (s *redisServer) start(ctx context.Context) error {
 	}
 }
 
-// kill ends the server with SIGKILL, as a crash would: it writes nothing
+// Kill ends the server with SIGKILL, as a crash would: it writes nothing
 // more, and what it had written to its append-only file stays there.
-func (s *redisServer) kill() {
+func (s *Server) Kill() {
 	if s.cmd == nil {
 		return
 	}
@@ -110,16 +112,15 @@ func (s *redisServer) kill() {
 	s.cmd = nil
 }
 
-// flushAll deletes every key: the records the demo had written are lost,
-// as a Redis that lost its data would lose them.
-func (s *redisServer) flushAll(ctx context.Context) error {
+// FlushAll deletes every key, as a Redis that lost its data would.
+func (s *Server) FlushAll(ctx context.Context) error {
 	client := redis.NewClient(&redis.Options{Addr: s.Addr()})
 	defer client.Close()
 	return client.FlushAll(ctx).Err()
 }
 
-// stop kills the server and removes its files.
-func (s *redisServer) stop() {
-	s.kill()
+// Stop kills the server and removes its files.
+func (s *Server) Stop() {
+	s.Kill()
 	os.RemoveAll(s.dir)
 }

@@ -1,0 +1,282 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+	gormstore "github.com/idemkit/idemkit/stores/gorm"
+
+	"github.com/idemkit/idemkit/demo/payments/internal/payments"
+	"github.com/idemkit/idemkit/demo/payments/internal/webhook"
+)
+
+// WebhookPath receives the payment provider's signed webhooks.
+const WebhookPath = "/v1/webhooks/provider"
+
+// The scopes of the records of the provider's events. An event has two
+// records when it comes by webhook: its webhook's, in WebhookScope under
+// the webhook-id, which replays the answer to a webhook delivered again;
+// and its own, in EventScope under the event id, which makes it apply once
+// whichever way it comes, by webhook or by stream.
+const (
+	WebhookScope = "provider-webhooks"
+	EventScope   = "provider-events"
+)
+
+// eventJob is the name of the job that applies an event: with its body,
+// the fingerprint of the event's record.
+const eventJob = "settle"
+
+// ApplyEvent applies the provider's settlement event id, whose payload is
+// body, once however often and by whichever way it comes: through
+// Engine.Do, keyed by id in EventScope, its ledger entry commits in the
+// same transaction as the event's record (with KeyedRows, under the
+// event's key in its own transaction instead). It returns the entry, as
+// JSON, to the delivery that wrote it and to every later one. Errors: a
+// payload that is no settlement event (ErrInvalid, before any record), an
+// event the ledger refuses for good (*idem.PermanentError, recorded),
+// and Do's: idem.ErrInProgress while another delivery applies it,
+// idem.ErrKeyReused for another payload under the id, and the transient
+// ones, after which a later delivery applies it.
+func (a *API) ApplyEvent(ctx context.Context, id string, body []byte) ([]byte, error) {
+	ev, err := payments.ParseEvent(id, body)
+	if err != nil {
+		return nil, err
+	}
+	// The event's own transaction slot: within a webhook, the request's
+	// slot serves the webhook's record.
+	ctx, done := gormstore.WithTxSlot(ctx)
+	defer done()
+	return a.Engine.Do(ctx, idem.Job{Scope: EventScope, Key: id, Name: eventJob, Payload: body}, func(ctx context.Context) ([]byte, error) {
+		s, err := a.settle(ctx, ev)
+		switch {
+		case errors.Is(err, payments.ErrNotFound), errors.Is(err, payments.ErrEventMismatch):
+			return nil, idem.Permanent(fmt.Errorf("event %s refused: %w", id, err))
+		case err != nil:
+			return nil, err
+		}
+		return settlementJSON(s), nil
+	})
+}
+
+// settle writes ev's ledger entry under the event's record, which ctx
+// holds.
+func (a *API) settle(ctx context.Context, ev payments.Event) (payments.Settlement, error) {
+	if a.KeyedRows {
+		held, ok := idem.HeldKey(ctx)
+		if !ok {
+			return payments.Settlement{}, errNotGuarded
+		}
+		s, existing, err := payments.ApplyEventOnce(a.DB.WithContext(context.WithoutCancel(ctx)), RequestKey(held.ID), ev, a.Now())
+		if existing {
+			a.Existing.Add(1)
+			a.Logger.InfoContext(ctx, "event answered with the ledger entry already written under its id", slog.String("event", ev.ID))
+		}
+		return s, err
+	}
+	tx, err := gormstore.Tx(ctx, a.DB)
+	if err != nil {
+		return payments.Settlement{}, err
+	}
+	if ctx.Err() != nil && errors.Is(context.Cause(ctx), idem.ErrLeaseLost) {
+		return payments.Settlement{}, fmt.Errorf("%w: %w", payments.ErrLeaseLost, context.Cause(ctx))
+	}
+	return payments.ApplyEvent(tx, ev, a.Now())
+}
+
+// settlementView is a ledger entry as the API shows it.
+type settlementView struct {
+	ID      int64  `json:"id"`
+	Object  string `json:"object"`
+	Event   string `json:"event"`
+	Type    string `json:"type"`
+	Settles string `json:"settles"`
+	Amount  int64  `json:"amount"`
+	Created string `json:"created"`
+}
+
+func viewSettlement(s payments.Settlement) settlementView {
+	return settlementView{ID: s.ID, Object: "settlement", Event: s.Event, Type: s.Type, Settles: s.Object,
+		Amount: s.Amount, Created: s.Created.UTC().Format(time.RFC3339)}
+}
+
+func settlementJSON(s payments.Settlement) []byte {
+	b, err := json.Marshal(viewSettlement(s))
+	if err != nil {
+		panic(err) // a struct of strings and integers
+	}
+	return b
+}
+
+// maxWebhookBody is the largest webhook body read: the Engine's default
+// MaxRequestBody, which the demo keeps.
+const maxWebhookBody = 1 << 20
+
+// CheckWebhook checks a webhook's signature (webhook.Secret.Verify)
+// against the API's secret and clock. It returns the problem to answer a
+// webhook that fails, and false; true for one that passes.
+func (a *API) CheckWebhook(header func(string) string, body []byte) (idem.Response, bool) {
+	err := a.WebhookSecret.Verify(header, body, a.Now())
+	switch {
+	case err == nil:
+		return idem.Response{}, true
+	case errors.Is(err, webhook.ErrStale):
+		return a.Problem(http.StatusBadRequest, ProblemWebhookTimestampStale, "Webhook timestamp out of tolerance",
+			"The webhook is refused ("+err.Error()+"): a delivery must be signed anew, within "+webhook.Tolerance.String()+" of the server's clock. Nothing was recorded."), false
+	}
+	return a.Problem(http.StatusBadRequest, ProblemWebhookSignatureInvalid, "Webhook signature invalid",
+		"The webhook is refused ("+err.Error()+"): it must be signed with the endpoint's secret as the Standard Webhooks specification says. Nothing was recorded."), false
+}
+
+// VerifyWebhooks is net/http middleware that lets through only webhooks
+// that pass ReadWebhook; it answers the others itself, before idemkit's
+// middleware, so they record nothing.
+func (a *API) VerifyWebhooks(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if resp, ok := a.ReadWebhook(r); !ok {
+			WriteResponse(w, resp)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// ReadWebhook reads r's body and checks the webhook (WebhookBody,
+// CheckWebhook), leaving the body to be read again. It returns the problem
+// to answer a webhook that fails, and false.
+func (a *API) ReadWebhook(r *http.Request) (idem.Response, bool) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxWebhookBody+1))
+	if resp, ok := a.WebhookBody(body, err); !ok {
+		return resp, false
+	}
+	if resp, ok := a.CheckWebhook(r.Header.Get, body); !ok {
+		return resp, false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	return idem.Response{}, true
+}
+
+// WebhookBody returns the problem for a webhook body that could not be
+// read whole (err) or is over the limit, and false; true for one that
+// may be checked.
+func (a *API) WebhookBody(body []byte, err error) (idem.Response, bool) {
+	switch {
+	case err != nil:
+		return a.Problem(http.StatusBadRequest, idem.ProblemBodyUnreadable, "Request body unreadable", "The webhook's body could not be read; nothing was recorded."), false
+	case len(body) > maxWebhookBody:
+		return a.Problem(http.StatusRequestEntityTooLarge, idem.ProblemPayloadTooLarge, "Payload too large",
+			"A webhook body is at most "+strconv.Itoa(maxWebhookBody)+" bytes; nothing was recorded."), false
+	}
+	return idem.Response{}, true
+}
+
+// receiveWebhook applies a webhook's event. It runs behind VerifyWebhooks
+// and idemkit's middleware keyed by the webhook-id, whose record replays
+// its answer to the provider's redeliveries.
+func (a *API) receiveWebhook(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	result, err := a.ApplyEvent(r.Context(), r.Header.Get(webhook.HeaderID), body)
+	if err != nil {
+		a.failEvent(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	w.Write(result)
+}
+
+// failEvent answers an event that was not applied. Refusals for good are
+// 4xx, recorded for the webhook; the others say that a later delivery may
+// apply the event, and are not.
+func (a *API) failEvent(w http.ResponseWriter, r *http.Request, err error) {
+	var perm *idem.PermanentError
+	switch {
+	case errors.As(err, &perm):
+		a.writeProblem(w, http.StatusUnprocessableEntity, ProblemEventRejected, "Event rejected",
+			perm.Error()+". The ledger has no such charge or refund, or not with that amount: delivering the event again will not change that.")
+	case errors.Is(err, idem.ErrKeyReused):
+		a.writeProblem(w, http.StatusUnprocessableEntity, idem.ProblemKeyReused, "Event id reused with another payload",
+			"This event id was already applied with another payload.")
+	case errors.Is(err, idem.ErrInProgress):
+		resp := a.Problem(http.StatusConflict, idem.ProblemInProgress, "Event being applied",
+			"Another delivery of this event is being applied now. Not recorded: deliver it again after Retry-After seconds.")
+		resp.Header = append(resp.Header, idem.HeaderField{Name: "Retry-After", Values: []string{retryAfter}})
+		WriteResponse(w, resp)
+	case errors.Is(err, idem.ErrStoreUnavailable), errors.Is(err, idem.ErrStoreFull):
+		a.writeProblem(w, http.StatusServiceUnavailable, idem.ProblemStoreUnavailable, "Idempotency store unavailable",
+			"The event's record could not be checked, so the event was not applied. Deliver it again later.")
+	case errors.Is(err, idem.ErrRolledBack):
+		a.writeProblem(w, http.StatusServiceUnavailable, ProblemDatabaseUnavailable, "Database unavailable",
+			"The event's ledger entry could not be committed, so it was not applied. Deliver it again later.")
+	default:
+		a.fail(w, r, err)
+	}
+}
+
+// listSettlements serves GET /v1/settlements: the account's ledger
+// entries in the order they were written, a page at a time
+// (?starting_after=<id of the last entry of the page before>).
+func (a *API) listSettlements(w http.ResponseWriter, r *http.Request) {
+	limit, err := pageLimit(r)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	after := int64(0)
+	if v := r.URL.Query().Get("starting_after"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			a.fail(w, r, payments.Invalid(payments.FieldError{Parameter: "starting_after", Detail: "must be the id of a ledger entry"}))
+			return
+		}
+		after = n
+	}
+	list, more, err := payments.ListSettlements(r.Context(), a.DB, account(r), limit, after)
+	if err != nil {
+		a.fail(w, r, err)
+		return
+	}
+	views := make([]settlementView, len(list))
+	for i, s := range list {
+		views[i] = viewSettlement(s)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": views, "has_more": more})
+}
+
+// ConsumeEvent applies an event read from the event stream, and reports
+// whether its entry is done with (acknowledge it) or must be delivered
+// again. Applied events are done, and so are those refused for good (a
+// payload that is no event, an event the ledger refuses, an id reused
+// with another payload), logged as errors: no redelivery would change
+// them. Those another delivery is applying now (idem.ErrInProgress), and
+// those that met a failure that may pass, are left pending, as the policy
+// asks of a queue: not acknowledged, delivered again later.
+func (a *API) ConsumeEvent(ctx context.Context, id string, body []byte) (ack bool) {
+	_, err := a.ApplyEvent(ctx, id, body)
+	var perm *idem.PermanentError
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, payments.ErrInvalid), errors.As(err, &perm), errors.Is(err, idem.ErrKeyReused):
+		a.Logger.ErrorContext(ctx, "event refused for good: acknowledged without applying it", slog.String("event", id), slog.String("error", err.Error()))
+		return true
+	case errors.Is(err, idem.ErrInProgress):
+		a.Logger.InfoContext(ctx, "event being applied by another delivery: left pending, delivered again later", slog.String("event", id))
+	default:
+		a.Logger.WarnContext(ctx, "event not applied: left pending, delivered again later", slog.String("event", id), slog.String("error", err.Error()))
+	}
+	return false
+}

@@ -1,0 +1,267 @@
+package payments
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// The payment provider settles every charge and refund some time after it
+// was made: the charge's money reaches the account, the refund's leaves
+// it. It says so with one settlement event per charge or refund, delivered
+// at least once (by signed webhook, and with -events also on a Redis
+// stream): the same event may come any number of times, in any order, by
+// either way. Each event must change the ledger once: one Settlement row,
+// and the charge or refund marked settled. Nothing here makes that so by
+// itself (a second application writes a second row): the event's
+// idempotency record does, committed in the same transaction as the row
+// (api.API.ApplyEvent runs the application through Engine.Do).
+
+// The types of settlement events.
+const (
+	ChargeSettled = "charge.settled"
+	RefundSettled = "refund.settled"
+)
+
+// The states of a charge or refund.
+const (
+	// StatusSucceeded: made, and not yet settled by the provider.
+	StatusSucceeded = "succeeded"
+	// StatusSettled: the provider's settlement event was applied.
+	StatusSettled = "settled"
+)
+
+// ErrEventMismatch: a settlement event names a charge or refund of the
+// account, but with another amount. The provider and the ledger disagree;
+// applying the event again would not change that.
+var ErrEventMismatch = errors.New("the settlement event does not match the charge or refund it names")
+
+// Event is one settlement event of the provider.
+type Event struct {
+	// ID is the event's id, the same on every delivery of it (the Standard
+	// Webhooks webhook-id): EventID of the object it settles.
+	ID   string
+	Type string // ChargeSettled or RefundSettled
+	// Time is when the charge or refund was made, to the second.
+	Time time.Time
+	Data EventData
+}
+
+// EventData is what an event settles.
+type EventData struct {
+	Object  string `json:"object"`           // the charge's or refund's id
+	Charge  string `json:"charge,omitempty"` // a refund's charge
+	Account string `json:"account"`
+	Amount  int64  `json:"amount"`
+}
+
+// eventBody is an event's payload as the Standard Webhooks specification
+// shapes one: its type, a timestamp and its data. The id travels beside it
+// (the webhook-id header, the stream entry's id field).
+type eventBody struct {
+	Type      string    `json:"type"`
+	Timestamp string    `json:"timestamp"`
+	Data      EventData `json:"data"`
+}
+
+// EventID is the id of the settlement event of the charge or refund
+// object: one event per object, with the same id whichever instance of the
+// demo, whichever settlement run, sends it.
+func EventID(object string) string { return "evt_settled_" + object }
+
+// Body is the event's payload, the same bytes every time it is sent: the
+// body of its webhooks and of its stream entries, the payload its
+// idempotency record is held to.
+func (e Event) Body() []byte {
+	b, err := json.Marshal(eventBody{Type: e.Type, Timestamp: e.Time.UTC().Format(time.RFC3339), Data: e.Data})
+	if err != nil {
+		panic(err) // a struct of strings and an integer
+	}
+	return b
+}
+
+// maxEventID is the longest event id the ledger keeps.
+const maxEventID = 100
+
+// ParseEvent reads the event id with payload body, as Body writes it. An
+// event the ledger cannot apply is an InvalidError naming what is wrong.
+func ParseEvent(id string, body []byte) (Event, error) {
+	var b eventBody
+	var problems []FieldError
+	if err := json.Unmarshal(body, &b); err != nil {
+		return Event{}, Invalid(FieldError{Pointer: "#", Detail: "must be a settlement event: a JSON object with type, timestamp and data"})
+	}
+	check := func(ok bool, f FieldError) {
+		if !ok {
+			problems = append(problems, f)
+		}
+	}
+	check(id != "" && storable(id, maxEventID), FieldError{Header: "webhook-id", Detail: fmt.Sprintf("must be an event id of at most %d bytes", maxEventID)})
+	check(b.Type == ChargeSettled || b.Type == RefundSettled, FieldError{Pointer: "#/type", Detail: "must be " + ChargeSettled + " or " + RefundSettled})
+	at, err := time.Parse(time.RFC3339, b.Timestamp)
+	check(err == nil, FieldError{Pointer: "#/timestamp", Detail: "must be an RFC 3339 time"})
+	check(b.Data.Object != "" && storable(b.Data.Object, idSize), FieldError{Pointer: "#/data/object", Detail: "must be the id of a charge or refund"})
+	check(b.Type != RefundSettled || storable(b.Data.Charge, idSize), FieldError{Pointer: "#/data/charge", Detail: "must be the id of the refund's charge"})
+	check(b.Data.Account != "" && storable(b.Data.Account, accountSize), FieldError{Pointer: "#/data/account", Detail: "must name an account"})
+	check(b.Data.Amount > 0 && b.Data.Amount <= MaxAmount, FieldError{Pointer: "#/data/amount", Detail: fmt.Sprintf("must be a positive integer number of cents, at most %d", MaxAmount)})
+	if problems != nil {
+		return Event{}, Invalid(problems...)
+	}
+	return Event{ID: id, Type: b.Type, Time: at, Data: b.Data}, nil
+}
+
+// Settlement is one entry of the ledger: a settlement event applied.
+type Settlement struct {
+	// ID numbers the entries in the order they were written.
+	ID      int64  `gorm:"primaryKey;autoIncrement"`
+	Account string `gorm:"size:200;not null;index"`
+	Event   string `gorm:"size:100;not null;index"`
+	Type    string `gorm:"size:20;not null"`
+	Object  string `gorm:"size:40;not null"`
+	Amount  int64  `gorm:"not null"`
+	Created time.Time
+	// EventKey is the hashed scoped key of the event's idempotency record
+	// when the records are kept apart from the ledger (in Redis): its
+	// unique index keeps one entry per event should a record be lost (see
+	// ApplyEventOnce). Nil for entries written with their record in the
+	// same transaction, which need none.
+	EventKey *string `gorm:"size:80;uniqueIndex"`
+}
+
+// ApplyEvent applies e in tx: it writes the ledger entry and marks the
+// charge or refund settled. It checks before it writes, so that an event
+// it refuses leaves tx as it was: ErrNotFound if the account has no such
+// object, ErrEventMismatch if the object has another amount (or the refund
+// another charge). It writes the entry again if called again: keeping it
+// to once per event is the caller's part.
+func ApplyEvent(tx *gorm.DB, e Event, now time.Time) (Settlement, error) {
+	return applyEvent(tx, e, now, nil)
+}
+
+func applyEvent(tx *gorm.DB, e Event, now time.Time, key *string) (Settlement, error) {
+	var model any
+	var amount int64
+	switch e.Type {
+	case ChargeSettled:
+		var c Charge
+		err := tx.Where("id = ? AND account = ?", e.Data.Object, e.Data.Account).Take(&c).Error
+		if err != nil {
+			return Settlement{}, notFound(err)
+		}
+		model, amount = &Charge{}, c.Amount
+	case RefundSettled:
+		var r Refund
+		err := tx.Where("id = ? AND account = ?", e.Data.Object, e.Data.Account).Take(&r).Error
+		if err != nil {
+			return Settlement{}, notFound(err)
+		}
+		if r.Charge != e.Data.Charge {
+			return Settlement{}, ErrEventMismatch
+		}
+		model, amount = &Refund{}, r.Amount
+	default:
+		return Settlement{}, Invalid(FieldError{Pointer: "#/type", Detail: "must be " + ChargeSettled + " or " + RefundSettled})
+	}
+	if amount != e.Data.Amount {
+		return Settlement{}, ErrEventMismatch
+	}
+	if err := tx.Model(model).Where("id = ?", e.Data.Object).Update("status", StatusSettled).Error; err != nil {
+		return Settlement{}, err
+	}
+	s := Settlement{Account: e.Data.Account, Event: e.ID, Type: e.Type, Object: e.Data.Object, Amount: amount,
+		Created: now.UTC().Truncate(time.Second), EventKey: key}
+	if err := tx.Create(&s).Error; err != nil {
+		return Settlement{}, err
+	}
+	return s, nil
+}
+
+func notFound(err error) error {
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return ErrNotFound
+	}
+	return err
+}
+
+// ApplyEventOnce is ApplyEvent for records kept apart from db: the entry
+// and the object's state commit in a transaction of its own, the entry
+// carrying key, the hash of the event's scoped key, under its unique
+// index. If an entry under key exists (its event's record was lost, or
+// another delivery wrote it meanwhile), it is returned and nothing is
+// written: existing is then true. An event id names one event for good, so
+// unlike a request key, key never expires.
+func ApplyEventOnce(db *gorm.DB, key string, e Event, now time.Time) (s Settlement, existing bool, err error) {
+	if s, err := settlementByKey(db, key); err == nil || !errors.Is(err, ErrNotFound) {
+		return s, err == nil, err
+	}
+	err = db.Transaction(func(tx *gorm.DB) error {
+		var err error
+		s, err = applyEvent(tx, e, now, &key)
+		return err
+	})
+	if err != nil {
+		// Another delivery of the event wrote its entry first: the unique
+		// index refused this one.
+		if prev, ferr := settlementByKey(db, key); ferr == nil {
+			return prev, true, nil
+		}
+		return Settlement{}, false, err
+	}
+	return s, false, nil
+}
+
+func settlementByKey(db *gorm.DB, key string) (Settlement, error) {
+	var s Settlement
+	err := db.Where("event_key = ?", key).Take(&s).Error
+	return s, notFound(err)
+}
+
+// maxPending bounds the charges, and the refunds, one settlement run
+// reads: the oldest, so that a backlog is worked off in order, and the
+// provider has at most that many of each under way.
+const maxPending = 500
+
+// PendingEvents returns the settlement events of the charges and refunds
+// not yet settled, oldest first, at most maxPending of each; full reports
+// that there may be more. They are the provider's books: a real provider
+// knows the payments it took and the refunds it made, and the simulated
+// one reads them from the demo's database.
+func PendingEvents(ctx context.Context, db *gorm.DB) (events []Event, full bool, err error) {
+	db = db.WithContext(ctx)
+	var charges []Charge
+	if err := db.Select("id", "account", "amount", "created").Where("status = ?", StatusSucceeded).Order("seq").Limit(maxPending).Find(&charges).Error; err != nil {
+		return nil, false, err
+	}
+	var refunds []Refund
+	if err := db.Select("id", "charge", "account", "amount", "created").Where("status = ?", StatusSucceeded).Order("created, id").Limit(maxPending).Find(&refunds).Error; err != nil {
+		return nil, false, err
+	}
+	for _, c := range charges {
+		events = append(events, Event{ID: EventID(c.ID), Type: ChargeSettled, Time: c.Created,
+			Data: EventData{Object: c.ID, Account: c.Account, Amount: c.Amount}})
+	}
+	for _, r := range refunds {
+		events = append(events, Event{ID: EventID(r.ID), Type: RefundSettled, Time: r.Created,
+			Data: EventData{Object: r.ID, Charge: r.Charge, Account: r.Account, Amount: r.Amount}})
+	}
+	return events, len(charges) == maxPending || len(refunds) == maxPending, nil
+}
+
+// ListSettlements returns up to limit of account's ledger entries, in the
+// order they were written, after the entry numbered after (0: from the
+// first), and whether more follow.
+func ListSettlements(ctx context.Context, db *gorm.DB, account string, limit int, after int64) ([]Settlement, bool, error) {
+	list := []Settlement{}
+	if err := ValidAccount(account); err != nil {
+		return list, false, err
+	}
+	err := db.WithContext(ctx).Where("account = ? AND id > ?", account, after).Order("id").Limit(limit + 1).Find(&list).Error
+	if more := len(list) > limit; more {
+		return list[:limit], true, err
+	}
+	return list, false, err
+}
