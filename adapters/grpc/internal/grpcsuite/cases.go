@@ -335,7 +335,7 @@ func watch(t *testing.T, e *Env, key string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ctx = metadata.AppendToOutgoingContext(ctx, idemgrpc.KeyMetadata, key)
-	stream, err := e.Conn.NewStream(ctx, &chargesDesc.Streams[0], Watch)
+	stream, err := e.Conn.NewStream(ctx, &watchDesc, Watch)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -129,35 +129,33 @@ func (a *App) wait(ctx context.Context) error {
 	return status.Error(codes.Unavailable, context.Cause(ctx).Error())
 }
 
-// unary is a MethodDesc for a unary method of the App, written as
-// protoc-gen-go-grpc writes one.
-func unary[Req proto.Message](name string, newReq func() Req, call func(a *App, ctx context.Context, req Req) (any, error)) grpc.MethodDesc {
-	return grpc.MethodDesc{
-		MethodName: name,
-		Handler: func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
-			req := newReq()
-			if err := dec(req); err != nil {
-				return nil, err
-			}
-			a := srv.(*App)
-			if interceptor == nil {
-				return call(a, ctx, req)
-			}
-			info := &grpc.UnaryServerInfo{Server: srv, FullMethod: "/" + serviceOf(name) + "/" + name}
-			return interceptor(ctx, req, info, func(ctx context.Context, req any) (any, error) {
-				return call(a, ctx, req.(Req))
-			})
-		},
-	}
-}
+// Method serves one unary method of a service declared with ServiceDesc.
+type Method func(ctx context.Context, req *structpb.Struct) (any, error)
 
-func newStruct() *structpb.Struct { return new(structpb.Struct) }
-
-func serviceOf(method string) string {
-	if method == "Post" {
-		return ledgerService
+// ServiceDesc declares a service of unary methods taking a Struct, each
+// served by its Method, as protoc-gen-go-grpc declares a service, and its
+// streams. Register it with a nil implementation: the Methods are closures.
+func ServiceDesc(service string, methods map[string]Method, streams ...grpc.StreamDesc) *grpc.ServiceDesc {
+	desc := &grpc.ServiceDesc{ServiceName: service, HandlerType: (*any)(nil), Streams: streams}
+	for name, call := range methods {
+		desc.Methods = append(desc.Methods, grpc.MethodDesc{
+			MethodName: name,
+			Handler: func(_ any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+				req := new(structpb.Struct)
+				if err := dec(req); err != nil {
+					return nil, err
+				}
+				if interceptor == nil {
+					return call(ctx, req)
+				}
+				info := &grpc.UnaryServerInfo{FullMethod: "/" + service + "/" + name}
+				return interceptor(ctx, req, info, func(ctx context.Context, req any) (any, error) {
+					return call(ctx, req.(*structpb.Struct))
+				})
+			},
+		})
 	}
-	return chargesService
+	return desc
 }
 
 const (
@@ -165,49 +163,42 @@ const (
 	ledgerService  = "idemkit.grpcsuite.Ledger"
 )
 
-var chargesDesc = grpc.ServiceDesc{
-	ServiceName: chargesService,
-	HandlerType: (*any)(nil),
-	Methods: []grpc.MethodDesc{
-		unary("Create", newStruct, func(a *App, _ context.Context, req *structpb.Struct) (any, error) { return a.charge(req), nil }),
-		unary("Fail", newStruct, func(a *App, _ context.Context, req *structpb.Struct) (any, error) { return a.fail(req) }),
-		unary("Panic", newStruct, func(a *App, _ context.Context, _ *structpb.Struct) (any, error) {
+func (a *App) chargesDesc() *grpc.ServiceDesc {
+	charge := func(_ context.Context, req *structpb.Struct) (any, error) { return a.charge(req), nil }
+	return ServiceDesc(chargesService, map[string]Method{
+		"Create": charge,
+		"Fail":   func(_ context.Context, req *structpb.Struct) (any, error) { return a.fail(req) },
+		"Panic": func(context.Context, *structpb.Struct) (any, error) {
 			a.calls.Add(1)
 			panic("grpcsuite: the handler panics")
-		}),
-		unary("Slow", newStruct, func(a *App, _ context.Context, req *structpb.Struct) (any, error) {
+		},
+		"Slow": func(_ context.Context, req *structpb.Struct) (any, error) {
 			a.enter()
 			<-a.release
 			return a.charge(req), nil
-		}),
-		unary("Held", newStruct, func(a *App, ctx context.Context, _ *structpb.Struct) (any, error) { return a.held(ctx), nil }),
-		unary("Wait", newStruct, func(a *App, ctx context.Context, _ *structpb.Struct) (any, error) { return nil, a.wait(ctx) }),
-		unary("Get", newStruct, func(a *App, _ context.Context, req *structpb.Struct) (any, error) { return a.charge(req), nil }),
-	},
-	Streams: []grpc.StreamDesc{{
-		StreamName:    "Watch",
-		ServerStreams: true,
-		Handler: func(srv any, stream grpc.ServerStream) error {
-			a := srv.(*App)
-			req := new(structpb.Struct)
-			if err := stream.RecvMsg(req); err != nil {
-				return err
-			}
-			for range 2 {
-				if err := stream.SendMsg(a.charge(req)); err != nil {
-					return err
-				}
-			}
-			return nil
 		},
-	}},
+		"Held": func(ctx context.Context, _ *structpb.Struct) (any, error) { return a.held(ctx), nil },
+		"Wait": func(ctx context.Context, _ *structpb.Struct) (any, error) { return nil, a.wait(ctx) },
+		"Get":  charge,
+	}, watchDesc)
 }
 
-var ledgerDesc = grpc.ServiceDesc{
-	ServiceName: ledgerService,
-	HandlerType: (*any)(nil),
-	Methods: []grpc.MethodDesc{
-		unary("Post", newStruct, func(a *App, _ context.Context, req *structpb.Struct) (any, error) { return a.charge(req), nil }),
+// watchDesc is the Watch stream's description, for NewStream.
+var watchDesc = grpc.StreamDesc{
+	StreamName:    "Watch",
+	ServerStreams: true,
+	Handler: func(srv any, stream grpc.ServerStream) error {
+		a := srv.(*App)
+		req := new(structpb.Struct)
+		if err := stream.RecvMsg(req); err != nil {
+			return err
+		}
+		for range 2 {
+			if err := stream.SendMsg(a.charge(req)); err != nil {
+				return err
+			}
+		}
+		return nil
 	},
 }
 
@@ -216,8 +207,10 @@ var ledgerDesc = grpc.ServiceDesc{
 // process), as generated code does.
 func Register(s grpc.ServiceRegistrar, a *App) {
 	registerDescriptor()
-	s.RegisterService(&chargesDesc, a)
-	s.RegisterService(&ledgerDesc, a)
+	s.RegisterService(a.chargesDesc(), a) // the stream's handler gets a as its srv
+	s.RegisterService(ServiceDesc(ledgerService, map[string]Method{
+		"Post": func(_ context.Context, req *structpb.Struct) (any, error) { return a.charge(req), nil },
+	}), nil)
 }
 
 var registerDescriptor = sync.OnceFunc(func() {
