@@ -222,7 +222,9 @@ func finish(ctx context.Context, lock *idem.Lock, reply any, err error) error {
 // message, decoded into a new message of the method's reply type, or the
 // status with its message and details.
 func (s *server) replay(ctx context.Context, m *method, resp idem.Response) (any, error) {
-	_ = grpc.SetHeader(ctx, s.replayed) // fails only outside a gRPC server: nobody to tell
+	if stream := grpc.ServerTransportStreamFromContext(ctx); stream != nil { // none outside a gRPC server: nobody to tell
+		_ = stream.SetHeader(s.replayed)
+	}
 	code, ok := recordedCode(resp.Status)
 	switch {
 	case !ok:

@@ -197,8 +197,8 @@ func (r *refuser) refuse(ctx context.Context, resp idem.Response) error {
 	if msg == "" {
 		msg = problemMember(resp.Body, detailMember)
 	}
-	if p.retry {
-		_ = grpc.SetTrailer(ctx, r.pushback) // fails only outside a gRPC server: nobody to tell
+	if stream := grpc.ServerTransportStreamFromContext(ctx); p.retry && stream != nil { // none outside a gRPC server
+		_ = stream.SetTrailer(r.pushback)
 	}
 	return status.ErrorProto(&spb.Status{Code: int32(p.code), Message: msg, Details: p.details})
 }
