@@ -122,7 +122,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	}
 	if m.reply == nil {
 		return nil, status.Errorf(codes.Internal, "idemgrpc: the reply type of %s is unknown, so its reply could not be "+
-			"replayed: register its file descriptor (generated code does) or give idemgrpc.WithReplyType", info.FullMethod)
+			"replayed: register its file descriptor (generated code does) or give idemgrpc.WithReplyTypes", info.FullMethod)
 	}
 	bp := marshalBufs.Get().(*[]byte)
 	body, err := deterministic.MarshalAppend((*bp)[:0], msg)

@@ -14,7 +14,7 @@ import (
 // replay is decoded into.
 type method struct {
 	guarded bool
-	reply   protoreflect.MessageType // nil when neither a descriptor nor WithReplyType gives it
+	reply   protoreflect.MessageType // nil when neither a descriptor nor WithReplyTypes gives it
 }
 
 // methods resolves each method once, on its first call, and keeps the

@@ -45,17 +45,20 @@ func WithMethods(guarded func(fullMethod string) bool) Option {
 	return func(o *options) { o.guard = guarded }
 }
 
-// WithReplyType gives the reply type of a method whose descriptor is not
-// registered with protoregistry.GlobalFiles (generated code registers it,
-// so this is for services declared by hand): a replay is decoded into a
-// new message of reply's type. A guarded method whose reply type is known
-// neither way is refused with INTERNAL before its handler runs, since its
-// reply could not be replayed.
-func WithReplyType(fullMethod string, reply proto.Message) Option {
+// WithReplyTypes gives the reply types of methods whose descriptors are
+// not registered with protoregistry.GlobalFiles (generated code registers
+// them, so this is for services declared by hand): replies maps a full
+// method name to a message of its reply type, into a new one of which a
+// replay is decoded. A guarded method whose reply type is known neither
+// way is refused with INTERNAL before its handler runs, since its reply
+// could not be replayed.
+func WithReplyTypes(replies map[string]proto.Message) Option {
 	return func(o *options) {
 		if o.replies == nil {
 			o.replies = map[string]protoreflect.MessageType{}
 		}
-		o.replies[fullMethod] = reply.ProtoReflect().Type()
+		for method, reply := range replies {
+			o.replies[method] = reply.ProtoReflect().Type()
+		}
 	}
 }

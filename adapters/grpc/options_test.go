@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
@@ -44,18 +45,18 @@ func TestWithMethodsGuardsWhatTheDescriptorLeavesOut(t *testing.T) {
 }
 
 func TestReplyTypeUnknown(t *testing.T) {
-	// Ledger has no registered descriptor: without WithReplyType its
+	// Ledger has no registered descriptor: without WithReplyTypes its
 	// reply could not be replayed, so the call is refused before it runs.
 	e := grpcsuite.NewEnv(t, memStore(t), nil)
 	r := e.Send(grpcsuite.Call{Method: grpcsuite.Post, Key: "k1"})
-	if r.Code() != codes.Internal || !strings.Contains(status.Convert(r.Err).Message(), "WithReplyType") {
-		t.Fatalf("got %v, want INTERNAL naming WithReplyType", r.Err)
+	if r.Code() != codes.Internal || !strings.Contains(status.Convert(r.Err).Message(), "WithReplyTypes") {
+		t.Fatalf("got %v, want INTERNAL naming WithReplyTypes", r.Err)
 	}
 	e.WantCalls(t, 0)
 }
 
 func TestWithReplyType(t *testing.T) {
-	e := grpcsuite.NewEnv(t, memStore(t), nil, idemgrpc.WithReplyType(grpcsuite.Post, &structpb.Struct{}))
+	e := grpcsuite.NewEnv(t, memStore(t), nil, idemgrpc.WithReplyTypes(map[string]proto.Message{grpcsuite.Post: &structpb.Struct{}}))
 	first := e.Must(t, grpcsuite.Call{Method: grpcsuite.Post, Key: "k1"})
 	grpcsuite.WantReplay(t, first, e.Send(grpcsuite.Call{Method: grpcsuite.Post, Key: "k1"}))
 	e.WantCalls(t, 1)

@@ -12,8 +12,10 @@ require (
 	github.com/idemkit/idemkit/adapters/echo v0.0.0
 	github.com/idemkit/idemkit/adapters/fiber v0.0.0
 	github.com/idemkit/idemkit/adapters/gin v0.0.0
+	github.com/idemkit/idemkit/adapters/grpc v0.0.0
 	github.com/idemkit/idemkit/stores/gorm v0.0.0
 	github.com/labstack/echo/v4 v4.16.0
+	google.golang.org/grpc v1.85.0
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
@@ -37,6 +39,7 @@ require (
 	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
 	go.opentelemetry.io/otel/sdk/metric v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 )
 
 require (
@@ -91,7 +94,7 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
+	google.golang.org/protobuf v1.36.12
 	modernc.org/libc v1.22.5 // indirect
 	modernc.org/mathutil v1.5.0 // indirect
 	modernc.org/memory v1.5.0 // indirect
@@ -102,6 +105,7 @@ replace (
 	github.com/idemkit/idemkit/adapters/echo => ../../adapters/echo
 	github.com/idemkit/idemkit/adapters/fiber => ../../adapters/fiber
 	github.com/idemkit/idemkit/adapters/gin => ../../adapters/gin
+	github.com/idemkit/idemkit/adapters/grpc => ../../adapters/grpc
 	github.com/idemkit/idemkit/stores/gorm => ../../stores/gorm
 )
 

@@ -25,7 +25,8 @@ import (
 
 // TestTutorialBlocks checks the kinds of the tutorial's blocks: go and sh
 // blocks are checked by TestDocsGoBlocks and TestDocsShellBlocks, console
-// blocks are replayed by TestTutorialSessions and so must say where.
+// blocks are replayed by TestTutorialSessions and so must say where, or
+// show a program's output, which TestDocsProgramOutputs checks.
 func TestTutorialBlocks(t *testing.T) {
 	blocks := readBlocks(t, "docs/tutorial.md")
 	if len(blocks) < 10 {
@@ -35,8 +36,8 @@ func TestTutorialBlocks(t *testing.T) {
 		switch b.lang {
 		case "go", "sh":
 		case "console":
-			if !strings.HasPrefix(b.note, "run: ") {
-				t.Errorf("%s: console block without a <!-- run: ... --> note", b.at())
+			if !strings.HasPrefix(b.note, "run: ") && !strings.HasPrefix(b.note, "output: ") {
+				t.Errorf("%s: console block without a <!-- run: ... --> or <!-- output: ... --> note", b.at())
 			}
 		default:
 			t.Errorf("%s: block of unknown kind %q", b.at(), b.lang)
@@ -53,10 +54,10 @@ func TestTutorialSessions(t *testing.T) {
 	bin := t.TempDir()
 	servers := map[string]string{}
 	for _, b := range blocks {
-		if b.lang != "console" {
-			continue
+		name, ok := strings.CutPrefix(b.note, "run: ")
+		if b.lang != "console" || !ok {
+			continue // an output block: TestDocsProgramOutputs runs its program
 		}
-		name := strings.TrimPrefix(b.note, "run: ")
 		addr, ok := servers[name]
 		if !ok {
 			addr = startExample(t, bin, name, nil)

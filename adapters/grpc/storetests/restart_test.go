@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 	"gorm.io/gorm"
 )
@@ -109,7 +110,7 @@ func (p *payments) start(t *testing.T, crashes bool) *instance {
 	in := &instance{db: db, store: gormStore(t, db)}
 	engine := idem.New(idem.Config{Store: in.store, Logger: slog.New(slog.DiscardHandler)})
 	chain := []grpc.UnaryServerInterceptor{txSlot,
-		idemgrpc.UnaryServerInterceptor(engine, idemgrpc.WithReplyType(createCharge, &structpb.Struct{}))}
+		idemgrpc.UnaryServerInterceptor(engine, idemgrpc.WithReplyTypes(map[string]proto.Message{createCharge: &structpb.Struct{}}))}
 	if crashes {
 		chain = append([]grpc.UnaryServerInterceptor{p.crashAfterRecording}, chain...)
 	}

@@ -57,7 +57,7 @@ const (
 	Watch = "/idemkit.grpcsuite.Charges/Watch"
 	// Post, the one method of idemkit.grpcsuite.Ledger, answers as Create
 	// does. Its service has no registered descriptor: its reply type is
-	// known only from idemgrpc.WithReplyType.
+	// known only from idemgrpc.WithReplyTypes.
 	Post = "/idemkit.grpcsuite.Ledger/Post"
 )
 
