@@ -322,7 +322,7 @@ var cases = []suiteCase{
 		WantReplay(t, second, e.Send(Call{Key: "k1"}))
 		e.WantCalls(t, 2)
 	}},
-	{name: "Store/FailOpen", config: func(c *idem.Config) { c.Store, c.FailOpen = failingStore{}, true }, run: func(t *testing.T, e *Env) {
+	{name: "Store/FailOpen", config: func(c *idem.Config) { StoreUnreachable(c); c.FailOpen = true }, run: func(t *testing.T, e *Env) {
 		e.Must(t, Call{Key: "k1"})
 		e.Must(t, Call{Key: "k1"})
 		e.WantCalls(t, 2)
@@ -371,28 +371,18 @@ func (failingRenewals) Renew(context.Context, idem.ID, string, time.Time) error 
 	return errUnreachable
 }
 
-// StoreUnreachable replaces the Engine's store with one that cannot be
-// reached.
-func StoreUnreachable(c *idem.Config) { c.Store = failingStore{} }
+// StoreUnreachable makes the Engine's store unreachable: Acquire, the
+// first call of every guarded call, fails.
+func StoreUnreachable(c *idem.Config) { c.Store = unreachable{c.Store} }
 
 // StoreFull makes the Engine's store refuse every new key as full.
 func StoreFull(c *idem.Config) { c.Store = fullStore{c.Store} }
 
-// failingStore is a store that cannot be reached.
-type failingStore struct{}
+type unreachable struct{ idem.Store }
 
-func (failingStore) Acquire(context.Context, idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
+func (unreachable) Acquire(context.Context, idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
 	return idem.Record{}, 0, errUnreachable
 }
-func (failingStore) Renew(context.Context, idem.ID, string, time.Time) error { return errUnreachable }
-func (failingStore) Complete(context.Context, idem.ID, string, idem.Completion) error {
-	return errUnreachable
-}
-func (failingStore) Release(context.Context, idem.ID, string) error { return errUnreachable }
-func (failingStore) Get(context.Context, idem.ID) (idem.Record, error) {
-	return idem.Record{}, errUnreachable
-}
-func (failingStore) Purge(context.Context, time.Time, int) (int, error) { return 0, errUnreachable }
 
 // fullStore is a bounded store with no room left.
 type fullStore struct{ idem.Store }
