@@ -15,12 +15,14 @@ require (
 	github.com/idemkit/idemkit/adapters/fiber v0.0.0
 	github.com/idemkit/idemkit/adapters/fiberv3 v0.0.0
 	github.com/idemkit/idemkit/adapters/gin v0.0.0
+	github.com/idemkit/idemkit/adapters/grpc v0.0.0
 	github.com/idemkit/idemkit/stores/gorm v0.0.0
 	github.com/labstack/echo/v4 v4.16.0
 	github.com/labstack/echo/v5 v5.4.4
 	github.com/prometheus/client_model v0.6.3
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
+	google.golang.org/grpc v1.85.0
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
 )
@@ -45,6 +47,7 @@ require (
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
 	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 )
 
 require (
@@ -72,7 +75,7 @@ require (
 	github.com/jinzhu/now v1.1.5 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
-	github.com/klauspost/cpuid/v2 v2.3.0 // indirect
+	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
 	github.com/labstack/gommon v0.5.0 // indirect
 	github.com/leodido/go-urn v1.4.0 // indirect
 	github.com/mattn/go-colorable v0.1.15 // indirect
@@ -99,7 +102,7 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
+	google.golang.org/protobuf v1.36.12
 	modernc.org/libc v1.22.5 // indirect
 	modernc.org/mathutil v1.5.0 // indirect
 	modernc.org/memory v1.5.0 // indirect
@@ -112,6 +115,7 @@ replace (
 	github.com/idemkit/idemkit/adapters/fiber => ../../adapters/fiber
 	github.com/idemkit/idemkit/adapters/fiberv3 => ../../adapters/fiberv3
 	github.com/idemkit/idemkit/adapters/gin => ../../adapters/gin
+	github.com/idemkit/idemkit/adapters/grpc => ../../adapters/grpc
 	github.com/idemkit/idemkit/stores/gorm => ../../stores/gorm
 )
 

@@ -1,0 +1,285 @@
+package idemgrpc_test
+
+import (
+	"context"
+	"regexp"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	idemgrpc "github.com/idemkit/idemkit/adapters/grpc"
+	"github.com/idemkit/idemkit/adapters/grpc/internal/grpcsuite"
+	idem "github.com/idemkit/idemkit/core"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+)
+
+// clientEnv is a server on loopback whose every call's key is noted, as it
+// arrived, before idemkit sees it, and a client with the interceptor.
+type clientEnv struct {
+	app   *grpcsuite.App
+	conn  *grpc.ClientConn
+	keys  *keyLog
+	waits []time.Duration
+}
+
+type keyLog struct {
+	mu   sync.Mutex
+	keys []string
+	// onCall, if set, runs before the n-th call (from 1) goes on to idemkit.
+	onCall func(n int)
+}
+
+func (l *keyLog) intercept(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	l.mu.Lock()
+	l.keys = append(l.keys, metadata.ValueFromIncomingContext(ctx, idemgrpc.KeyMetadata)...)
+	n, onCall := len(l.keys), l.onCall
+	l.mu.Unlock()
+	if onCall != nil {
+		onCall(n)
+	}
+	return handler(ctx, req)
+}
+
+func (l *keyLog) setOnCall(f func(n int)) {
+	l.mu.Lock()
+	l.onCall = f
+	l.mu.Unlock()
+}
+
+func (l *keyLog) seen() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.keys)
+}
+
+// newClientEnv serves the test services with an Engine on the memory store
+// (configure applied to its Config), and dials them through the client
+// interceptor for cfg, whose Sleep only notes the waits and calls sleep,
+// if set. dial adds dial options.
+func newClientEnv(t *testing.T, configure func(*idem.Config), cfg idemgrpc.ClientConfig, sleep func(time.Duration), dial ...grpc.DialOption) *clientEnv {
+	t.Helper()
+	c := &clientEnv{app: grpcsuite.NewApp(), keys: &keyLog{}}
+	ecfg := idem.Config{Store: memStore(t)}
+	if configure != nil {
+		configure(&ecfg)
+	}
+	lis := grpcsuite.Listen(t)
+	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(c.keys.intercept, grpcsuite.Recover,
+		idemgrpc.UnaryServerInterceptor(idem.New(ecfg))))
+	grpcsuite.Register(srv, c.app)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	t.Cleanup(c.app.ReleaseSlow)
+	var mu sync.Mutex
+	cfg.Sleep = func(ctx context.Context, d time.Duration) error {
+		mu.Lock()
+		c.waits = append(c.waits, d)
+		mu.Unlock()
+		if sleep != nil {
+			sleep(d)
+		}
+		return ctx.Err()
+	}
+	dial = append(dial, grpc.WithUnaryInterceptor(idemgrpc.UnaryClientInterceptor(cfg)))
+	c.conn = grpcsuite.Dial(t, lis.Addr().String(), dial...)
+	return c
+}
+
+// call makes a call through the interceptor, with md as its outgoing
+// metadata.
+func (c *clientEnv) call(ctx context.Context, method string, req map[string]any, md ...string) *grpcsuite.Result {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	r := &grpcsuite.Result{Reply: grpcsuite.NewReply(method)}
+	r.Err = c.conn.Invoke(metadata.AppendToOutgoingContext(ctx, md...), method, grpcsuite.Request(req), r.Reply, grpc.Header(&r.Header))
+	return r
+}
+
+var uuidKey = regexp.MustCompile(`^"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"$`)
+
+func TestClientAddsAKeyPerCall(t *testing.T) {
+	c := newClientEnv(t, nil, idemgrpc.ClientConfig{}, nil)
+	for range 2 {
+		if r := c.call(context.Background(), grpcsuite.Create, nil); r.Err != nil || r.Replayed() {
+			t.Fatalf("%v (replayed %v)", r.Err, r.Replayed())
+		}
+	}
+	keys := c.keys.seen()
+	if len(keys) != 2 || !uuidKey.MatchString(keys[0]) || !uuidKey.MatchString(keys[1]) || keys[0] == keys[1] {
+		t.Fatalf("the server saw the keys %q, want a fresh random UUID per call", keys)
+	}
+	// A call the server does not guard gets none.
+	if r := c.call(context.Background(), grpcsuite.Get, nil); r.Err != nil {
+		t.Fatal(r.Err)
+	}
+	if keys := c.keys.seen(); len(keys) != 2 {
+		t.Fatalf("a call to a method with no side effects got a key: %q", keys[2:])
+	}
+}
+
+func TestClientKeepsTheCallersKey(t *testing.T) {
+	c := newClientEnv(t, nil, idemgrpc.ClientConfig{}, nil)
+	first := c.call(context.Background(), grpcsuite.Create, nil, idemgrpc.KeyMetadata, "order-1")
+	again := c.call(context.Background(), grpcsuite.Create, nil, idemgrpc.KeyMetadata, "order-1")
+	grpcsuite.WantReplay(t, first, again)
+	if keys := c.keys.seen(); !slices.Equal(keys, []string{"order-1", "order-1"}) {
+		t.Fatalf("the server saw the keys %q", keys)
+	}
+}
+
+// TestClientRetriesAsAsked: a call meets its key still running; the
+// interceptor waits the RetryInfo delay and retries with the same key,
+// which gets the first call's reply.
+func TestClientRetriesAsAsked(t *testing.T) {
+	first := make(chan *grpcsuite.Result, 1)
+	var c *clientEnv
+	// Sleep runs in the goroutine making the call, after c is set.
+	c = newClientEnv(t, func(cfg *idem.Config) { cfg.RetryAfter = 2 * time.Second }, idemgrpc.ClientConfig{}, func(time.Duration) {
+		c.app.ReleaseSlow()
+		<-first // the retry comes once the first call is recorded
+	})
+	go func() {
+		first <- c.call(context.Background(), grpcsuite.Slow, nil, idemgrpc.KeyMetadata, "k1")
+	}()
+	grpcsuite.WaitEntered(t, c.app)
+	r := c.call(context.Background(), grpcsuite.Slow, nil, idemgrpc.KeyMetadata, "k1")
+	if r.Err != nil || !r.Replayed() {
+		t.Fatalf("%v (replayed %v), want the first call's reply", r.Err, r.Replayed())
+	}
+	if !slices.Equal(c.waits, []time.Duration{2 * time.Second}) {
+		t.Fatalf("waits %v, want the 2 s the server asked for", c.waits)
+	}
+	if keys := c.keys.seen(); !slices.Equal(keys, []string{"k1", "k1", "k1"}) {
+		t.Fatalf("the server saw the keys %q", keys)
+	}
+	if calls := c.app.Calls(); calls != 1 {
+		t.Fatalf("the handler ran %d times", calls)
+	}
+}
+
+// TestClientBacksOff: a handler that keeps answering UNAVAILABLE (not
+// recorded, so each attempt runs it) is tried MaxAttempts times with the
+// same key, waiting a jittered, doubling backoff between attempts.
+func TestClientBacksOff(t *testing.T) {
+	cfg := idemgrpc.ClientConfig{MaxAttempts: 4, BaseBackoff: 100 * time.Millisecond, MaxBackoff: 250 * time.Millisecond,
+		Random: func() float64 { return 0.5 }}
+	c := newClientEnv(t, nil, cfg, nil)
+	r := c.call(context.Background(), grpcsuite.Fail, map[string]any{"code": int(codes.Unavailable)})
+	if r.Code() != codes.Unavailable {
+		t.Fatalf("%v, want the last attempt's UNAVAILABLE", r.Err)
+	}
+	if want := []time.Duration{50 * time.Millisecond, 100 * time.Millisecond, 125 * time.Millisecond}; !slices.Equal(c.waits, want) {
+		t.Fatalf("waits %v, want %v", c.waits, want)
+	}
+	keys := c.keys.seen()
+	if len(keys) != 4 || keys[0] != keys[3] || !uuidKey.MatchString(keys[0]) || c.app.Calls() != 4 {
+		t.Fatalf("the server saw the keys %q and ran %d calls", keys, c.app.Calls())
+	}
+}
+
+func TestClientDoesNotRetry(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		configure func(*idem.Config)
+		cfg       idemgrpc.ClientConfig
+		ctx       func() (context.Context, context.CancelFunc)
+		method    string
+		req       map[string]any
+		code      codes.Code
+	}{
+		{name: "InvalidArgument", method: grpcsuite.Fail, req: map[string]any{"code": int(codes.InvalidArgument)}, code: codes.InvalidArgument},
+		{name: "ResourceExhaustedWithoutRetryInfo", method: grpcsuite.Fail,
+			req: map[string]any{"code": int(codes.ResourceExhausted)}, code: codes.ResourceExhausted},
+		{name: "MessageTooLarge", configure: func(c *idem.Config) { c.MaxRequestBody = 10 },
+			method: grpcsuite.Create, code: codes.ResourceExhausted},
+		{name: "CodeNotListed", cfg: idemgrpc.ClientConfig{RetryCodes: []codes.Code{codes.Aborted}},
+			method: grpcsuite.Fail, req: map[string]any{"code": int(codes.Unavailable)}, code: codes.Unavailable},
+		{name: "OneAttempt", cfg: idemgrpc.ClientConfig{MaxAttempts: 1},
+			method: grpcsuite.Fail, req: map[string]any{"code": int(codes.Unavailable)}, code: codes.Unavailable},
+		{name: "RetryInfoOverMaxBackoff", configure: func(c *idem.Config) { grpcsuite.StoreUnreachable(c); c.RetryAfter = 10 * time.Second },
+			method: grpcsuite.Create, code: codes.Unavailable},
+		{name: "WaitPastDeadline", configure: func(c *idem.Config) { grpcsuite.StoreUnreachable(c); c.RetryAfter = 3 * time.Second },
+			ctx: func() (context.Context, context.CancelFunc) {
+				return context.WithTimeout(context.Background(), 2*time.Second)
+			},
+			method: grpcsuite.Create, code: codes.Unavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClientEnv(t, tc.configure, tc.cfg, nil)
+			ctx, cancel := context.Background(), func() {}
+			if tc.ctx != nil {
+				ctx, cancel = tc.ctx()
+			}
+			defer cancel()
+			if r := c.call(ctx, tc.method, tc.req); r.Code() != tc.code {
+				t.Fatalf("%v, want %v", r.Err, tc.code)
+			}
+			if len(c.waits) != 0 || len(c.keys.seen()) != 1 {
+				t.Fatalf("waited %v and sent %d attempts, want one attempt", c.waits, len(c.keys.seen()))
+			}
+		})
+	}
+}
+
+// TestClientRetriesStoreFull: RESOURCE_EXHAUSTED with RetryInfo (a full
+// store) is retried after the delay it asks for.
+func TestClientRetriesStoreFull(t *testing.T) {
+	c := newClientEnv(t, grpcsuite.StoreFull, idemgrpc.ClientConfig{MaxAttempts: 2}, nil)
+	if r := c.call(context.Background(), grpcsuite.Create, nil); r.Code() != codes.ResourceExhausted {
+		t.Fatalf("%v, want the store full", r.Err)
+	}
+	if keys := c.keys.seen(); !slices.Equal(c.waits, []time.Duration{time.Second}) || len(keys) != 2 || keys[0] != keys[1] {
+		t.Fatalf("waits %v, keys %q: want one retry after 1 s with the same key", c.waits, keys)
+	}
+}
+
+// TestClientWithGRPCRetryPolicy: the interceptor only adds the key
+// (MaxAttempts 1), and gRPC's own retry policy, from the service config,
+// retries: every attempt carries the key, and gRPC waits as the server's
+// grpc-retry-pushback-ms trailer asks.
+func TestClientWithGRPCRetryPolicy(t *testing.T) {
+	const serviceConfig = `{"methodConfig": [{
+		"name": [{"service": "idemkit.grpcsuite.Charges"}],
+		"retryPolicy": {"maxAttempts": 4, "initialBackoff": "0.01s", "maxBackoff": "0.05s",
+			"backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE", "ABORTED"]}}]}`
+	t.Run("Unavailable", func(t *testing.T) {
+		c := newClientEnv(t, nil, idemgrpc.ClientConfig{MaxAttempts: 1}, nil, grpc.WithDefaultServiceConfig(serviceConfig))
+		if r := c.call(context.Background(), grpcsuite.Fail, map[string]any{"code": int(codes.Unavailable)}); r.Code() != codes.Unavailable {
+			t.Fatalf("%v, want UNAVAILABLE after gRPC's retries", r.Err)
+		}
+		keys := c.keys.seen()
+		if len(keys) != 4 || keys[0] != keys[1] || keys[0] != keys[3] || !uuidKey.MatchString(keys[0]) {
+			t.Fatalf("gRPC's 4 attempts carried the keys %q, want one key", keys)
+		}
+	})
+	t.Run("InProgress", func(t *testing.T) {
+		c := newClientEnv(t, func(cfg *idem.Config) { cfg.RetryAfter = 50 * time.Millisecond },
+			idemgrpc.ClientConfig{MaxAttempts: 1}, nil, grpc.WithDefaultServiceConfig(serviceConfig))
+		done, seen := make(chan *grpcsuite.Result, 1), make(chan *grpcsuite.Result, 1)
+		app := c.app
+		c.keys.setOnCall(func(n int) {
+			if n == 3 { // the first call, the retry's first attempt (refused), then gRPC's retry of it
+				app.ReleaseSlow()
+				seen <- <-done
+			}
+		})
+		go func() { done <- c.call(context.Background(), grpcsuite.Slow, nil, idemgrpc.KeyMetadata, "k1") }()
+		grpcsuite.WaitEntered(t, c.app)
+		r := c.call(context.Background(), grpcsuite.Slow, nil, idemgrpc.KeyMetadata, "k1")
+		select {
+		case first := <-seen:
+			grpcsuite.WantReplay(t, first, r)
+		default:
+			t.Fatalf("gRPC did not retry the call refused as in progress: %v", r.Err)
+		}
+		if keys := c.keys.seen(); !slices.Equal(keys, []string{"k1", "k1", "k1"}) {
+			t.Fatalf("the server saw the keys %q", keys)
+		}
+		if calls := c.app.Calls(); calls != 1 {
+			t.Fatalf("the handler ran %d times", calls)
+		}
+	})
+}

@@ -1,0 +1,118 @@
+package idemgrpc
+
+import (
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+)
+
+// The documents whose tables restate the interceptor's status codes:
+// this module's README and the published policy.
+var statusDocs = []string{"README.md", "../../docs/policy.md"}
+
+// docTable returns the rows of the table that follows the note
+// <!-- name --> in doc, each as its trimmed cells, header and rule left
+// out.
+func docTable(t *testing.T, doc, name string) [][]string {
+	t.Helper()
+	src, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(src), "<!-- "+name+" -->\n")
+	if !ok {
+		t.Fatalf("%s has no table noted <!-- %s -->", doc, name)
+	}
+	var rows [][]string
+	for i, line := range strings.Split(after, "\n") {
+		if !strings.HasPrefix(line, "|") {
+			break
+		}
+		if i < 2 {
+			continue // the header and the rule under it
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		for j := range cells {
+			cells[j] = strings.TrimSpace(cells[j])
+		}
+		rows = append(rows, cells)
+	}
+	if len(rows) == 0 {
+		t.Fatalf("%s: the table noted <!-- %s --> has no rows", doc, name)
+	}
+	return rows
+}
+
+var backticked = regexp.MustCompile("`([A-Z_]+)`")
+
+// docCodes returns the codes a cell names, as `UPPER_CASE` names.
+func docCodes(t *testing.T, doc, cell string) []codes.Code {
+	t.Helper()
+	var cs []codes.Code
+	for _, m := range backticked.FindAllStringSubmatch(cell, -1) {
+		var c codes.Code
+		if err := c.UnmarshalJSON([]byte(`"` + m[1] + `"`)); err != nil {
+			t.Errorf("%s: %s is no gRPC code: %v", doc, m[1], err)
+			continue
+		}
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// TestDocsRefusals checks the table of the policy's outcomes as gRPC codes
+// against refusals, which the interceptor answers with.
+func TestDocsRefusals(t *testing.T) {
+	for _, doc := range statusDocs {
+		rows := docTable(t, doc, "grpc-refusals")
+		if len(rows) != len(refusals) {
+			t.Errorf("%s: %d rows, but the interceptor has %d refusals", doc, len(rows), len(refusals))
+		}
+		for _, r := range refusals {
+			reason := "`" + errorReason(r.problem) + "`"
+			i := slices.IndexFunc(rows, func(row []string) bool { return len(row) == 4 && row[2] == reason })
+			if i < 0 {
+				t.Errorf("%s: no row for %s", doc, reason)
+				continue
+			}
+			row := rows[i]
+			if cs := docCodes(t, doc, row[1]); len(cs) != 1 || cs[0] != r.code {
+				t.Errorf("%s, %s: the table says %s, the code answers %v", doc, reason, row[1], r.code)
+			}
+			retry := strings.HasPrefix(row[3], "`RetryInfo`")
+			if retry != r.retry || !retry && !strings.HasPrefix(row[3], "never") {
+				t.Errorf("%s, %s: the table says %q about retrying; the refusal carries RetryInfo: %v", doc, reason, row[3], r.retry)
+			}
+		}
+	}
+}
+
+// TestDocsRecordedCodes checks the table of recorded codes against
+// Recorded.
+func TestDocsRecordedCodes(t *testing.T) {
+	var recorded, released []codes.Code
+	for c := codes.OK; c <= codes.Unauthenticated; c++ {
+		if c == codes.OK || Recorded(c) {
+			recorded = append(recorded, c)
+		} else {
+			released = append(released, c)
+		}
+	}
+	for _, doc := range statusDocs {
+		rows := docTable(t, doc, "grpc-recorded")
+		if len(rows) != 1 || len(rows[0]) != 2 {
+			t.Fatalf("%s: want one row of two cells, got %q", doc, rows)
+		}
+		sorted := func(cs []codes.Code) []codes.Code { return slices.Sorted(slices.Values(cs)) }
+		if got := sorted(docCodes(t, doc, rows[0][0])); !slices.Equal(got, recorded) {
+			t.Errorf("%s lists as recorded %v; the code records %v", doc, got, recorded)
+		}
+		if got := sorted(docCodes(t, doc, rows[0][1])); !slices.Equal(got, released) {
+			t.Errorf("%s lists as not recorded %v; the code releases the key for %v", doc, got, released)
+		}
+	}
+}

@@ -1,0 +1,76 @@
+package idemgrpc_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net"
+	"sync/atomic"
+
+	idemgrpc "github.com/idemkit/idemkit/adapters/grpc"
+	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/memstore"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// charges is a generated service's implementation: gRPC's own test
+// service stands in for yours. Its UnaryCall takes a charge.
+type charges struct {
+	grpc_testing.UnimplementedTestServiceServer
+	taken atomic.Int64
+}
+
+func (c *charges) UnaryCall(context.Context, *grpc_testing.SimpleRequest) (*grpc_testing.SimpleResponse, error) {
+	id := fmt.Sprintf("ch_%d", c.taken.Add(1))
+	return &grpc_testing.SimpleResponse{Payload: &grpc_testing.Payload{Body: []byte(id)}}, nil
+}
+
+func Example() {
+	store := memstore.New()
+	defer store.Close()
+	engine := idem.New(idem.Config{Store: store})
+
+	// The server. Generated code registers the service's descriptor, so
+	// the interceptor knows the reply type to replay into.
+	srv := grpc.NewServer(grpc.UnaryInterceptor(idemgrpc.UnaryServerInterceptor(engine)))
+	grpc_testing.RegisterTestServiceServer(srv, &charges{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go srv.Serve(lis)
+	defer srv.Stop()
+
+	// The client, with the interceptor that sends keys and retries.
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(idemgrpc.UnaryClientInterceptor(idemgrpc.ClientConfig{})))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer conn.Close()
+	client := grpc_testing.NewTestServiceClient(conn)
+
+	// A key of the caller's own: the second call is a retry.
+	ctx := metadata.AppendToOutgoingContext(context.Background(), idemgrpc.KeyMetadata, "charge-1")
+	charge := &grpc_testing.SimpleRequest{Payload: &grpc_testing.Payload{Body: []byte("1999 usd")}}
+	for range 2 {
+		var header metadata.MD
+		reply, err := client.UnaryCall(ctx, charge, grpc.Header(&header))
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Printf("%s (replayed: %v)\n", reply.GetPayload().GetBody(), idemgrpc.Replayed(header))
+	}
+	// The same key with another charge is refused.
+	other := &grpc_testing.SimpleRequest{Payload: &grpc_testing.Payload{Body: []byte("2000 usd")}}
+	_, err = client.UnaryCall(ctx, other)
+	fmt.Println(status.Code(err))
+	// Output:
+	// ch_1 (replayed: false)
+	// ch_1 (replayed: true)
+	// FailedPrecondition
+}

@@ -1,0 +1,244 @@
+// Package idemgrpc is the gRPC adapter of idemkit: a unary server
+// interceptor that makes calls safe to retry with an idempotency-key
+// metadata entry, and a unary client interceptor that sends the key and
+// retries with it.
+//
+//	engine := idem.New(idem.Config{Store: store})
+//	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
+//		recovery, authenticate, // these decide before idemkit
+//		idemgrpc.UnaryServerInterceptor(engine, idemgrpc.WithScope(account)),
+//	))
+//
+//	conn, err := grpc.NewClient(addr, creds,
+//		grpc.WithUnaryInterceptor(idemgrpc.UnaryClientInterceptor(idemgrpc.ClientConfig{})))
+//
+// The first call with a key runs the handler and records its reply message,
+// or its status with message and details; a retry gets them back, with
+// idempotent-replayed: true in the response header metadata. The call's
+// fingerprint is its full method name and its request message in
+// deterministic protobuf encoding. The policy's other outcomes are gRPC
+// codes with a google.rpc.ErrorInfo detail, and RetryInfo where a retry
+// should wait (see the README's table). Streaming RPCs are not guarded:
+// there is no stream interceptor, and none is needed, since no unary
+// interceptor sees them.
+//
+// The handler runs with the lock's context: idem.HeldKey finds the key and
+// owner token in it, and it is cancelled with cause idem.ErrLeaseLost if
+// the lease is lost, or idem.ErrHandlerTimeout after
+// idem.Config.HandlerTimeout.
+package idemgrpc
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+	"sync"
+
+	idem "github.com/idemkit/idemkit/core"
+	spb "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/protoadapt"
+)
+
+// KeyMetadata is the metadata entry that carries the key: the Engine's key
+// header name (idem.Config.HeaderName, Idempotency-Key by default) in lower
+// case, as gRPC metadata names are.
+const KeyMetadata = "idempotency-key"
+
+// ReplayedMetadata is set to "true" in the response header metadata of
+// every replayed call.
+const ReplayedMetadata = "idempotent-replayed"
+
+// ContentType is the content type a call is described to the Engine with.
+// The Engine hashes such a body as raw bytes: the request message in
+// deterministic protobuf encoding, which is the same for every sending of
+// one message by one program.
+const ContentType = "application/grpc+proto"
+
+// UnaryServerInterceptor returns a unary server interceptor that runs every
+// guarded call through e (see WithMethods for which are). A call is
+// described to e as what it is on the wire, an HTTP/2 POST to its full
+// method name, so e must guard POST (its default): UnaryServerInterceptor
+// panics if it does not, as it would otherwise let every call through
+// unguarded.
+//
+// Chain it after the interceptors that decide first (authentication, rate
+// limiting) and after a recovery interceptor: a panicking handler releases
+// the key, and the panic goes on to that interceptor (without one, gRPC
+// lets it crash the process).
+func UnaryServerInterceptor(e *idem.Engine, opts ...Option) grpc.UnaryServerInterceptor {
+	if !e.Guards(http.MethodPost) {
+		panic("idemgrpc: the Engine does not guard POST (idem.Config.Methods), which gRPC calls are: " +
+			"no call would be guarded; add POST to its Methods, or use an Engine of its own for gRPC")
+	}
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	cfg := e.Config()
+	keyName := strings.ToLower(cfg.HeaderName)
+	s := &server{
+		e:        e,
+		keyName:  keyName,
+		scope:    o.scope,
+		key:      o.key,
+		methods:  &methods{guard: o.guard, replies: o.replies},
+		refuser:  newRefuser(cfg, keyName),
+		replayed: metadata.Pairs(ReplayedMetadata, "true"),
+	}
+	return s.intercept
+}
+
+type server struct {
+	e        *idem.Engine
+	keyName  string
+	scope    func(context.Context) string
+	key      func(ctx context.Context, req any) (string, bool)
+	methods  *methods
+	refuser  *refuser
+	replayed metadata.MD
+}
+
+var (
+	// Every sending of a message by one binary encodes it alike: the
+	// fingerprint of a retry matches its first call's.
+	deterministic = proto.MarshalOptions{Deterministic: true}
+	marshalBufs   = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+)
+
+func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	m := s.methods.lookup(info.FullMethod)
+	if !m.guarded {
+		return handler(ctx, req)
+	}
+	msg, ok := message(req)
+	if !ok {
+		return nil, status.Errorf(codes.Internal, "idemgrpc: the request of %s is not a protocol buffers message", info.FullMethod)
+	}
+	if m.reply == nil {
+		return nil, status.Errorf(codes.Internal, "idemgrpc: the reply type of %s is unknown, so its reply could not be "+
+			"replayed: register its file descriptor (generated code does) or give idemgrpc.WithReplyTypes", info.FullMethod)
+	}
+	bp := marshalBufs.Get().(*[]byte)
+	body, err := deterministic.MarshalAppend((*bp)[:0], msg)
+	if err != nil {
+		marshalBufs.Put(bp)
+		return nil, status.Errorf(codes.InvalidArgument, "idemgrpc: the request message cannot be encoded: %v", err)
+	}
+	r := idem.Request{Method: http.MethodPost, Path: info.FullMethod, ContentType: ContentType,
+		Body: body, ContentLength: int64(len(body))}
+	if s.key != nil {
+		if key, ok := s.key(ctx, req); ok {
+			r.KeyLines = []string{key}
+		}
+	} else {
+		r.KeyLines = metadata.ValueFromIncomingContext(ctx, s.keyName)
+	}
+	if s.scope != nil {
+		r.Scope = s.scope(ctx)
+	}
+	d := s.e.Begin(ctx, &r)
+	// Begin has hashed the message and keeps none of it.
+	if cap(body) <= 64<<10 {
+		*bp = body[:0]
+		marshalBufs.Put(bp)
+	}
+	switch {
+	case d.Action == idem.ActionRun:
+		return s.run(ctx, req, handler, d.Lock)
+	case d.Action == idem.ActionRespond && d.Replayed:
+		return s.replay(ctx, m, d.Response)
+	case d.Action == idem.ActionRespond:
+		return nil, s.refuser.refuse(ctx, d.Response)
+	}
+	return handler(ctx, req)
+}
+
+// message returns req as a protocol buffers message, whichever API
+// generated it.
+func message(v any) (proto.Message, bool) {
+	switch m := v.(type) {
+	case proto.Message:
+		return m, m != nil
+	case protoadapt.MessageV1:
+		return protoadapt.MessageV2Of(m), m != nil
+	}
+	return nil, false
+}
+
+// run runs the handler under lock and records its outcome. The reply or
+// status it returns goes to the client as the handler made it, unless
+// recording it rolled back the handler's own writes (a transactional
+// store's commit failed): the client then gets UNAVAILABLE, and its retry
+// runs the handler again.
+func (s *server) run(ctx context.Context, req any, handler grpc.UnaryHandler, lock *idem.Lock) (any, error) {
+	defer lock.AbandonOnPanic(ctx)
+	reply, err := handler(lock.Context(), req)
+	if errors.Is(finish(ctx, lock, reply, err), idem.ErrRolledBack) {
+		return nil, s.refuser.refuse(ctx, s.e.WithheldResponse())
+	}
+	return reply, err
+}
+
+// finish ends lock with the handler's outcome: its reply message, or its
+// status (converted as the gRPC server converts it for the client). What
+// cannot be encoded is not recorded.
+func finish(ctx context.Context, lock *idem.Lock, reply any, err error) error {
+	var out proto.Message
+	code := codes.OK
+	if err != nil {
+		st, ok := status.FromError(err)
+		if !ok {
+			st = status.FromContextError(err)
+		}
+		out, code = st.Proto(), st.Code()
+	} else if m, ok := message(reply); ok {
+		out = m
+	} else {
+		return lock.Abandon(ctx, idem.ReasonIncomplete)
+	}
+	if !Recorded(code) && code != codes.OK {
+		return lock.Finish(ctx, lockStatus(code), nil)
+	}
+	bp := marshalBufs.Get().(*[]byte)
+	defer marshalBufs.Put(bp)
+	body, merr := proto.MarshalOptions{}.MarshalAppend((*bp)[:0], out)
+	if merr != nil {
+		return lock.Abandon(ctx, idem.ReasonIncomplete)
+	}
+	_, _ = lock.Write(body) // copies body, and stops copying past Config.MaxResponseBody
+	if cap(body) <= 64<<10 {
+		*bp = body[:0]
+	}
+	return lock.Finish(ctx, lockStatus(code), nil)
+}
+
+// replay answers a call with the outcome recorded for its key: the reply
+// message, decoded into a new message of the method's reply type, or the
+// status with its message and details.
+func (s *server) replay(ctx context.Context, m *method, resp idem.Response) (any, error) {
+	if stream := grpc.ServerTransportStreamFromContext(ctx); stream != nil { // none outside a gRPC server: nobody to tell
+		_ = stream.SetHeader(s.replayed)
+	}
+	code, ok := recordedCode(resp.Status)
+	switch {
+	case !ok:
+		return nil, status.Errorf(codes.Internal, "idemgrpc: the key's record holds an HTTP response (status %d), not a call's", resp.Status)
+	case code == codes.OK:
+		reply := m.reply.New().Interface()
+		if err := proto.Unmarshal(resp.Body, reply); err != nil {
+			return nil, status.Errorf(codes.Internal, "idemgrpc: the recorded reply does not decode as %s: %v", m.reply.Descriptor().FullName(), err)
+		}
+		return reply, nil
+	}
+	var st spb.Status
+	if err := proto.Unmarshal(resp.Body, &st); err != nil {
+		return nil, status.Errorf(codes.Internal, "idemgrpc: the recorded status does not decode: %v", err)
+	}
+	return nil, status.ErrorProto(&st)
+}
