@@ -64,6 +64,9 @@ func Open(path string, opts ...gorm.Option) (*gorm.DB, error) {
 	if err != nil {
 		return nil, cannotOpen(path, err)
 	}
+	if err := db.Use(connPlugin{}); err != nil && !errors.Is(err, gorm.ErrRegistered) {
+		return nil, err
+	}
 	sqlDB, err := db.DB()
 	if err != nil {
 		return nil, err
