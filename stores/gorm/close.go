@@ -30,6 +30,9 @@ type calls struct {
 	// way any more.
 	idle     chan struct{}
 	idleOnce sync.Once
+	// onIdle, if set, runs once when idle is closed: it lets go of what
+	// the calls used (the SQLite file's lock and writer).
+	onIdle func()
 }
 
 const closedBit = int64(1) << 62
@@ -53,7 +56,7 @@ func (c *calls) hold() { c.state.Add(1) }
 // end unregisters a call or a hold.
 func (c *calls) end() {
 	if c.state.Add(-1) == closedBit {
-		c.idleOnce.Do(func() { close(c.idle) })
+		c.idleOnce.Do(c.becomeIdle)
 	}
 }
 
@@ -67,9 +70,16 @@ func (c *calls) close() <-chan struct{} {
 		}
 	}
 	if c.state.Load() == closedBit {
-		c.idleOnce.Do(func() { close(c.idle) })
+		c.idleOnce.Do(c.becomeIdle)
 	}
 	return c.idle
+}
+
+func (c *calls) becomeIdle() {
+	if c.onIdle != nil {
+		c.onIdle()
+	}
+	close(c.idle)
 }
 
 // running returns the number of calls under way.
