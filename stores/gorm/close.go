@@ -91,7 +91,9 @@ func (c *calls) running() int64 { return c.state.Load() &^ closedBit }
 // the writes of Acquire calls whose caller gave up, which run for at most
 // a lease (see Acquire), but no longer than the close timeout
 // (WithCloseTimeout, DefaultCloseTimeout): it then returns an error
-// saying how many still run. It does not close the database, which
+// saying how many still run. On SQLite, once its calls have ended, the
+// store closes its connections and, if it was the last store of the
+// process on the file, lets the file's lock go. It does not close the database, which
 // belongs to the caller, and it may be called more than once, and
 // concurrently.
 //

