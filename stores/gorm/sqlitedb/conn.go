@@ -182,9 +182,10 @@ func (c *conn) bind(s uintptr, args []any) error {
 }
 
 // copy returns a C copy of b, freed by done; SQLite reads it while the
-// statement runs.
+// statement runs. Its pointer is never nil, even for an empty b: SQLite
+// would bind NULL instead of an empty text.
 func (c *conn) copy(b []byte) (uintptr, error) {
-	z := libc.Xmalloc(c.tls, types.Size_t(len(b)))
+	z := libc.Xmalloc(c.tls, types.Size_t(max(len(b), 1)))
 	if z == 0 {
 		return 0, fmt.Errorf("sqlitedb: cannot allocate %d bytes", len(b))
 	}

@@ -4,7 +4,9 @@
 // for each other instead of failing with "database is locked".
 //
 // It is a package of its own so that programs using gormstore with
-// PostgreSQL or MySQL do not link an SQLite engine.
+// PostgreSQL or MySQL do not link an SQLite engine. Through the *gorm.DB
+// Open returns, gormstore also opens connections of its own to the file,
+// whose statements it prepares once.
 package sqlitedb
 
 import (
