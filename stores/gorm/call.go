@@ -215,8 +215,11 @@ func (s *Store) waitBusy(ctx context.Context, x session, setTimeout func(ms int6
 // link an SQLite engine; its errors carry their result code.
 func isBusy(err error) bool {
 	const sqliteBusy = 5
+	if err == nil {
+		return false // before coded, which escapes to the heap
+	}
 	var coded interface{ Code() int }
-	return err != nil && errors.As(err, &coded) && coded.Code()&0xff == sqliteBusy
+	return errors.As(err, &coded) && coded.Code()&0xff == sqliteBusy
 }
 
 // busyTimeouts remembers the busy timeout of each SQLite connection the

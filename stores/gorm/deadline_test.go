@@ -81,7 +81,8 @@ func TestSQLiteDeadlineBehindAnotherWriter(t *testing.T) {
 	held := idem.ID{Key: "held"}
 	done := idem.ID{Key: "done"}
 	other := idem.ID{Key: "other"}
-	for _, id := range []idem.ID{held, done, other} {
+	waiting := idem.ID{Key: "waiting"}
+	for _, id := range []idem.ID{held, done, other, waiting} {
 		if _, _, err := s.Acquire(ctx, acquireAt(id, "tok", t0)); err != nil {
 			t.Fatal(err)
 		}
@@ -120,6 +121,26 @@ func TestSQLiteDeadlineBehindAnotherWriter(t *testing.T) {
 			}
 		})
 	}
+	// A write of the store's own that waits for the lock, its deadline far
+	// off, holds the process's turn for writes meanwhile: the calls below
+	// must not wait for it either.
+	inWrite := make(chan struct{})
+	s.onStatement = func(ctx context.Context, query string) func(int64, error) {
+		if ctx.Value(holdKey{}) != nil {
+			select {
+			case inWrite <- struct{}{}:
+			default:
+			}
+		}
+		return nil
+	}
+	waited := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(context.WithValue(ctx, holdKey{}, true), writerHolds)
+		defer cancel()
+		waited <- s.Complete(wctx, waiting, "tok", idem.Completion{Response: idem.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)})
+	}()
+	<-inWrite
 	fresh := idem.ID{Key: "fresh"}
 	free := []struct {
 		name string
@@ -159,14 +180,18 @@ func TestSQLiteDeadlineBehindAnotherWriter(t *testing.T) {
 		cancel()
 	}
 	release()
+	if err := <-waited; err != nil {
+		t.Fatalf("the write that waited for the lock: %v", err)
+	}
+	s.onStatement = nil
 
 	// Nothing the calls that gave up would have written landed later.
 	rec, err := s.Get(ctx, held)
 	if err != nil || rec.State != idem.InFlight || !rec.LeaseUntil.Equal(t0.Add(time.Hour)) {
 		t.Fatalf("the held record after the calls gave up: %v until %v (%v), want it in flight, renewed", rec.State, rec.LeaseUntil, err)
 	}
-	if n := countRecords(t, s); n != 1 {
-		t.Fatalf("%d rows after the calls gave up, want the completed one", n)
+	if n := countRecords(t, s); n != 2 {
+		t.Fatalf("%d rows after the calls gave up, want the two completed", n)
 	}
 	// And the store works again at once, every connection's busy timeout
 	// as sqlitedb set it, the writer's at 0.

@@ -376,17 +376,29 @@ func (s *Store) write(ctx context.Context, fn func(x session) error) error {
 	return err
 }
 
-// read runs fn, reads only, on the writer's reader, in turns of its own.
-// A read on SQLite never waits for the write lock (WAL), so only the wait
-// for the turn, or for a connection of the pool, follows ctx; the
+// read runs fn, reads only: on the writer if no write is under way,
+// otherwise on the writer's reader, in turns of its own, so that a read
+// never waits for a write (which may wait for a request's transaction). A
+// read on SQLite never waits for the write lock (WAL), so only the wait for
+// the reader's turn, or for a connection of the pool, follows ctx; the
 // statements get no context that can end (see runSQLite).
 func (s *Store) read(ctx context.Context, fn func(x session) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	w := s.local.writer
+	l := s.local
+	w := l.writer
 	switch {
 	case w.reader != nil:
+		select {
+		case l.file.turn <- struct{}{}:
+			// No write under way: the writer's page cache holds what the
+			// last writes touched, where the reader's was emptied by them
+			// (SQLite empties a connection's cache whenever another wrote).
+			defer func() { <-l.file.turn }()
+			return fn(session{ctx: context.WithoutCancel(ctx), own: w.own, hook: s.onStatement})
+		default:
+		}
 		if !take(ctx, w.readTurn) {
 			return fmt.Errorf("%w (waiting for the other reads of the process)", ctx.Err())
 		}

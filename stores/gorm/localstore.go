@@ -117,10 +117,10 @@ func (s *Store) readCompleted(ctx context.Context, id idem.ID, scope, key blob) 
 // tx, while the record in flight, marked completing, holds the key; the
 // record is dropped once the row is written. A row in the way is one
 // nobody holds (a record in flight a dead process left), replaced by
-// completeRow, which leaves a live row alone: the key is then lost. args
-// are completeRow's but the last four.
-func (s *Store) completeLocal(ctx context.Context, id idem.ID, token string, tx *gorm.DB, args []any) error {
-	scope, key := hashID(id)
+// completeRow, which leaves a live row alone: the key is then lost. scope
+// and key are the record's key columns (hashID); args are completeRow's
+// but the last four.
+func (s *Store) completeLocal(ctx context.Context, scope, key blob, token string, tx *gorm.DB, args []any) error {
 	k := keyOf(scope, key)
 	sh := s.local.table.shard(&k)
 	sh.mu.Lock()

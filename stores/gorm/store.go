@@ -513,7 +513,7 @@ func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.C
 		return err
 	}
 	if s.local != nil {
-		return s.completeLocal(ctx, id, token, tx, args)
+		return s.completeLocal(ctx, scope, key, token, tx, args)
 	}
 	if tx != nil {
 		return s.completeInTx(ctx, tx, func(db *gorm.DB) (int64, error) {

@@ -44,7 +44,8 @@ func openConn(path string) (*conn, error) {
 	defer libc.Xfree(c.tls, name)
 	pdb := c.tls.Alloc(int(unsafe.Sizeof(uintptr(0))))
 	defer c.tls.Free(int(unsafe.Sizeof(uintptr(0))))
-	rc := sqlite3.Xsqlite3_open_v2(c.tls, name, pdb, sqlite3.SQLITE_OPEN_READWRITE|sqlite3.SQLITE_OPEN_FULLMUTEX, 0)
+	// No mutex of SQLite's guards the connection: its user takes turns.
+	rc := sqlite3.Xsqlite3_open_v2(c.tls, name, pdb, sqlite3.SQLITE_OPEN_READWRITE|sqlite3.SQLITE_OPEN_NOMUTEX, 0)
 	c.db = readPtr(pdb)
 	if rc != sqlite3.SQLITE_OK {
 		err := c.error(rc)
