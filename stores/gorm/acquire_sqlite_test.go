@@ -2,7 +2,7 @@ package gormstore
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -11,45 +11,59 @@ import (
 	idem "github.com/idemkit/idemkit/core"
 )
 
-// TestSQLiteAcquireStatements: on SQLite a new key costs Acquire one
-// statement, the upsert, where it cost a read and an INSERT; an expired
-// record is replaced by the same statement. A replay or a 409 is the
-// upsert, which changes nothing, and one read; a lapsed lease is taken
-// over by a conditional UPDATE after them. Complete is one UPDATE.
-func TestSQLiteAcquireStatements(t *testing.T) {
+// TestSQLiteStatements: on SQLite a new key costs one read and one write.
+// Acquire reads the key's completed record, finds none and holds the key
+// in memory; Complete writes the completed record, its single write. A
+// retry while the key is in flight, a takeover of a lapsed lease, a
+// renewal and a release touch no table; a replay is the read alone; an
+// expired record is deleted, as the purger would have, before the key is
+// taken, so that a release leaves no record at all.
+func TestSQLiteStatements(t *testing.T) {
 	s := newStore(t, openSQLite(t))
 	statements := recordStatements(s)
 	ctx := testCtx(t)
+	id := idem.ID{Key: "k"}
+	acquire := func(token string, now time.Time) func() (idem.AcquireOutcome, error) {
+		return func() (idem.AcquireOutcome, error) {
+			_, o, err := s.Acquire(ctx, acquireAt(id, token, now))
+			return o, err
+		}
+	}
 	steps := []struct {
 		name    string
 		call    func() (idem.AcquireOutcome, error)
 		outcome idem.AcquireOutcome
 		want    string
 	}{
-		{"new key", func() (idem.AcquireOutcome, error) {
-			_, o, err := s.Acquire(ctx, acquireAt(idem.ID{Key: "k"}, "tok-1", t0))
-			return o, err
-		}, idem.AcquireCreated, "INSERT"},
-		{"in flight", func() (idem.AcquireOutcome, error) {
-			_, o, err := s.Acquire(ctx, acquireAt(idem.ID{Key: "k"}, "tok-2", t0.Add(time.Second)))
-			return o, err
-		}, idem.AcquireExisting, "INSERT SELECT"},
-		{"lapsed lease", func() (idem.AcquireOutcome, error) {
-			_, o, err := s.Acquire(ctx, acquireAt(idem.ID{Key: "k"}, "tok-3", t0.Add(time.Minute)))
-			return o, err
-		}, idem.AcquireTookOver, "INSERT SELECT UPDATE"},
+		{"new key", acquire("tok-1", t0), idem.AcquireCreated, "SELECT"},
+		{"in flight", acquire("tok-2", t0.Add(time.Second)), idem.AcquireExisting, ""},
+		{"lapsed lease", acquire("tok-3", t0.Add(time.Minute)), idem.AcquireTookOver, ""},
+		{"renew", func() (idem.AcquireOutcome, error) {
+			return idem.AcquireExisting, s.Renew(ctx, id, "tok-3", t0.Add(2*time.Minute))
+		}, idem.AcquireExisting, ""},
 		{"complete", func() (idem.AcquireOutcome, error) {
-			return idem.AcquireExisting, s.Complete(ctx, idem.ID{Key: "k"}, "tok-3", idem.Completion{
+			return idem.AcquireExisting, s.Complete(ctx, id, "tok-3", idem.Completion{
 				Response: idem.Response{Status: 201}, CompletedAt: t0.Add(time.Minute), ExpiresAt: t0.Add(time.Hour)})
-		}, idem.AcquireExisting, "UPDATE"},
-		{"replay", func() (idem.AcquireOutcome, error) {
-			_, o, err := s.Acquire(ctx, acquireAt(idem.ID{Key: "k"}, "tok-4", t0.Add(2*time.Minute)))
-			return o, err
-		}, idem.AcquireExisting, "INSERT SELECT"},
-		{"expired", func() (idem.AcquireOutcome, error) {
-			_, o, err := s.Acquire(ctx, acquireAt(idem.ID{Key: "k"}, "tok-5", t0.Add(2*time.Hour)))
-			return o, err
-		}, idem.AcquireCreated, "INSERT"},
+		}, idem.AcquireExisting, "INSERT"},
+		{"replay", acquire("tok-4", t0.Add(2*time.Minute)), idem.AcquireExisting, "SELECT"},
+		{"expired", acquire("tok-5", t0.Add(2*time.Hour)), idem.AcquireCreated, "SELECT DELETE SELECT"},
+		{"release", func() (idem.AcquireOutcome, error) {
+			return idem.AcquireExisting, s.Release(ctx, id, "tok-5")
+		}, idem.AcquireExisting, ""},
+		{"released", func() (idem.AcquireOutcome, error) {
+			_, err := s.Get(ctx, id)
+			if errors.Is(err, idem.ErrNotFound) {
+				err = nil
+			} else if err == nil {
+				err = errors.New("a record remains")
+			}
+			return idem.AcquireExisting, err
+		}, idem.AcquireExisting, "SELECT"},
+		{"new again", acquire("tok-6", t0.Add(2*time.Hour)), idem.AcquireCreated, "SELECT"},
+		{"complete again", func() (idem.AcquireOutcome, error) {
+			return idem.AcquireExisting, s.Complete(ctx, id, "tok-6", idem.Completion{
+				Response: idem.Response{Status: 202}, CompletedAt: t0.Add(2 * time.Hour), ExpiresAt: t0.Add(3 * time.Hour)})
+		}, idem.AcquireExisting, "INSERT"},
 	}
 	for _, st := range steps {
 		statements()
@@ -61,41 +75,10 @@ func TestSQLiteAcquireStatements(t *testing.T) {
 			t.Fatalf("%s ran %q, want %q", st.name, got, st.want)
 		}
 	}
-	rec, err := s.Get(ctx, idem.ID{Key: "k"})
-	if err != nil || rec.State != idem.InFlight || rec.Token != "tok-5" {
-		t.Fatalf("record after the expired one was replaced: %v held by %q (%v), want in flight by tok-5", rec.State, rec.Token, err)
-	}
-}
-
-// TestSQLiteAcquireOrderFollowsTraffic: in a storm of retries Acquire on
-// SQLite reads first, so that each replay is a single SELECT, and once new
-// keys are the more common again it returns to the upsert first.
-func TestSQLiteAcquireOrderFollowsTraffic(t *testing.T) {
-	s := newStore(t, openSQLite(t))
-	statements := recordStatements(s)
-	ctx := testCtx(t)
-	acquire := func(key string, want idem.AcquireOutcome) string {
-		t.Helper()
-		statements()
-		if _, o, err := s.Acquire(ctx, acquireAt(idem.ID{Key: key}, "tok-"+key, t0)); err != nil || o != want {
-			t.Fatalf("Acquire %s: %v, %v; want %v", key, o, err, want)
-		}
-		return statements()
-	}
-	acquire("stormed", idem.AcquireCreated)
-	var got []string
-	for range foundBound + 2 {
-		got = append(got, acquire("stormed", idem.AcquireExisting))
-	}
-	if got[0] != "INSERT SELECT" || got[len(got)-1] != "SELECT" {
-		t.Fatalf("retries of one key ran %q, want the upsert and a read at first, then the read alone", got)
-	}
-	got = got[:0]
-	for i := range 2*foundBound + 2 {
-		got = append(got, acquire(fmt.Sprint("new-", i), idem.AcquireCreated))
-	}
-	if got[0] != "SELECT INSERT" || got[len(got)-1] != "INSERT" {
-		t.Fatalf("new keys after the storm ran %q, want a read and an INSERT at first, then the upsert alone", got)
+	rec, err := s.Get(ctx, id)
+	if err != nil || rec.State != idem.Completed || rec.Token != "tok-6" || rec.Response.Status != 202 {
+		t.Fatalf("record after the expired one was replaced: %v held by %q, status %d (%v); want completed by tok-6 with 202",
+			rec.State, rec.Token, rec.Response.Status, err)
 	}
 }
 

@@ -23,6 +23,9 @@ import (
 type session struct {
 	ctx context.Context
 	q   gorm.ConnPool // *sql.DB, *sql.Conn or *sql.Tx
+	// own, if set, is where the statements run instead of q: the SQLite
+	// writer's own connection (see ownConn).
+	own ownConn
 	// hook, if set, sees every statement before it runs and gets its
 	// result after (tests, see Store.onStatement).
 	hook func(ctx context.Context, query string) (after func(n int64, err error))
@@ -35,6 +38,9 @@ func (x session) exec(query string, args ...any) (n int64, err error) {
 			defer func() { after(n, err) }()
 		}
 	}
+	if x.own != nil {
+		return x.own.Exec(query, args...)
+	}
 	res, err := x.q.ExecContext(x.ctx, query, args...)
 	if err != nil {
 		return 0, err
@@ -42,12 +48,18 @@ func (x session) exec(query string, args ...any) (n int64, err error) {
 	return res.RowsAffected()
 }
 
+// rowScanner is a row read by a query: *sql.Row, or an ownConn's.
+type rowScanner = interface{ Scan(dest ...any) error }
+
 // row runs a query returning at most one row.
-func (x session) row(query string, args ...any) *sql.Row {
+func (x session) row(query string, args ...any) rowScanner {
 	if x.hook != nil {
 		if after := x.hook(x.ctx, query); after != nil {
 			defer after(-1, nil)
 		}
+	}
+	if x.own != nil {
+		return x.own.QueryRow(query, args...)
 	}
 	return x.q.QueryRowContext(x.ctx, query, args...)
 }
@@ -64,7 +76,7 @@ func (x session) query(query string, args ...any) (*sql.Rows, error) {
 
 // session returns a session on q under ctx.
 func (s *Store) session(ctx context.Context, q gorm.ConnPool) session {
-	return session{ctx, q, s.onStatement}
+	return session{ctx: ctx, q: q, hook: s.onStatement}
 }
 
 // gorm returns the store's silent GORM session on x, for the statements
@@ -104,68 +116,83 @@ const sqliteSlice = 50 * time.Millisecond
 // statements run under context.WithoutCancel, and what bounds them is the
 // only wait an SQLite statement has: the wait for the write lock, which the
 // connection's busy timeout limits. runSQLite takes a connection of its own
-// (a wait ctx ends at once, as no statement runs yet), shortens that
-// connection's busy timeout (read once per connection, see busyTimeouts) to the time left before ctx's deadline, at most
-// sqliteSlice, and restores it afterwards. A statement that found the lock
-// taken (SQLITE_BUSY) did nothing, so fn runs again while ctx lasts, at
-// most for the connection's own busy timeout in all, as without a context.
-// When the call returns nothing of it is left running: no write lands
-// after the caller gave up.
+// (a wait ctx ends at once, as no statement runs yet) and runs fn there as
+// waitBusy says, within the connection's own busy timeout (read once per
+// connection, see busyTimeouts). When the call returns nothing of it is
+// left running: no write lands after the caller gave up.
 func (s *Store) runSQLite(ctx context.Context, fn func(x session) error) error {
-	return s.runSQLiteFrom(ctx, false, fn)
-}
-
-// runSQLiteFrom is runSQLite; with noWait, fn's first run finds the
-// connection's busy timeout at 0, so that a statement finding the write
-// lock taken fails at once (SQLITE_BUSY) instead of waiting: Acquire then
-// reads the record instead (see Store.acquire), and if fn still reports
-// SQLITE_BUSY it runs again with the usual waits.
-func (s *Store) runSQLiteFrom(ctx context.Context, noWait bool, fn func(x session) error) (err error) {
-	if ctx.Done() == nil && !noWait {
+	if ctx.Done() == nil {
 		// Nothing to honour: the connection's busy timeout bounds the wait.
 		return fn(s.session(ctx, s.pool))
 	}
-	conn, err := s.pool.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	quiet := context.WithoutCancel(ctx)
-	own, err := s.busy.of(quiet, conn) // the connection's busy timeout, in milliseconds
-	if err != nil {
-		return err
-	}
-	set := own
-	defer func() {
-		if set == own {
-			return
+	return s.onConn(ctx, func(quiet context.Context, conn *sql.Conn) error {
+		own, err := s.busy.of(quiet, conn) // in milliseconds
+		if err != nil {
+			return err
 		}
-		if _, rerr := conn.ExecContext(quiet, "PRAGMA busy_timeout = "+strconv.FormatInt(own, 10)); rerr != nil {
+		setTimeout := func(ms int64) error {
+			_, err := conn.ExecContext(quiet, "PRAGMA busy_timeout = "+strconv.FormatInt(ms, 10))
+			return err
+		}
+		err = s.waitBusy(ctx, s.session(quiet, conn), setTimeout, own, time.Duration(own)*time.Millisecond, fn)
+		if errors.Is(err, errTimeoutNotRestored) {
 			// The pool must not keep a connection that waits less than its
 			// owner chose.
 			s.busy.forget(conn)
 			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		}
-	}()
-	x := s.session(quiet, conn)
+		return err
+	})
+}
 
+// onConn runs fn on a connection of the pool of its own: the wait for one
+// follows ctx, and fn is given quiet, ctx without its end, for its
+// statements.
+func (s *Store) onConn(ctx context.Context, fn func(quiet context.Context, conn *sql.Conn) error) error {
+	conn, err := s.pool.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return fn(context.WithoutCancel(ctx), conn)
+}
+
+// errTimeoutNotRestored: waitBusy could not set its connection's busy
+// timeout back to what it was.
+var errTimeoutNotRestored = errors.New("gormstore: the connection's busy timeout could not be restored")
+
+// waitBusy runs fn on x, whose connection's busy timeout is own
+// milliseconds and is set with setTimeout, shortened to the time left
+// before ctx's deadline, at most sqliteSlice, so that a cancellation is
+// seen too; own is restored afterwards. A statement that found the lock
+// taken (SQLITE_BUSY) did nothing, so fn runs again while ctx lasts, at
+// most for budget in all. With own at 0 (the store's writer), fn's first
+// run does not wait at all, and costs nothing more: only a write that
+// finds the lock taken by another connection pays for the waits.
+func (s *Store) waitBusy(ctx context.Context, x session, setTimeout func(ms int64) error, own int64, budget time.Duration,
+	fn func(x session) error) (err error) {
+	set := own
+	defer func() {
+		if set != own {
+			if rerr := setTimeout(own); rerr != nil {
+				err = errors.Join(err, errTimeoutNotRestored, rerr)
+			}
+		}
+	}()
 	deadline, hasDeadline := ctx.Deadline()
 	start := time.Now()
-	budget := time.Duration(own) * time.Millisecond
-	for {
-		wait := min(budget-time.Since(start), sqliteSlice)
-		if hasDeadline {
-			wait = min(wait, time.Until(deadline))
-		}
-		ms := max(int64((wait+time.Millisecond-1)/time.Millisecond), 0)
-		if noWait {
-			ms, noWait = 0, false
-		}
-		if ms != set {
-			if _, err := conn.ExecContext(quiet, "PRAGMA busy_timeout = "+strconv.FormatInt(ms, 10)); err != nil {
-				return err
+	for first := true; ; first = false {
+		if !first || own != 0 {
+			wait := min(budget-time.Since(start), sqliteSlice)
+			if hasDeadline {
+				wait = min(wait, time.Until(deadline))
 			}
-			set = ms
+			if ms := max(int64((wait+time.Millisecond-1)/time.Millisecond), 0); ms != set {
+				if err := setTimeout(ms); err != nil {
+					return err
+				}
+				set = ms
+			}
 		}
 		err := fn(x)
 		if !isBusy(err) {
@@ -188,8 +215,11 @@ func (s *Store) runSQLiteFrom(ctx context.Context, noWait bool, fn func(x sessio
 // link an SQLite engine; its errors carry their result code.
 func isBusy(err error) bool {
 	const sqliteBusy = 5
+	if err == nil {
+		return false // before coded, which escapes to the heap
+	}
 	var coded interface{ Code() int }
-	return err != nil && errors.As(err, &coded) && coded.Code()&0xff == sqliteBusy
+	return errors.As(err, &coded) && coded.Code()&0xff == sqliteBusy
 }
 
 // busyTimeouts remembers the busy timeout of each SQLite connection the

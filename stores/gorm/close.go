@@ -30,6 +30,9 @@ type calls struct {
 	// way any more.
 	idle     chan struct{}
 	idleOnce sync.Once
+	// onIdle, if set, runs once when idle is closed: it lets go of what
+	// the calls used (the SQLite file's lock and writer).
+	onIdle func()
 }
 
 const closedBit = int64(1) << 62
@@ -53,7 +56,7 @@ func (c *calls) hold() { c.state.Add(1) }
 // end unregisters a call or a hold.
 func (c *calls) end() {
 	if c.state.Add(-1) == closedBit {
-		c.idleOnce.Do(func() { close(c.idle) })
+		c.idleOnce.Do(c.becomeIdle)
 	}
 }
 
@@ -67,9 +70,16 @@ func (c *calls) close() <-chan struct{} {
 		}
 	}
 	if c.state.Load() == closedBit {
-		c.idleOnce.Do(func() { close(c.idle) })
+		c.idleOnce.Do(c.becomeIdle)
 	}
 	return c.idle
+}
+
+func (c *calls) becomeIdle() {
+	if c.onIdle != nil {
+		c.onIdle()
+	}
+	close(c.idle)
 }
 
 // running returns the number of calls under way.
@@ -81,7 +91,9 @@ func (c *calls) running() int64 { return c.state.Load() &^ closedBit }
 // the writes of Acquire calls whose caller gave up, which run for at most
 // a lease (see Acquire), but no longer than the close timeout
 // (WithCloseTimeout, DefaultCloseTimeout): it then returns an error
-// saying how many still run. It does not close the database, which
+// saying how many still run. On SQLite, once its calls have ended, the
+// store closes its connections and, if it was the last store of the
+// process on the file, lets the file's lock go. It does not close the database, which
 // belongs to the caller, and it may be called more than once, and
 // concurrently.
 //

@@ -175,7 +175,7 @@ func TestCloseWaitsForCallsInProgress(t *testing.T) {
 				release = make(chan struct{})
 			)
 			s.onStatement = func(ctx context.Context, query string) func(int64, error) {
-				if strings.HasPrefix(strings.TrimSpace(query), "DELETE") && ctx.Value(holdKey{}) != nil {
+				if ctx.Value(holdKey{}) != nil {
 					entered <- struct{}{}
 					<-release
 				}
@@ -186,8 +186,11 @@ func TestCloseWaitsForCallsInProgress(t *testing.T) {
 			if _, _, err := s.Acquire(ctx, acquireAt(id, "tok", t0)); err != nil {
 				t.Fatal(err)
 			}
-			released := make(chan error, 1)
-			go func() { released <- s.Release(context.WithValue(ctx, holdKey{}, true), id, "tok") }()
+			completed := make(chan error, 1)
+			go func() {
+				completed <- s.Complete(context.WithValue(ctx, holdKey{}, true), id, "tok",
+					idem.Completion{Response: idem.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)})
+			}()
 			<-entered
 			closed := make(chan error, 1)
 			go func() { closed <- s.Close() }()
@@ -205,12 +208,12 @@ func TestCloseWaitsForCallsInProgress(t *testing.T) {
 			}
 			select {
 			case err := <-closed:
-				t.Fatalf("Close returned (%v) while a Release was under way", err)
+				t.Fatalf("Close returned (%v) while a Complete was under way", err)
 			default:
 			}
 			close(release)
-			if err := <-released; err != nil {
-				t.Fatalf("the Release under way when Close began: %v", err)
+			if err := <-completed; err != nil {
+				t.Fatalf("the Complete under way when Close began: %v", err)
 			}
 			select {
 			case err := <-closed:

@@ -67,12 +67,12 @@ func callBefore(t *testing.T, name string, call func() error) error {
 }
 
 // TestSQLiteDeadlineBehindAnotherWriter: on SQLite a store call that needs
-// the write lock while another connection holds it gives up at its
-// context's deadline, long before the other writer lets go (or before
-// SQLite's own busy timeout), with the context's error, and writes
-// nothing later. The Engine bounds every store call so (StoreTimeout); a
-// renewal stuck behind a request's own transactional completion must time
-// out, not wait for it.
+// the write lock (Complete, Purge) while another connection holds it gives
+// up at its context's deadline, long before the other writer lets go (or
+// before SQLite's own busy timeout), with the context's error, and writes
+// nothing later. The Engine bounds every store call so (StoreTimeout). The
+// other calls never wait for the lock: a key in flight lives in memory
+// (Acquire, Renew, RenewBatch, Release), and reads never wait (WAL).
 func TestSQLiteDeadlineBehindAnotherWriter(t *testing.T) {
 	const deadline = 100 * time.Millisecond
 	db := openSQLite(t)
@@ -80,7 +80,9 @@ func TestSQLiteDeadlineBehindAnotherWriter(t *testing.T) {
 	ctx := testCtx(t)
 	held := idem.ID{Key: "held"}
 	done := idem.ID{Key: "done"}
-	for _, id := range []idem.ID{held, done} {
+	other := idem.ID{Key: "other"}
+	waiting := idem.ID{Key: "waiting"}
+	for _, id := range []idem.ID{held, done, other, waiting} {
 		if _, _, err := s.Acquire(ctx, acquireAt(id, "tok", t0)); err != nil {
 			t.Fatal(err)
 		}
@@ -88,28 +90,17 @@ func TestSQLiteDeadlineBehindAnotherWriter(t *testing.T) {
 	if err := s.Complete(ctx, done, "tok", idem.Completion{Response: idem.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	fresh := idem.ID{Key: "fresh"}
-	calls := []struct {
+	complete := func(ctx context.Context) error {
+		return s.Complete(ctx, held, "tok", idem.Completion{Response: idem.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)})
+	}
+	purge := func(ctx context.Context) error { _, err := s.Purge(ctx, t0.Add(48*time.Hour), 10); return err }
+	blocked := []struct {
 		name string
 		call func(context.Context) error
-	}{
-		{"Acquire of a new key", func(ctx context.Context) error {
-			_, _, err := s.Acquire(ctx, acquireAt(fresh, "tok", t0))
-			return err
-		}},
-		{"Renew", func(ctx context.Context) error { return s.Renew(ctx, held, "tok", t0.Add(time.Hour)) }},
-		{"RenewBatch", func(ctx context.Context) error {
-			return s.RenewBatch(ctx, []idem.Held{{ID: held, Token: "tok"}}, t0.Add(time.Hour), make([]bool, 1))
-		}},
-		{"Complete", func(ctx context.Context) error {
-			return s.Complete(ctx, held, "tok", idem.Completion{Response: idem.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)})
-		}},
-		{"Release", func(ctx context.Context) error { return s.Release(ctx, held, "tok") }},
-		{"Purge", func(ctx context.Context) error { _, err := s.Purge(ctx, t0.Add(48*time.Hour), 10); return err }},
-	}
+	}{{"Complete", complete}, {"Purge", purge}}
 
 	release := holdWriteLock(t, db)
-	for _, c := range calls {
+	for _, c := range blocked {
 		t.Run(c.name, func(t *testing.T) {
 			cctx, cancel := context.WithTimeout(ctx, deadline)
 			defer cancel()
@@ -130,43 +121,88 @@ func TestSQLiteDeadlineBehindAnotherWriter(t *testing.T) {
 			}
 		})
 	}
-	// Reads never wait for the writer (WAL).
-	cctx, cancel := context.WithTimeout(ctx, deadline)
-	defer cancel()
-	if err := callBefore(t, "Get", func() error { _, err := s.Get(cctx, done); return err }); err != nil {
-		t.Fatalf("Get beside another writer: %v", err)
-	}
-	if err := callBefore(t, "Acquire of a completed key", func() error {
-		_, o, err := s.Acquire(cctx, acquireAt(done, "tok-2", t0))
-		if err == nil && o != idem.AcquireExisting {
-			err = errors.New(o.String())
+	// A write of the store's own that waits for the lock, its deadline far
+	// off, holds the process's turn for writes meanwhile: the calls below
+	// must not wait for it either.
+	inWrite := make(chan struct{})
+	s.onStatement = func(ctx context.Context, query string) func(int64, error) {
+		if ctx.Value(holdKey{}) != nil {
+			select {
+			case inWrite <- struct{}{}:
+			default:
+			}
 		}
-		return err
-	}); err != nil {
-		t.Fatalf("Acquire of a completed key beside another writer: %v, want the record", err)
+		return nil
+	}
+	waited := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(context.WithValue(ctx, holdKey{}, true), writerHolds)
+		defer cancel()
+		waited <- s.Complete(wctx, waiting, "tok", idem.Completion{Response: idem.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)})
+	}()
+	<-inWrite
+	fresh := idem.ID{Key: "fresh"}
+	free := []struct {
+		name string
+		call func(context.Context) error
+	}{
+		{"Acquire of a new key", func(ctx context.Context) error {
+			_, o, err := s.Acquire(ctx, acquireAt(fresh, "tok", t0))
+			if err == nil && o != idem.AcquireCreated {
+				err = errors.New(o.String())
+			}
+			return err
+		}},
+		{"Acquire of a completed key", func(ctx context.Context) error {
+			_, o, err := s.Acquire(ctx, acquireAt(done, "tok-2", t0))
+			if err == nil && o != idem.AcquireExisting {
+				err = errors.New(o.String())
+			}
+			return err
+		}},
+		{"Renew", func(ctx context.Context) error { return s.Renew(ctx, held, "tok", t0.Add(time.Hour)) }},
+		{"RenewBatch", func(ctx context.Context) error {
+			lost := make([]bool, 1)
+			err := s.RenewBatch(ctx, []idem.Held{{ID: held, Token: "tok"}}, t0.Add(time.Hour), lost)
+			if err == nil && lost[0] {
+				err = idem.ErrLockLost
+			}
+			return err
+		}},
+		{"Release", func(ctx context.Context) error { return s.Release(ctx, other, "tok") }},
+		{"Get", func(ctx context.Context) error { _, err := s.Get(ctx, done); return err }},
+	}
+	for _, c := range free {
+		cctx, cancel := context.WithTimeout(ctx, deadline)
+		if err := callBefore(t, c.name, func() error { return c.call(cctx) }); err != nil {
+			t.Errorf("%s beside another writer: %v, want it done without the write lock", c.name, err)
+		}
+		cancel()
 	}
 	release()
+	if err := <-waited; err != nil {
+		t.Fatalf("the write that waited for the lock: %v", err)
+	}
+	s.onStatement = nil
 
 	// Nothing the calls that gave up would have written landed later.
-	if _, err := s.Get(ctx, fresh); !errors.Is(err, idem.ErrNotFound) {
-		t.Fatalf("the new key after its Acquire gave up: %v, want ErrNotFound", err)
-	}
 	rec, err := s.Get(ctx, held)
-	if err != nil || rec.State != idem.InFlight || !rec.LeaseUntil.Equal(t0.Add(30*time.Second)) {
-		t.Fatalf("the held record after the calls gave up: %v until %v (%v), want it unchanged", rec.State, rec.LeaseUntil, err)
+	if err != nil || rec.State != idem.InFlight || !rec.LeaseUntil.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("the held record after the calls gave up: %v until %v (%v), want it in flight, renewed", rec.State, rec.LeaseUntil, err)
+	}
+	if n := countRecords(t, s); n != 2 {
+		t.Fatalf("%d rows after the calls gave up, want the two completed", n)
 	}
 	// And the store works again at once, every connection's busy timeout
-	// as sqlitedb set it.
-	if _, o, err := s.Acquire(ctx, acquireAt(fresh, "tok", t0)); err != nil || o != idem.AcquireCreated {
-		t.Fatalf("Acquire once the writer has gone: %v, %v", o, err)
-	}
-	if err := s.Release(ctx, fresh, "tok"); err != nil {
-		t.Fatalf("Release once the writer has gone: %v", err)
-	}
-	for _, c := range calls[1:4] { // Renew, RenewBatch, Complete
+	// as sqlitedb set it, the writer's at 0.
+	for _, c := range blocked {
 		if err := c.call(ctx); err != nil {
 			t.Fatalf("%s once the writer has gone: %v", c.name, err)
 		}
+	}
+	var timeout int
+	if err := s.local.writer.own.QueryRow("PRAGMA busy_timeout").Scan(&timeout); err != nil || timeout != 0 {
+		t.Fatalf("the store's writer has a busy timeout of %d ms (%v), want 0", timeout, err)
 	}
 	sqlDB, err := db.DB()
 	if err != nil {
@@ -178,7 +214,6 @@ func TestSQLiteDeadlineBehindAnotherWriter(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer conns[i].Close()
-		var timeout int
 		if err := conns[i].QueryRowContext(ctx, "PRAGMA busy_timeout").Scan(&timeout); err != nil || timeout != sqlitedb.BusyTimeoutMillis {
 			t.Fatalf("connection %d has a busy timeout of %d ms (%v), want %d as sqlitedb set it", i, timeout, err, sqlitedb.BusyTimeoutMillis)
 		}

@@ -8,6 +8,8 @@ require (
 	gorm.io/driver/mysql v1.6.0
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
+	modernc.org/libc v1.22.5
+	modernc.org/sqlite v1.23.1
 )
 
 require (
@@ -27,10 +29,8 @@ require (
 	golang.org/x/sync v0.17.0 // indirect
 	golang.org/x/sys v0.7.0 // indirect
 	golang.org/x/text v0.29.0 // indirect
-	modernc.org/libc v1.22.5 // indirect
 	modernc.org/mathutil v1.5.0 // indirect
 	modernc.org/memory v1.5.0 // indirect
-	modernc.org/sqlite v1.23.1 // indirect
 )
 
 replace github.com/idemkit/idemkit => ../..

@@ -32,6 +32,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(crashChildEnv) != "" {
 		os.Exit(crashChild())
 	}
+	if os.Getenv(lockChildEnv) != "" {
+		os.Exit(lockChild())
+	}
 	os.Exit(m.Run())
 }
 

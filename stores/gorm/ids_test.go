@@ -122,6 +122,9 @@ func TestCorruptRecordKeepsTheKeySecret(t *testing.T) {
 	if _, _, err := s.Acquire(ctx, acquireAt(id, "tok", t0)); err != nil {
 		t.Fatal(err)
 	}
+	if err := s.Complete(ctx, id, "tok", idem.Completion{Response: idem.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
 	if err := db.Exec("UPDATE " + s.sql.quotedTableName + " SET idem_state = 7").Error; err != nil {
 		t.Fatal(err)
 	}

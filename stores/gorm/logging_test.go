@@ -86,20 +86,34 @@ func TestKeysNeverLogged(t *testing.T) {
 				t.Fatalf("the GORM logger did not print a statement's value (%v): the test proves nothing\n%s", err, gormLog.String())
 			}
 
-			// Every method, failing: the table is gone.
+			// Every method, failing: the table is gone. On SQLite a key in
+			// flight lives in memory: Renew, RenewBatch and Release never
+			// reach the table, and Complete does for a key held, whose
+			// record it writes.
+			local := s.local != nil
+			held := id
+			if local {
+				held = idem.ID{Scope: scope, Key: key + "-held"}
+				_, _, err = s.Acquire(ctx, acquireAt(held, "tok", t0))
+				check(err)
+			}
 			dropTable(t, db, s.sql.quotedTableName)
 			_, _, err = s.Acquire(ctx, acquireAt(id, "tok2", t0.Add(2*time.Hour)))
 			check(err)
-			check(s.Renew(ctx, id, "tok", t0.Add(time.Minute)))
-			check(s.RenewBatch(ctx, []idem.Held{{ID: id, Token: "tok"}}, t0.Add(time.Minute), make([]bool, 1)))
-			check(s.Complete(ctx, id, "tok", idem.Completion{Response: idem.Response{Status: 201, Body: []byte(body)}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}))
-			check(s.Release(ctx, id, "tok"))
+			want := 4
+			if !local {
+				want = 7
+				check(s.Renew(ctx, id, "tok", t0.Add(time.Minute)))
+				check(s.RenewBatch(ctx, []idem.Held{{ID: id, Token: "tok"}}, t0.Add(time.Minute), make([]bool, 1)))
+				check(s.Release(ctx, id, "tok"))
+			}
+			check(s.Complete(ctx, held, "tok", idem.Completion{Response: idem.Response{Status: 201, Body: []byte(body)}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}))
 			_, err = s.Get(ctx, id)
 			check(err)
 			_, err = s.Purge(ctx, t0.Add(48*time.Hour), 10)
 			check(err)
-			if len(errs) != 7 {
-				t.Fatalf("%d of 7 calls on a dropped table failed (%v): the test proves nothing", len(errs), errs)
+			if len(errs) != want {
+				t.Fatalf("%d of %d calls on a dropped table failed (%v): the test proves nothing", len(errs), want, errs)
 			}
 			for _, err := range errs {
 				if errors.Is(err, idem.ErrNotFound) || errors.Is(err, idem.ErrLockLost) {

@@ -7,18 +7,21 @@ import (
 )
 
 // Pacing of the background purger. A purge batch is one DELETE; on SQLite it
-// holds the database's single write lock while it runs, and a request's
-// write that finds the lock taken sleeps in SQLite's busy handler (1 ms, then
-// 2, 5, 10 ms ...) before it looks again. Batches run back to back once
-// starved writers for as long as the backlog lasted (136 ms p99, 950 ms at
-// worst, while 160,000 rows went at 500 new keys a second). So the purger
-// sizes its batches by time and leaves the database alone between them:
+// holds the database's single write lock while it runs, and the process's
+// writes wait for their turn behind it (see Store.write). Batches run back
+// to back once starved writers for as long as the backlog lasted (136 ms
+// p99, 950 ms at worst, while 160,000 rows went at 500 new keys a second).
+// So the purger sizes its batches by time and leaves the database alone
+// between them:
 const (
-	// purgeHold is how long one batch should take on SQLite: short enough
-	// that a request's write that finds the lock taken gets it at its first
-	// look again, 1 ms later. The batch size follows the rows per
-	// millisecond the last batch deleted, between 1 and WithPurgeBatch.
-	purgeHold = time.Millisecond
+	// purgeHold is how long one batch should take on SQLite: a request's
+	// completion that comes while it runs waits about that long for its
+	// turn, as long as the rest of its work takes. The batch size follows
+	// the rows per purgeHold the last batch deleted, between 1 and
+	// WithPurgeBatch. With 1 ms, the p99 of new keys while a million rows
+	// went was 1.6 to 2.1 times that with nothing to purge; with 0.5 ms,
+	// 1.5 times.
+	purgeHold = 500 * time.Microsecond
 	// purgeYield is how many times a batch's duration the purger then
 	// waits, on every dialect, so that it takes at most a fifth of the time
 	// (of the write lock, on SQLite) however large the backlog.
@@ -30,8 +33,12 @@ const (
 	firstSQLiteBatch = 16
 	// checkpointRows is how many rows the purger deletes on SQLite between
 	// two checkpoints of the write-ahead log (see Store.checkpoint): about
-	// 300 pages, well under the 1000 at which a commit checkpoints.
-	checkpointRows = 256
+	// 150 pages. A checkpoint copies the pages, then syncs the file, which
+	// takes longer the more was written since the last sync, and the
+	// requests of a process that has one core to run on wait meanwhile:
+	// every 256 rows the p99 of new keys during a purge was 2.1 times that
+	// without, every 128 rows 1.6 times (every 64, no better, and slower).
+	checkpointRows = 128
 )
 
 // purgeLoop purges every purge interval until Close cancels ctx.
@@ -77,11 +84,11 @@ func (s *Store) purgeExpired(ctx context.Context) {
 
 // checkpoint copies the pages the purge wrote to SQLite's write-ahead log
 // into the database file, without waiting for anyone (PASSIVE). Deleting
-// rows keyed by random hashes writes a page per row or so, and the log
-// is checkpointed by whichever commit takes it past 1000 pages: left to
-// that, the purge's pages were copied, and synced, in requests' commits,
-// which then took tens of milliseconds (a p99 of 10.5 ms during a purge
-// against 4.3 ms with no checkpoint at all). Checkpointed every
+// rows keyed by random hashes writes a page per row or so; left to a
+// checkpoint every 1000 pages, as SQLite does in the commit that takes the
+// log past them, or to the writer's checkpointer, each checkpoint copied
+// and synced long enough to hold requests up (a p99 of 10.5 ms during a
+// purge against 4.3 ms with no checkpoint at all). Checkpointed every
 // checkpointRows rows, the log stays short, and the purger, whose pause
 // follows the time spent here, does that work itself.
 func (s *Store) checkpoint(ctx context.Context) error {

@@ -183,11 +183,11 @@ func TestCloseNoLeak(t *testing.T) {
 // as the batch took, so that requests' writes get most of the time (on
 // SQLite, most of the single write lock) however large the backlog; and on
 // SQLite it sizes the batches to about purgeHold each. The batches are
-// timed on a fake meter (each batch takes 2 ms) and the pauses recorded,
+// timed on a fake meter (each batch takes twice purgeHold) and the pauses recorded,
 // not slept.
 func TestPurgerYieldsBetweenBatches(t *testing.T) {
 	const expired, live, batch = 60, 3, 10
-	const took = 2 * time.Millisecond
+	const took = 2 * purgeHold
 	clock := new(fakeClock)
 	clock.Advance(time.Duration(t0.Add(time.Minute).UnixNano()))
 	s := newStore(t, openSQLite(t), WithPurgeBatch(batch), WithClock(idemtest.ClockOf(clock.Now)))
@@ -233,7 +233,7 @@ func TestPurgerYieldsBetweenBatches(t *testing.T) {
 			t.Fatalf("pause %d lasted %v after a batch of %v, want %v", i, d, took, purgeYield*took)
 		}
 	}
-	// A batch of 2 ms is twice purgeHold: the next one is half as large,
+	// A batch of twice purgeHold: the next one is half as large,
 	// down to one row, never above WithPurgeBatch.
 	want := []int{batch, batch / 2, batch / 4, 1}
 	for i, n := range sizes[:len(sizes)-1] {

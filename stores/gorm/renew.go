@@ -42,6 +42,10 @@ func (s *Store) RenewBatch(ctx context.Context, held []idem.Held, leaseUntil tim
 	if len(held) == 0 {
 		return nil
 	}
+	if s.local != nil {
+		s.renewBatchLocal(held, leaseUntil, lost)
+		return nil
+	}
 	var renewed map[string]struct{}
 	chunks := func(tx *gorm.DB) error {
 		renewed = make(map[string]struct{}, len(held))

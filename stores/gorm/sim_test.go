@@ -23,11 +23,15 @@ type simStore struct {
 	db *gorm.DB
 }
 
-// Len implements idemsim.Counter.
+// Len implements idemsim.Counter: the table's rows, and on SQLite the
+// records in flight, which live in memory.
 func (s simStore) Len() int {
 	var n int64
 	if err := s.db.Raw("SELECT COUNT(*) FROM " + s.sql.quotedTableName).Scan(&n).Error; err != nil {
 		return -1
+	}
+	if s.local != nil {
+		n += int64(s.local.table.count())
 	}
 	return int(n)
 }

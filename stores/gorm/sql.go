@@ -58,10 +58,7 @@ const (
 // dialect and table. Placeholders are "?": GORM turns them into the
 // dialect's bind variables.
 type statements struct {
-	insert string // conflict handling per dialect, see Store.Acquire
-	// upsert (SQLite) inserts a new record or replaces an expired one in
-	// one statement, see Store.acquire.
-	upsert          string
+	insert          string // conflict handling per dialect, see Store.Acquire
 	replaceExpired  string
 	takeOverLapsed  string
 	selectRecord    string
@@ -75,6 +72,13 @@ type statements struct {
 	// checkSchema reads the key columns of no row: it fails on a table
 	// created by an earlier version of the store.
 	checkSchema string
+	// SQLite: insertCompleted writes a completed record, and completeRow
+	// too, replacing a row that nobody holds (see Store.completeLocal),
+	// with one placeholder more; dropExpired deletes a
+	// record expired at its placeholders' time; freeInFlight deletes the
+	// records in flight a dead process left; tableExists counts the tables
+	// named as its argument in the table's schema.
+	insertCompleted, completeRow, dropExpired, freeInFlight, tableExists string
 	// A batch renewal is head, then held once per lock joined by OR, then
 	// tail (see Store.RenewBatch). renewBatch updates and, but on MySQL,
 	// returns the rows it renewed; lockBatch (MySQL) reads and locks them.
@@ -93,8 +97,9 @@ type statements struct {
 
 // hotStatements are the statements a request's store calls run.
 type hotStatements struct {
-	insert, upsert, replaceExpired, takeOverLapsed, selectRecord string
-	renew, checkOwner, complete, release, purge                  string
+	insert, replaceExpired, takeOverLapsed, selectRecord    string
+	renew, checkOwner, complete, release, purge             string
+	insertCompleted, completeRow, dropExpired, freeInFlight string
 }
 
 // nativePlaceholders renders stmt's "?" placeholders as the dialect's own:
@@ -194,25 +199,38 @@ func buildStatements(db *gorm.DB, d dialect, table string) statements {
 	st.insert = w.done()
 
 	if d == dialectSQLite {
-		// The ON CONFLICT branch replaces an expired record whole, as
-		// replaceExpired does, and leaves a live one alone: then the
-		// statement changes no row. Column names in its WHERE clause are
-		// the existing row's.
+		// A completed record, whose holder lives in memory. A row there
+		// is one nobody holds, replaced: a record in flight a dead process
+		// left, or one expired when the key was taken (the last
+		// placeholder: its holder's acquisition). Any other row, live,
+		// stays (the statement then changes nothing).
 		w.s("INSERT INTO "+t+" (").
-			ids(colScope, colKey, colFingerprint, colState, colToken, colLeaseUntil, colCreatedAt,
-				colCompletedAt, colExpiresAt, colStatus, colHeaders, colBody).
-			s(") VALUES (?, ?, ?, "+stateInFlight+", ?, ?, ?, NULL, ?, 0, NULL, NULL)").
-			s(" ON CONFLICT (").ids(colScope, colKey).s(") DO UPDATE SET ")
-		for i, c := range []string{colFingerprint, colState, colToken, colLeaseUntil, colCreatedAt,
-			colCompletedAt, colExpiresAt, colStatus, colHeaders, colBody} {
+			ids(colStatus, colHeaders, colBody, colCompletedAt, colExpiresAt, colScope, colKey, colToken,
+				colFingerprint, colLeaseUntil, colCreatedAt, colState).
+			s(") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, " + stateCompleted + ")")
+		st.insertCompleted = w.String()
+		w.s(" ON CONFLICT (").ids(colScope, colKey).s(") DO UPDATE SET ")
+		for i, c := range []string{colStatus, colHeaders, colBody, colCompletedAt, colExpiresAt, colToken,
+			colFingerprint, colLeaseUntil, colCreatedAt, colState} {
 			if i > 0 {
 				w.s(", ")
 			}
 			w.id(c).s(" = excluded.").id(c)
 		}
-		w.s(" WHERE ")
+		w.s(" WHERE ").id(colState).s(" = " + stateInFlight + " OR ").id(colExpiresAt).s(" <= ?")
+		st.completeRow = w.done()
+		w.s("DELETE FROM " + t)
+		byID().s(" AND ")
 		expiredAt()
-		st.upsert = w.done()
+		st.dropExpired = w.done()
+		w.s("DELETE FROM " + t + " WHERE ").id(colState).s(" = " + stateInFlight)
+		st.freeInFlight = w.done()
+		schema, _, qualified := strings.Cut(table, ".")
+		if qualified {
+			w.id(schema).s(".")
+		}
+		w.s("sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE")
+		st.tableExists = "SELECT count(*) FROM " + w.done()
 	}
 
 	// An expired record is replaced whole: to its new holder it is new.
@@ -311,16 +329,19 @@ func buildStatements(db *gorm.DB, d dialect, table string) statements {
 	st.createTable = schemaSQL(w, d, table)
 
 	st.native = hotStatements{
-		insert:         nativePlaceholders(d, st.insert),
-		upsert:         nativePlaceholders(d, st.upsert),
-		replaceExpired: nativePlaceholders(d, st.replaceExpired),
-		takeOverLapsed: nativePlaceholders(d, st.takeOverLapsed),
-		selectRecord:   nativePlaceholders(d, st.selectRecord),
-		renew:          nativePlaceholders(d, st.renew),
-		checkOwner:     nativePlaceholders(d, st.checkOwner),
-		complete:       nativePlaceholders(d, st.complete),
-		release:        nativePlaceholders(d, st.release),
-		purge:          nativePlaceholders(d, st.purge),
+		insert:          nativePlaceholders(d, st.insert),
+		replaceExpired:  nativePlaceholders(d, st.replaceExpired),
+		takeOverLapsed:  nativePlaceholders(d, st.takeOverLapsed),
+		selectRecord:    nativePlaceholders(d, st.selectRecord),
+		renew:           nativePlaceholders(d, st.renew),
+		checkOwner:      nativePlaceholders(d, st.checkOwner),
+		complete:        nativePlaceholders(d, st.complete),
+		release:         nativePlaceholders(d, st.release),
+		purge:           nativePlaceholders(d, st.purge),
+		insertCompleted: st.insertCompleted, // SQLite's placeholders are "?"
+		completeRow:     st.completeRow,
+		dropExpired:     st.dropExpired,
+		freeInFlight:    st.freeInFlight,
 	}
 	return st
 }

@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
@@ -38,10 +37,9 @@ type Store struct {
 	pause func(ctx context.Context, d time.Duration) bool
 
 	busy busyTimeouts // SQLite connections' own busy timeouts
-	// found leans positive when Acquire on SQLite has lately found live
-	// records (replays, 409s) more often than it wrote, negative
-	// otherwise; see upsertFirst.
-	found atomic.Int32
+	// local is the store's share of its SQLite file: the records in
+	// flight and the writer (see local.go). nil on a database server.
+	local *localState
 
 	stopPurge context.CancelFunc
 	purgeDone chan struct{}
@@ -70,8 +68,16 @@ const maxAttempts = 10
 // New returns a Store writing to db's database and starts its purger
 // (unless disabled with WithPurgeInterval(0)). db's dialector must be SQLite
 // (github.com/glebarez/sqlite, as sqlitedb opens it), PostgreSQL
-// (gorm.io/driver/postgres) or MySQL/MariaDB (gorm.io/driver/mysql). New does
-// not touch the database: call AutoMigrate, or apply SchemaSQL yourself.
+// (gorm.io/driver/postgres) or MySQL/MariaDB (gorm.io/driver/mysql). New
+// creates no table: call AutoMigrate, or apply SchemaSQL yourself.
+//
+// On SQLite the store serves one process: New locks the database file
+// against the stores of other processes (a file named after it, with
+// "-idemkit.lock" appended, which it never deletes) and fails, naming the
+// file, if another process holds it. The stores of one process share the
+// lock, which the last one's Close lets go. New also takes one connection
+// of db's pool for the store's writes (none from a pool of one), and
+// deletes the records in flight a process that died left in the table.
 // The store's statements never reach db's logger, which would print them
 // with their values: their failures are returned as errors. The statements
 // of its calls run on db's connection pool through database/sql, past
@@ -114,6 +120,11 @@ func New(db *gorm.DB, opts ...Option) (*Store, error) {
 	if s.pool, err = db.DB(); err != nil {
 		return nil, fmt.Errorf("gormstore: the connection pool: %w", err)
 	}
+	if d == dialectSQLite {
+		if err := s.openSQLite(); err != nil {
+			return nil, err
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopPurge = cancel
 	if s.purge.Interval > 0 {
@@ -122,6 +133,26 @@ func New(db *gorm.DB, opts ...Option) (*Store, error) {
 		close(s.purgeDone)
 	}
 	return s, nil
+}
+
+// newTimeout bounds what New does on SQLite's database: to find its file,
+// take a connection for the writer and free what a dead process left.
+const newTimeout = 30 * time.Second
+
+// openSQLite registers s on its SQLite file (see local.go) and frees the
+// records in flight a dead process left in its table.
+func (s *Store) openSQLite() (err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), newTimeout)
+	defer cancel()
+	if s.local, err = s.openLocal(ctx); err != nil {
+		return err
+	}
+	s.calls.onIdle = s.local.close
+	if err := s.freeLeftovers(ctx); err != nil {
+		s.local.close()
+		return fmt.Errorf("gormstore: free the records in flight left in %s: %w", s.table, err)
+	}
+	return nil
 }
 
 // checkTableName accepts "table" or "schema.table", each part made of ASCII
@@ -178,6 +209,11 @@ func (s *Store) AutoMigrate(ctx context.Context) error {
 		return fmt.Errorf("gormstore: table %s exists without the columns %s and %s: it was created by an earlier "+
 			"version of the store; recreate it (README, \"Upgrading\"): %w", s.table, colScope, colKey, err)
 	}
+	if s.local != nil {
+		if err := s.freeLeftovers(ctx); err != nil {
+			return fmt.Errorf("gormstore: free the records in flight left in %s: %w", s.table, err)
+		}
+	}
 	return nil
 }
 
@@ -209,16 +245,10 @@ func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 
 // Acquire implements idem.Store.
 //
-// On SQLite it first runs one upsert: an INSERT whose ON CONFLICT branch
-// replaces the record only if it has expired, so that a new key or an
-// expired record costs that single statement. If it changed nothing, a
-// live record holds the key and is read by primary key: returned as it is,
-// or, if its lease lapsed and the fingerprint matches, taken over by an
-// UPDATE whose WHERE clause repeats the condition. The upsert's first try
-// does not wait for SQLite's write lock: if another connection holds it,
-// Acquire reads the record at once (WAL readers never wait), so that a
-// replay or a 409 never queues behind a writer, and only a key it must
-// write waits for the lock.
+// On SQLite the key's completed record is read from the table (a read
+// never waits for the write lock), and a new key, an expired record or a
+// lapsed lease is taken in memory, where records in flight live (see
+// local.go): a new key writes nothing until it completes.
 //
 // On PostgreSQL and MySQL it reads first, and creates a record only if
 // there is none, with an INSERT that does nothing (PostgreSQL) or fails
@@ -228,17 +258,14 @@ func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 // transaction ID, a commit record and a row lock even when it changes
 // nothing; a new key costs the read more. An expired record or a lapsed
 // lease is taken by an UPDATE whose WHERE clause repeats the condition.
-//
-// On every dialect each write is one statement that writes only if the
-// record is still as expected; if another request wrote in between, it
-// changes nothing, and Acquire starts over.
+// Each write is one statement that writes only if the record is still as
+// expected; if another request wrote in between, it changes nothing, and
+// Acquire starts over.
 //
 // Acquire returns by ctx's deadline, and a write of it must not land
 // after it reported the failure, leaving an in-flight record nobody holds
-// (every retry would get 409 until its lease ran out). On SQLite nothing
-// is left running when a call returns (see runSQLite). On a database
-// server, which commits a statement its client abandoned, see
-// acquireDetached.
+// (every retry would get 409 until its lease ran out). A database server
+// commits a statement its client abandoned: see acquireDetached.
 func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
 	if err := s.calls.begin(); err != nil {
 		return idem.Record{}, 0, err
@@ -252,11 +279,8 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 		outcome idem.AcquireOutcome
 		err     error
 	)
-	if s.dialect == dialectSQLite {
-		err = s.runSQLiteFrom(ctx, true, func(x session) (err error) {
-			rec, outcome, err = s.acquire(x, a)
-			return err
-		})
+	if s.local != nil {
+		rec, outcome, err = s.acquireLocal(ctx, a)
 	} else {
 		rec, outcome, err = s.acquireDetached(ctx, a)
 	}
@@ -329,47 +353,21 @@ func (s *Store) acquireDetached(ctx context.Context, a idem.Acquire) (idem.Recor
 	}
 }
 
-// acquire is Acquire's work, on x. It returns the record found if the
-// outcome is Existing.
+// acquire is Acquire's work on a database server, on x. It returns the
+// record found if the outcome is Existing.
 func (s *Store) acquire(x session, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
 	fp := blob(a.Fingerprint[:])
 	now, lease, expires := nanos(a.Now), nanos(a.LeaseUntil), nanos(a.ExpiresAt)
 	scope, key := hashID(a.ID)
 	st := &s.sql.native
-	upsert := s.dialect == dialectSQLite && s.upsertFirst()
 	for range maxAttempts {
-		var busy error
-		if upsert {
-			// One statement takes a new key or an expired record.
-			n, err := x.exec(st.upsert, scope, key, fp, a.Token, lease, now, expires, now, now)
-			switch {
-			case isBusy(err):
-				// Another connection writes. A live record is read
-				// without waiting for it (WAL), so that a replay or a 409
-				// never queues behind a writer; for anything else the
-				// lock is needed, and runSQLite runs acquire again.
-				busy = err
-			case err != nil:
-				return idem.Record{}, 0, err
-			case n == 1:
-				s.tally(false)
-				return idem.Record{}, idem.AcquireCreated, nil
-			}
-		}
 		rec, err := s.get(x, a.ID, scope, key)
 		if errors.Is(err, idem.ErrNotFound) {
-			if busy != nil {
-				return idem.Record{}, 0, busy
-			}
-			if upsert {
-				continue // released or purged since the upsert
-			}
 			created, err := s.insert(x, scope, key, fp, a.Token, lease, now, expires)
 			if err != nil {
 				return idem.Record{}, 0, err
 			}
 			if created {
-				s.tally(false)
 				return idem.Record{}, idem.AcquireCreated, nil
 			}
 			continue // the key was taken meanwhile
@@ -389,50 +387,18 @@ func (s *Store) acquire(x session, a idem.Acquire) (idem.Record, idem.AcquireOut
 			outcome = idem.AcquireTookOver
 			stmt, args = st.takeOverLapsed, []any{a.Token, lease, now, expires, scope, key, now, now, fp}
 		default:
-			s.tally(true)
 			return rec, idem.AcquireExisting, nil
-		}
-		if busy != nil {
-			return idem.Record{}, 0, busy
 		}
 		n, err := x.exec(stmt, args...)
 		if err != nil {
 			return idem.Record{}, 0, err
 		}
 		if n == 1 {
-			s.tally(false)
 			return idem.Record{}, outcome, nil
 		}
 		// The record changed, was released or purged meanwhile.
 	}
 	return idem.Record{}, 0, fmt.Errorf("the record kept changing; gave up after %d attempts", maxAttempts)
-}
-
-// foundBound bounds Store.found: after that many more live records than
-// writes (or the reverse) in a row, Acquire has settled on its order.
-const foundBound = 8
-
-// upsertFirst reports whether Acquire on SQLite starts with the upsert,
-// as it does while new keys are at least as common as live ones; when
-// replays and 409s have lately been more common (a storm of retries),
-// it reads first, as on the database servers, so that each of them is a
-// single read. Either order is correct: only the number of statements
-// differs (upsert first: 1 for a new key, 2 for a live record; read
-// first: 2 and 1).
-func (s *Store) upsertFirst() bool { return s.found.Load() <= 0 }
-
-// tally counts an Acquire on SQLite that found a live record, or wrote.
-func (s *Store) tally(found bool) {
-	if s.dialect != dialectSQLite {
-		return
-	}
-	n := s.found.Load()
-	switch {
-	case found && n < foundBound:
-		s.found.CompareAndSwap(n, n+1)
-	case !found && n > -foundBound:
-		s.found.CompareAndSwap(n, n-1)
-	}
 }
 
 // insert writes a new in-flight record unless one exists for the ID, and
@@ -484,6 +450,12 @@ func (s *Store) Renew(ctx context.Context, id idem.ID, token string, leaseUntil 
 		return err
 	}
 	defer s.calls.end()
+	if s.local != nil {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return s.renewLocal(id, token, leaseUntil)
+	}
 	lost := false
 	err := s.run(ctx, func(x session) error {
 		scope, key := hashID(id)
@@ -514,9 +486,10 @@ func (s *Store) Renew(ctx context.Context, id idem.ID, token string, leaseUntil 
 	return nil
 }
 
-// Complete implements idem.Store with one conditional UPDATE. If the
-// request's context carries a transaction begun with Tx, the UPDATE runs in
-// it and Complete commits it: the handler's writes and the stored response
+// Complete implements idem.Store with one conditional UPDATE, or on SQLite
+// the INSERT of the completed record (see completeLocal). If the request's
+// context carries a transaction begun with Tx, the statement runs in it
+// and Complete commits it: the handler's writes and the stored response
 // become visible together, or not at all.
 func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
 	if err := s.calls.begin(); err != nil {
@@ -539,8 +512,14 @@ func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.C
 	if err != nil {
 		return err
 	}
+	if s.local != nil {
+		return s.completeLocal(ctx, scope, key, token, tx, args)
+	}
 	if tx != nil {
-		return s.completeInTx(ctx, tx, args)
+		return s.completeInTx(ctx, tx, func(db *gorm.DB) (int64, error) {
+			res := db.Exec(s.sql.complete, args...)
+			return res.RowsAffected, res.Error
+		})
 	}
 	return s.fenced(ctx, "complete", s.sql.native.complete, args...)
 }
@@ -563,7 +542,9 @@ func (s *Store) fenced(ctx context.Context, op, stmt string, args ...any) error 
 	return nil
 }
 
-func (s *Store) completeInTx(ctx context.Context, tx *gorm.DB, args []any) error {
+// completeInTx runs exec, the completion, in the request's transaction tx
+// and commits it; exec returns the number of rows it wrote.
+func (s *Store) completeInTx(ctx context.Context, tx *gorm.DB, exec func(db *gorm.DB) (int64, error)) error {
 	// Every failure here rolls the handler's writes back with the
 	// completion: the error says so (idem.ErrRolledBack), so that the
 	// adapter withholds the response that describes them.
@@ -574,12 +555,12 @@ func (s *Store) completeInTx(ctx context.Context, tx *gorm.DB, args []any) error
 	if s.dialect == dialectSQLite {
 		ctx = context.WithoutCancel(ctx)
 	}
-	res := tx.Session(&gorm.Session{Logger: silent{}, Context: ctx}).Exec(s.sql.complete, args...)
-	if res.Error != nil {
+	n, err := exec(tx.Session(&gorm.Session{Logger: silent{}, Context: ctx}))
+	if err != nil {
 		tx.Rollback()
-		return fmt.Errorf("gormstore: complete: %w: %w", idem.ErrRolledBack, res.Error)
+		return fmt.Errorf("gormstore: complete: %w: %w", idem.ErrRolledBack, err)
 	}
-	if res.RowsAffected == 0 {
+	if n == 0 {
 		// Another request took the key over: the handler's writes must not
 		// land beside its successor's.
 		tx.Rollback()
@@ -594,8 +575,9 @@ func (s *Store) completeInTx(ctx context.Context, tx *gorm.DB, args []any) error
 	return nil
 }
 
-// Release implements idem.Store with one conditional DELETE. A transaction
-// begun with Tx for the request is rolled back first.
+// Release implements idem.Store with one conditional DELETE; on SQLite it
+// drops the record in flight from memory. A transaction begun with Tx for
+// the request is rolled back first.
 func (s *Store) Release(ctx context.Context, id idem.ID, token string) error {
 	if tx, _ := takeTx(ctx, token); tx != nil {
 		tx.Rollback()
@@ -607,16 +589,26 @@ func (s *Store) Release(ctx context.Context, id idem.ID, token string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if s.local != nil {
+		return s.releaseLocal(id, token)
+	}
 	scope, key := hashID(id)
 	return s.fenced(ctx, "release", s.sql.native.release, scope, key, token)
 }
 
-// Get implements idem.Store with one read by primary key.
+// Get implements idem.Store with one read by primary key; on SQLite a
+// record in flight is found in memory.
 func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 	if err := s.calls.begin(); err != nil {
 		return idem.Record{ID: id}, err
 	}
 	defer s.calls.end()
+	if s.local != nil {
+		if err := ctx.Err(); err != nil {
+			return idem.Record{ID: id}, err
+		}
+		return s.getLocal(ctx, id)
+	}
 	scope, key := hashID(id)
 	var (
 		rec    idem.Record
@@ -712,6 +704,9 @@ func (s *Store) Purge(ctx context.Context, now time.Time, limit int) (int, error
 	}
 	if limit <= 0 {
 		return 0, nil
+	}
+	if s.local != nil {
+		return s.purgeLocal(ctx, now, limit)
 	}
 	n := nanos(now)
 	var purged int64

@@ -153,17 +153,21 @@ func TestTransactionalCompletion(t *testing.T) {
 		wantStatus  int
 		wantCharges int
 		wantState   idem.State // 0: no record
+		// leased: the Engine takes leases, so that another request can
+		// take the key over (a leaseless Engine, as on SQLite, never lets
+		// one).
+		leased bool
 	}{
-		{"stored 201 commits", nil, http.StatusCreated, 1, idem.Completed},
+		{"stored 201 commits", nil, http.StatusCreated, 1, idem.Completed, false},
 		{"stored 4xx commits", func(*testing.T, *Store) hooks {
 			return hooks{after: func(*http.Request) int { return http.StatusUnprocessableEntity }}
-		}, http.StatusUnprocessableEntity, 1, idem.Completed},
+		}, http.StatusUnprocessableEntity, 1, idem.Completed, false},
 		{"5xx rolls back", func(*testing.T, *Store) hooks {
 			return hooks{after: func(*http.Request) int { return http.StatusServiceUnavailable }}
-		}, http.StatusServiceUnavailable, 0, 0},
+		}, http.StatusServiceUnavailable, 0, 0, false},
 		{"panic rolls back", func(*testing.T, *Store) hooks {
 			return hooks{after: func(*http.Request) int { panic("handler crashed after its write") }}
-		}, 0, 0, 0},
+		}, 0, 0, 0, false},
 		{"lock lost rolls back", func(t *testing.T, s *Store) hooks {
 			// Another instance takes the key over while this handler runs
 			// (its lease lapsed): this handler's charge must not land. The
@@ -183,7 +187,7 @@ func TestTransactionalCompletion(t *testing.T) {
 					t.Errorf("takeover = %v, %v", o, err)
 				}
 			}}
-		}, withheld, 0, idem.InFlight},
+		}, withheld, 0, idem.InFlight, true},
 	}
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
@@ -197,7 +201,11 @@ func TestTransactionalCompletion(t *testing.T) {
 					if c.hooks != nil {
 						h = c.hooks(t, s)
 					}
-					url := serve(t, quietEngine(s, nil), chargeHandler(db, charges, nil, h))
+					var store idem.Store = s
+					if c.leased {
+						store = withLeases{s}
+					}
+					url := serve(t, quietEngine(store, nil), chargeHandler(db, charges, nil, h))
 					r, err := post(t, http.DefaultClient, url, "key-1")
 					switch {
 					case c.wantStatus == withheld:
@@ -228,6 +236,12 @@ func TestTransactionalCompletion(t *testing.T) {
 		})
 	}
 }
+
+// withLeases is the store as an Engine that takes leases on it sees it:
+// on SQLite, whose Engine takes none, a takeover can then be staged.
+type withLeases struct{ *Store }
+
+func (withLeases) OneProcess() bool { return false }
 
 // TestTxSlot drives the slot the way the Engine does, without HTTP, and
 // checks that the store itself ends the transaction: committed by

@@ -4,7 +4,9 @@
 // for each other instead of failing with "database is locked".
 //
 // It is a package of its own so that programs using gormstore with
-// PostgreSQL or MySQL do not link an SQLite engine.
+// PostgreSQL or MySQL do not link an SQLite engine. Through the *gorm.DB
+// Open returns, gormstore also opens connections of its own to the file,
+// whose statements it prepares once.
 package sqlitedb
 
 import (
@@ -63,6 +65,9 @@ func Open(path string, opts ...gorm.Option) (*gorm.DB, error) {
 	db, err := gorm.Open(sqlite.Open(dsn), opts...)
 	if err != nil {
 		return nil, cannotOpen(path, err)
+	}
+	if err := db.Use(connPlugin{}); err != nil && !errors.Is(err, gorm.ErrRegistered) {
+		return nil, err
 	}
 	sqlDB, err := db.DB()
 	if err != nil {

@@ -1,0 +1,154 @@
+package gormstore
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemhttp"
+	"gorm.io/gorm"
+)
+
+// BenchmarkSQLiteFirst sets a request with a new key through an Engine on
+// the SQLite store (Acquire, the handler, Complete) beside the same
+// handler doing one plain INSERT through GORM instead, with no idemkit, on
+// the same database file, as bench/ does over loopback: the ratio
+// first/insert is the store's throughput as a fraction of the one-INSERT
+// handler's. The two alternate in chunks of requests within one run, from
+// conns goroutines at a time, so that both see the same machine; each run
+// reports the ratio of its totals. Run it with -count and take the median:
+//
+//	go test -run '^$' -bench SQLiteFirst -count 5 -cpu 1 .
+func BenchmarkSQLiteFirst(b *testing.B) {
+	for _, conns := range []int{1, 16} {
+		b.Run("c="+strconv.Itoa(conns), func(b *testing.B) { benchFirst(b, conns) })
+	}
+}
+
+// benchOrder is the request's body, about 100 bytes of JSON, decoded.
+type benchOrder struct {
+	Item     string `json:"item"`
+	Quantity int    `json:"quantity"`
+	Customer string `json:"customer"`
+	Note     string `json:"note"`
+}
+
+var benchOrderBody = []byte(`{"item":"paperback-0042","quantity":3,"customer":"cus_8f14e45fceea167a","note":"leave it at the door"}`)
+
+// orderHandler decodes the order and answers 201 with about 150 bytes of
+// JSON; with db set it first INSERTs the order, as the baseline does.
+func orderHandler(db *gorm.DB) http.Handler {
+	var seq atomic.Int64
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var o benchOrder
+		if err := json.NewDecoder(r.Body).Decode(&o); err != nil {
+			http.Error(w, "bad JSON", http.StatusBadRequest)
+			return
+		}
+		now := time.Now().Unix()
+		if db != nil {
+			if err := db.WithContext(r.Context()).Exec("INSERT INTO orders (item, quantity, customer, note, created) VALUES (?, ?, ?, ?, ?)",
+				o.Item, o.Quantity, o.Customer, o.Note, now).Error; err != nil {
+				http.Error(w, err.Error(), http.StatusInternalServerError)
+				return
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": "ord_" + strconv.FormatInt(1e12+seq.Add(1), 10),
+			"item": o.Item, "quantity": o.Quantity, "customer": o.Customer, "amount": 1999 * o.Quantity,
+			"currency": "usd", "created": now})
+	})
+}
+
+// nullWriter is a ResponseWriter that keeps the status only.
+type nullWriter struct {
+	header http.Header
+	status int
+}
+
+func (w *nullWriter) Header() http.Header { return w.header }
+func (w *nullWriter) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+}
+func (w *nullWriter) Write(p []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	return len(p), nil
+}
+
+// invoke sends the order to h with key as its Idempotency-Key, as
+// net/http's server would hand it over, and returns the status.
+func invoke(h http.Handler, key string) int {
+	r := &http.Request{
+		Method: http.MethodPost, URL: &url.URL{Path: "/orders"}, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header: http.Header{"Content-Type": {"application/json"}, "Idempotency-Key": {key}},
+		Body:   io.NopCloser(bytes.NewReader(benchOrderBody)), ContentLength: int64(len(benchOrderBody)),
+		Host: "bench", RemoteAddr: "127.0.0.1:40000", RequestURI: "/orders",
+	}
+	r = r.WithContext(context.Background())
+	w := &nullWriter{header: http.Header{}}
+	h.ServeHTTP(w, r)
+	return w.status
+}
+
+func benchFirst(b *testing.B, conns int) {
+	db := openSQLite(b)
+	s := newStore(b, db)
+	if err := db.Exec(`CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, item TEXT NOT NULL,
+		quantity INTEGER NOT NULL, customer TEXT NOT NULL, note TEXT NOT NULL, created INTEGER NOT NULL)`).Error; err != nil {
+		b.Fatal(err)
+	}
+	e := idem.New(idem.Config{Store: s, Logger: discardLogger})
+	sides := []http.Handler{idemhttp.Middleware(e)(orderHandler(nil)), orderHandler(db)}
+	var took [2]time.Duration
+	var next atomic.Int64
+	// chunk runs n requests through h from conns goroutines and returns
+	// how long they took.
+	chunk := func(h http.Handler, n int) time.Duration {
+		var wg sync.WaitGroup
+		var left atomic.Int64
+		left.Store(int64(n))
+		start := time.Now()
+		for range conns {
+			wg.Go(func() {
+				for left.Add(-1) >= 0 {
+					key := "k-" + strconv.FormatInt(next.Add(1), 10)
+					if status := invoke(h, key); status != http.StatusCreated {
+						b.Errorf("status %d", status)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return time.Since(start)
+	}
+	// Warm both up: connections opened, pages cached.
+	for i, h := range sides {
+		took[i] = chunk(h, 200)
+	}
+	took = [2]time.Duration{}
+	const size = 250
+	b.ResetTimer()
+	for done := 0; done < b.N; done += size {
+		n := min(size, b.N-done)
+		for i, h := range sides {
+			took[i] += chunk(h, n)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(took[0].Nanoseconds())/float64(b.N), "first-ns/op")
+	b.ReportMetric(float64(took[1].Nanoseconds())/float64(b.N), "insert-ns/op")
+	b.ReportMetric(float64(took[1])/float64(took[0]), "first/insert")
+}
