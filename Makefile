@@ -61,9 +61,12 @@ mutation:
 	bash -c 'source scripts/servers.sh && source scripts/redis-servers.sh && trap "stop_redis_servers; stop_servers" EXIT && start_servers && start_redis_servers && go run ./scripts/mutation $(if $(MUTANTS),-only $(MUTANTS))'
 
 # Refreshes the pictures of the docs: docs/img/checkout.png, from the demo's
-# browser test (needs Chromium). Tests alone never write into the tree.
+# browser test (needs Chromium), and docs/img/metrics.png, Prometheus's graph
+# of the demo during a storm (needs Chromium and Debian's prometheus). Tests
+# alone never write into the tree.
 pictures:
 	cd demo/payments && IDEMKIT_PICTURES=$(CURDIR)/docs/img go test -count=1 -run '^TestCheckoutInBrowser$$' .
+	cd docs/examples && IDEMKIT_PICTURES=$(CURDIR)/docs/img go test -count=1 -run '^TestPrometheusScrapesTheDemo$$' .
 
 # Checks the Prometheus rules of observability/prometheus with promtool
 # (Debian's prometheus package): they parse, and their unit tests pass.
