@@ -1,5 +1,5 @@
 # Every target works from a fresh clone; see README.md.
-.PHONY: test test-quick demo bench bench-quick bench-full bench-render bench-renew fuzz pictures mutation
+.PHONY: test test-quick demo bench bench-quick bench-full bench-render bench-renew fuzz pictures mutation rules
 
 # Runs gofmt, go vet and go test -race over every module in go.work,
 # starting the database servers the store tests need.
@@ -61,9 +61,18 @@ mutation:
 	bash -c 'source scripts/servers.sh && source scripts/redis-servers.sh && trap "stop_redis_servers; stop_servers" EXIT && start_servers && start_redis_servers && go run ./scripts/mutation $(if $(MUTANTS),-only $(MUTANTS))'
 
 # Refreshes the pictures of the docs: docs/img/checkout.png, from the demo's
-# browser test (needs Chromium). Tests alone never write into the tree.
+# browser test (needs Chromium), and docs/img/metrics.png, Prometheus's graph
+# of the demo during a storm (needs Chromium and Debian's prometheus). Tests
+# alone never write into the tree.
 pictures:
 	cd demo/payments && IDEMKIT_PICTURES=$(CURDIR)/docs/img go test -count=1 -run '^TestCheckoutInBrowser$$' .
+	cd docs/examples && IDEMKIT_PICTURES=$(CURDIR)/docs/img go test -count=1 -run '^TestPrometheusScrapesTheDemo$$' .
+
+# Checks the Prometheus rules of observability/prometheus with promtool
+# (Debian's prometheus package): they parse, and their unit tests pass.
+# make test runs it too, and docs/examples checks them against the code.
+rules:
+	bash observability/prometheus/check
 
 # A short fuzz run of every fuzz target (FUZZTIME=30s by default).
 fuzz:

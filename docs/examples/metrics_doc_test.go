@@ -3,12 +3,10 @@ package examples_test
 import (
 	"context"
 	"errors"
-	"math"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -292,18 +290,14 @@ func (ex exported) series(name string) (family string, buckets, ok bool) {
 	return "", false, false
 }
 
-var (
-	promqlBlock = regexp.MustCompile("(?s)```promql\n(.*?)```")
-	selector    = regexp.MustCompile(`\b(idemkit_[a-z_]+)(\{([^}]*)\})?`)
-	matcher     = regexp.MustCompile(`^\s*([a-z_]+)\s*(=~|!~|!=|=)\s*"([^"]*)"\s*$`)
-	grouping    = regexp.MustCompile(`\b(?:by|without)\s*\(([^)]*)\)`)
-)
+var promqlBlock = regexp.MustCompile("(?s)```promql\n(.*?)```")
 
-// TestOperationsAlertsUseWhatIsExported: each alert of operations.md names
-// metrics, labels and label values that the code exports (a value that
-// matches nothing would keep an alert silent for ever).
+// TestOperationsAlertsUseWhatIsExported: each query of operations.md names
+// metrics, labels and label values that the code exports, or series that
+// the recording rules of observability/prometheus make of them (a value
+// that matches nothing would keep an alert silent for ever).
 func TestOperationsAlertsUseWhatIsExported(t *testing.T) {
-	ex := exportAll(t)
+	cat := rulesCatalog(t)
 	src, err := os.ReadFile(filepath.Join("..", "operations.md"))
 	if err != nil {
 		t.Fatal(err)
@@ -313,107 +307,42 @@ func TestOperationsAlertsUseWhatIsExported(t *testing.T) {
 		t.Fatalf("operations.md has %d promql blocks", len(blocks))
 	}
 	for _, b := range blocks {
-		query := b[1]
-		labelsInQuery := map[string]bool{}
-		sels := selector.FindAllStringSubmatch(grouping.ReplaceAllString(query, ""), -1)
-		if len(sels) == 0 {
-			t.Errorf("alert %q names no idemkit metric", query)
-		}
-		for _, sel := range sels {
-			family, buckets, ok := ex.series(sel[1])
-			if !ok {
-				t.Errorf("alert %q: %s is not exported", query, sel[1])
-				continue
-			}
-			labels := ex.vals[family]
-			for l := range labels {
-				labelsInQuery[l] = true
-			}
-			if buckets {
-				labelsInQuery["le"] = true
-			}
-			if sel[3] == "" {
-				continue
-			}
-			for _, part := range strings.Split(sel[3], ",") {
-				m := matcher.FindStringSubmatch(part)
-				if m == nil {
-					t.Errorf("alert %q: cannot read the matcher %q", query, part)
-					continue
-				}
-				name, op, value := m[1], m[2], m[3]
-				if name == "le" && buckets {
-					checkBound(t, query, value, ex.le[family])
-					continue
-				}
-				seen, ok := labels[name]
-				if !ok {
-					t.Errorf("alert %q: %s has no label %s (it has %v)", query, family, name, keysOf(labels))
-					continue
-				}
-				matches := false
-				for _, v := range seen {
-					if op == "=~" || op == "!~" {
-						re := regexp.MustCompile("^(?:" + value + ")$")
-						matches = matches || re.MatchString(v)
-					} else {
-						matches = matches || v == value
-					}
-				}
-				if !matches {
-					t.Errorf("alert %q: %s{%s%s%q} matches none of the values exported, %v", query, family, name, op, value, seen)
-				}
-			}
-		}
-		for _, g := range grouping.FindAllStringSubmatch(query, -1) {
-			for _, l := range strings.Split(g[1], ",") {
-				if l = strings.TrimSpace(l); l != "" && !labelsInQuery[l] {
-					t.Errorf("alert %q groups by %s, a label of none of its metrics", query, l)
-				}
-			}
+		for _, p := range cat.check(b[1]) {
+			t.Errorf("operations.md: %q: %s", strings.TrimSpace(b[1]), p)
 		}
 	}
-}
-
-// checkBound checks that a matcher of le names a bucket bound, in either
-// of the ways Prometheus writes it ("5", "5.0").
-func checkBound(t *testing.T, query, value string, bounds []float64) {
-	t.Helper()
-	for _, alt := range strings.Split(value, "|") {
-		v, err := strconv.ParseFloat(alt, 64)
-		if err != nil || !slices.ContainsFunc(bounds, func(b float64) bool { return math.Abs(b-v) < 1e-12 }) {
-			t.Errorf("alert %q: le %q is not one of the bounds %v", query, alt, bounds)
-		}
-	}
-}
-
-func keysOf(m map[string][]string) []string {
-	var keys []string
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // TestMetricNamesInTheDocsAreExported: every idemkit_ name the operations
-// page and idemotel's README and package doc mention is a family, a
-// histogram's series or a label the code exports.
+// page, idemotel's README and package doc and the rules' README mention is
+// a family, a histogram's series or a label the code exports, or, written
+// level:metric:operations, a series the recording rules make.
 func TestMetricNamesInTheDocsAreExported(t *testing.T) {
 	ex := exportAll(t)
+	recorded := map[string]bool{}
+	for _, r := range loadRules(t).rules() {
+		recorded[r.Record] = r.Record != ""
+	}
 	labels := map[string]bool{}
 	for _, vals := range ex.vals {
 		for l := range vals {
 			labels[l] = true
 		}
 	}
-	name := regexp.MustCompile(`\bidemkit_[a-z_]+\b`)
-	for _, doc := range []string{"docs/operations.md", "observability/otel/README.md", "observability/otel/doc.go"} {
+	word := regexp.MustCompile(`[A-Za-z0-9_:]*idemkit_[A-Za-z0-9_:]*`)
+	for _, doc := range []string{"docs/operations.md", "observability/otel/README.md", "observability/otel/doc.go",
+		"observability/prometheus/README.md"} {
 		src, err := os.ReadFile(filepath.Join(repoRoot, doc))
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, n := range name.FindAllString(string(src), -1) {
+		for _, n := range word.FindAllString(string(src), -1) {
+			if strings.Contains(n, ":") {
+				if !recorded[n] {
+					t.Errorf("%s mentions %s, which no recording rule of rules.yml records", doc, n)
+				}
+				continue
+			}
 			if _, _, ok := ex.series(n); !ok && !labels[n] {
 				t.Errorf("%s mentions %s, which is neither a metric nor a label the code exports", doc, n)
 			}
