@@ -38,6 +38,11 @@ func (s *losingStore) Renew(ctx context.Context, id idem.ID, token string, lease
 	return s.Store.Renew(ctx, id, token, leaseUntil)
 }
 
+// OneProcess is false: the store stands for one a fleet shares, whose
+// leases the Engine renews (a SQLite store serves one process and takes
+// none, which would leave no lease to lose).
+func (*losingStore) OneProcess() bool { return false }
+
 // RenewBatch keeps the renewals going through Renew, whatever the GORM
 // store offers.
 func (s *losingStore) RenewBatch(ctx context.Context, held []idem.Held, leaseUntil time.Time, lost []bool) error {

@@ -98,15 +98,22 @@ func CreateChargeOnce(ctx context.Context, db *gorm.DB, p Authorizer, account st
 		return Charge{}, false, errors.New("no idempotency key to write the charge under")
 	}
 	db = db.WithContext(context.WithoutCancel(ctx))
-	// Found first, so that a charge made once is answered without asking
-	// the provider again.
-	prev, live, err := chargeByKey(db, account, k, r)
-	if live || err != nil {
-		return prev, live, err
-	}
+	// The key's uses are read before its charge is looked up. A charge
+	// and the use it counts commit together, so an attempt that reads no
+	// charge read the uses from before that charge too, and asks the
+	// provider under the same key as the attempt that wrote it: the
+	// provider answers it without taking the money again. Read the other
+	// way round, another attempt could commit in between, and this one
+	// would ask under the next use's key and be charged a second time.
 	uses, err := keyUses(db, k.Key)
 	if err != nil {
 		return Charge{}, false, err
+	}
+	// Found before the provider is asked, so that a charge made once is
+	// answered without asking again.
+	prev, live, err := chargeByKey(db, account, k, r)
+	if live || err != nil {
+		return prev, live, err
 	}
 	err = p.Authorize(ctx, Authorization{IdempotencyKey: useKey(k.Key, uses), Account: account, Customer: r.Customer, Amount: r.Amount, Currency: r.Currency})
 	if leaseLost(ctx) {

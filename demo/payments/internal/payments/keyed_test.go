@@ -344,3 +344,53 @@ func TestEachUseOfAKeyChargesOnce(t *testing.T) {
 		})
 	}
 }
+
+// laterAttempt marks the context of the attempt that
+// TestAChargeWrittenDuringTheLookupIsNotTakenAgain interrupts.
+type laterAttempt struct{}
+
+// TestAChargeWrittenDuringTheLookupIsNotTakenAgain: an attempt whose record
+// was lost looks its key up (the charge, the key's uses) in more than one
+// read. Another attempt of the same charge that writes it between those
+// reads must not make the first ask the provider under a new key: the
+// money would be taken twice, though the database keeps one charge.
+func TestAChargeWrittenDuringTheLookupIsNotTakenAgain(t *testing.T) {
+	for name, db := range testDBs(t) {
+		t.Run(name, func(t *testing.T) {
+			acct := "acct_" + rand.Text()[:10]
+			req := ChargeRequest{Amount: 900, Currency: "usd", Customer: "cus_1"}
+			provider := &Provider{}
+			k := key("k-between")
+			var other Charge
+			var once sync.Once
+			// After the interrupted attempt's first read, the other
+			// attempt runs from start to end.
+			err := db.Callback().Query().After("gorm:query").Register("test:between", func(tx *gorm.DB) {
+				if tx.Statement.Context.Value(laterAttempt{}) == nil {
+					return
+				}
+				once.Do(func() {
+					c, existing, err := CreateChargeOnce(context.Background(), db, provider, acct, k, req)
+					if err != nil || existing {
+						t.Errorf("the other attempt: existing %v, %v", existing, err)
+					}
+					other = c
+				})
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.WithValue(t.Context(), laterAttempt{}, true)
+			c, existing, err := CreateChargeOnce(ctx, db, provider, acct, k, req)
+			if err != nil || !existing || c.ID != other.ID {
+				t.Fatalf("interrupted attempt: %s existing %v (%v), want the other attempt's %s", c.ID, existing, err, other.ID)
+			}
+			if n := countRows(t, db, &Charge{}, acct); n != 1 {
+				t.Fatalf("%d charges for one key", n)
+			}
+			if got := provider.Counts(acct).Authorizations; got != 1 {
+				t.Fatalf("the provider took the money %d times for one charge", got)
+			}
+		})
+	}
+}
