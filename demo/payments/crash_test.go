@@ -163,21 +163,29 @@ func pendingWith(ctx context.Context, rc *redis.Client, pid int) (consumer strin
 // refund must end settled by exactly one ledger entry, and every entry of
 // the stream acknowledged, the dead consumer's claimed by the others.
 func TestEventConsumerKilledMidBatch(t *testing.T) {
-	for name, dsn := range map[string]func(testing.TB) string{
-		"sqlite":   func(tb testing.TB) string { return filepath.Join(t.TempDir(), "fleet.db") },
-		"postgres": testdb.Postgres,
+	for name, fleet := range map[string]struct {
+		dsn func(testing.TB) string
+		// recordsInRedis: the idempotency records are kept in the
+		// Redis of the stream, not in the database. A SQLite store
+		// serves one process, so a fleet on one SQLite file keeps its
+		// records in Redis; the rows stay in the file, and each event's
+		// settlement is kept single by its unique key there.
+		recordsInRedis bool
+	}{
+		"sqlite":   {dsn: func(tb testing.TB) string { return filepath.Join(t.TempDir(), "fleet.db") }, recordsInRedis: true},
+		"postgres": {dsn: testdb.Postgres},
 	} {
 		t.Run(name, func(t *testing.T) {
-			db := dsn(t)
+			db := fleet.dsn(t)
 			if db == "" {
 				return // PostgreSQL under -short
 			}
-			crashConsumer(t, db)
+			crashConsumer(t, db, fleet.recordsInRedis)
 		})
 	}
 }
 
-func crashConsumer(t *testing.T, dsn string) {
+func crashConsumer(t *testing.T, dsn string, recordsInRedis bool) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		t.Fatalf("%v; `make test` installs it through scripts/redis-servers.sh", redisserver.ErrNotInstalled)
 	}
@@ -192,6 +200,9 @@ func crashConsumer(t *testing.T, dsn string) {
 	// The lease is the time after which the others claim the entries a
 	// consumer left pending.
 	common := []string{"-db", dsn, "-events", rs.URL(), "-webhooks=false", "-lease", "1s", "-provider-latency", "1ms"}
+	if recordsInRedis {
+		common = append(common, "-records", rs.URL())
+	}
 	producer := startInstance(t, append(common, "-settle-every", "100ms")...)
 	victim := startInstance(t, append(common, "-settle-every", "0")...)
 	ledger := openLedger(t, dsn)

@@ -24,6 +24,7 @@ import (
 // docs/operations.md shows (and that page says so, in these figures).
 const (
 	stormCharges         = 1000
+	stormRefunds         = 400 // of those charges, each refunded in part
 	stormClients         = 20
 	stormProviderFailure = 5 // percent of the payment provider's calls
 )
@@ -264,7 +265,7 @@ scrape_configs:
 	stormStart := time.Now()
 	var stormOut, stormErr bytes.Buffer
 	storm := command(ctx, filepath.Join(bin, "storm"), "-target", "http://"+api, "-admin-target", "http://"+admin,
-		"-n", strconv.Itoa(stormCharges), "-c", strconv.Itoa(stormClients), "-timeout", "90s")
+		"-n", strconv.Itoa(stormCharges), "-refunds", strconv.Itoa(stormRefunds), "-c", strconv.Itoa(stormClients), "-timeout", "90s")
 	storm.Stdout, storm.Stderr = &stormOut, &stormErr
 	if err := storm.Run(); err != nil {
 		t.Fatalf("the storm: %v\n%s\n%s", err, stormOut.String(), stormErr.String())
@@ -272,16 +273,21 @@ scrape_configs:
 	stormEnd := time.Now()
 	t.Logf("the storm took %v:\n%s", stormEnd.Sub(stormStart).Round(time.Millisecond), stormOut.String())
 
-	// Each charge's answer is recorded once: once Prometheus has them
-	// all, it has scraped the end of the storm.
+	// Each charge's and refund's answer is recorded once, and so is each
+	// of the provider's settlement events, one per charge and refund,
+	// twice: the webhook request that delivers it (keyed by its
+	// webhook-id) and the event's own record, which Engine.Do keeps under
+	// the event's id. Once Prometheus has them all, it has scraped the end
+	// of the storm.
 	const stored = `sum(idemkit_handler_outcomes_total{job="payments",idemkit_event="stored"})`
+	const wantStored = 3 * (stormCharges + stormRefunds)
 	waitFor(t, 20*time.Second, func() string {
 		s, err := p.query(stored)
 		if err != nil {
 			return err.Error()
 		}
-		if len(s) != 1 || s[0].Value != stormCharges {
-			return fmt.Sprintf("%s is %v, want %d", stored, s, stormCharges)
+		if len(s) != 1 || s[0].Value != wantStored {
+			return fmt.Sprintf("%s is %v, want %d", stored, s, wantStored)
 		}
 		return ""
 	})
@@ -448,6 +454,7 @@ func TestOperationsDescribesTheStormPicture(t *testing.T) {
 	}
 	for _, want := range []string{
 		fmt.Sprintf("%s charges from %d clients", thousands(stormCharges), stormClients),
+		fmt.Sprintf("then %d refunds of them", stormRefunds),
 		fmt.Sprintf("%d%% of the payment provider's calls failing", stormProviderFailure),
 		"img/metrics.png",
 	} {
