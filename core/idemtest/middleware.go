@@ -101,6 +101,9 @@ var writerCases = []httpCase{
 			if r := e.settled(t, call{key: "k1", path: "/switch", body: `{}`}); r.err != nil || r.status != 101 || r.replayed() {
 				t.Fatalf("request %d: %d (replayed %v, %v), want the handler's own 101", i+1, r.status, r.replayed(), r.err)
 			}
+			// The connection is the handler's from the 101 on: the response
+			// is streamed, whatever the handler writes after it.
+			WantOutcome(t, e.outcomes, idem.EventNotStored, idem.ReasonStreamed)
 		}
 		e.wantCalls(t, 2)
 	}},
@@ -131,6 +134,10 @@ type env struct {
 	store  idem.Store // the Engine's, as the case configured it
 	lease  time.Duration
 	client *http.Client
+	// outcomes receives the end of every lock (EventStored and
+	// EventNotStored), as far as its buffer holds them: a case that
+	// checks why a response was not stored reads them.
+	outcomes <-chan idem.Event
 }
 
 // The suite's limits, small so the size cases stay fast.
@@ -153,6 +160,19 @@ func newEnv(t *testing.T, mount Mount, configure func(*idem.Config)) *env {
 	if configure != nil {
 		configure(&cfg)
 	}
+	outcomes := make(chan idem.Event, 64)
+	caseHook := cfg.OnEvent
+	cfg.OnEvent = func(ctx context.Context, ev idem.Event) {
+		if caseHook != nil {
+			caseHook(ctx, ev)
+		}
+		if ev.Kind == idem.EventStored || ev.Kind == idem.EventNotStored {
+			select { // cases that never read them lose the later ones
+			case outcomes <- ev:
+			default:
+			}
+		}
+	}
 	a := newApp()
 	t.Cleanup(a.releaseSlow)
 	engine := idem.New(cfg)
@@ -162,11 +182,12 @@ func newEnv(t *testing.T, mount Mount, configure func(*idem.Config)) *env {
 	// connections before the server shuts down, so no server waits for them.
 	t.Cleanup(transport.CloseIdleConnections)
 	return &env{
-		url:   url,
-		app:   a,
-		clock: clock,
-		store: cfg.Store,
-		lease: engine.Config().Lease,
+		url:      url,
+		app:      a,
+		clock:    clock,
+		store:    cfg.Store,
+		lease:    engine.Config().Lease,
+		outcomes: outcomes,
 		client: &http.Client{
 			Transport: transport,
 			// Every request a case sends ends long before this: a broken
