@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/app"
+	"github.com/idemkit/idemkit/demo/payments/internal/redisserver"
 	"github.com/idemkit/idemkit/demo/payments/internal/server"
 )
 
@@ -188,5 +190,56 @@ func TestClientHangingUpIsNoError(t *testing.T) {
 				t.Errorf("%d requests logged as abandoned by their client, want one line for each of the %d to %d that were", len(gone), n/2, n)
 			}
 		})
+	}
+}
+
+// TestRedisOutageLogsFewLines: while the Redis that keeps the records is
+// down, every charge gets its 503 and its event, but the log gets a few
+// lines, not one per request: idemkit holds its store errors to one line a
+// minute, and the Redis client library's own message for every failed
+// dial goes to DEBUG, which the demo does not print by default. (The
+// access log's line per request is the demo's, at INFO.)
+func TestRedisOutageLogsFewLines(t *testing.T) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		t.Fatalf("%v; `make test` installs it through scripts/redis-servers.sh", redisserver.ErrNotInstalled)
+	}
+	rs, err := redisserver.Start(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Stop()
+	in := startInstance(t, "-db", filepath.Join(t.TempDir(), "outage.db"), "-records", rs.URL())
+	rs.Kill()
+	acct := newAccount()
+	const charges = 30
+	for i := range charges {
+		req, _ := http.NewRequest(http.MethodPost, in.base+"/v1/charges",
+			strings.NewReader(`{"amount":1000,"currency":"usd","customer":"cus_1"}`))
+		req.Header.Set("Authorization", "Bearer "+acct)
+		req.Header.Set("Idempotency-Key", fmt.Sprintf("outage-%d", i))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("charge %d with the records' store down: %d, want 503", i, resp.StatusCode)
+		}
+	}
+	text := in.logs.text()
+	if strings.Contains(text, "redis: ") || strings.Contains(text, "connection refused") && !strings.Contains(text, "level=ERROR") {
+		t.Errorf("the Redis client library wrote to the log by itself:\n%s", text)
+	}
+	// Besides the access log's line per request, which the demo writes at
+	// INFO by design: its start, and one line of trouble.
+	var other []string
+	for line := range strings.Lines(text) {
+		if !strings.Contains(line, "msg=request ") {
+			other = append(other, line)
+		}
+	}
+	if len(other) > 3 {
+		t.Errorf("%d log lines beside the requests' for %d refused charges, want a few:\n%s", len(other), charges, strings.Join(other, ""))
 	}
 }

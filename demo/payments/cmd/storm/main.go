@@ -29,6 +29,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 
@@ -36,6 +37,10 @@ import (
 )
 
 func main() {
+	// The storm kills and empties its Redis on purpose: the Redis client
+	// library's line for each failed dial would bury the report. The
+	// report counts what the outage did.
+	app.LogRedisTo(slog.New(slog.DiscardHandler))
 	o := DefaultOptions()
 	flag.StringVar(&o.Target, "target", o.Target, "base URL of a running demo (loopback only); empty starts one in-process")
 	flag.StringVar(&o.AdminTarget, "admin-target", o.AdminTarget, "base URL serving GET /debug/provider for -target, when that demo runs with -admin-addr (loopback only); default -target")
