@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/app"
+	"github.com/idemkit/idemkit/demo/payments/internal/server"
 )
 
 // parseFlags reads the flags into a Config, with PAYMENTS_<FLAG>
@@ -33,7 +35,7 @@ Flags:
 
 	fs.StringVar(&cfg.Addr, "addr", cfg.Addr, "listen address")
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, "admin listen address for /metrics and /debug/provider (default: served on -addr)")
-	fs.StringVar(&cfg.Framework, "framework", cfg.Framework, "gin|echo|fiber|nethttp")
+	fs.StringVar(&cfg.Framework, "framework", cfg.Framework, strings.Join(server.Frameworks, "|")+" (echo is Echo v4, fiber Fiber v2)")
 	fs.StringVar(&cfg.DB, "db", cfg.DB, "SQLite file path, or a postgres:// or mysql:// DSN")
 	fs.DurationVar(&cfg.TTL, "ttl", cfg.TTL, "how long idempotency keys are kept after completion (above 0, at most 100 years)")
 	fs.DurationVar(&cfg.Lease, "lease", cfg.Lease, "in-flight lease of a running request (100ms to 100 years)")

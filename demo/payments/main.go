@@ -1,8 +1,9 @@
 // Command payments is a demo payments API whose charges never
 // double-charge, however often clients retry: every POST is guarded by
 // idemkit, and a charge row commits in the same transaction as the stored
-// response. It runs on Gin (default), Echo, Fiber or net/http, and serves a
-// checkout page at / that pays through the API from a browser. Its
+// response. It runs on Gin (default), Echo v4 or v5, Fiber v2 or v3, or
+// net/http, and serves a checkout page at / that pays through the API from
+// a browser; with -grpc-addr it also takes charges over gRPC. Its
 // simulated payment provider settles every charge and refund with an event,
 // sent as a signed webhook (and with -events, on a Redis stream that a
 // fleet of demos consumes together), which changes the ledger once however
