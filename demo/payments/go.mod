@@ -80,7 +80,7 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	modernc.org/libc v1.22.5 // indirect
 	modernc.org/mathutil v1.5.0 // indirect
 	modernc.org/memory v1.5.0 // indirect
@@ -100,6 +100,7 @@ require (
 	github.com/idemkit/idemkit/adapters/fiber v0.0.0
 	github.com/idemkit/idemkit/adapters/fiberv3 v0.0.0
 	github.com/idemkit/idemkit/adapters/gin v0.0.0
+	github.com/idemkit/idemkit/adapters/grpc v0.0.0
 	github.com/idemkit/idemkit/observability/otel v0.0.0
 	github.com/idemkit/idemkit/stores/gorm v0.0.0
 	github.com/idemkit/idemkit/stores/redis v0.0.0
@@ -107,6 +108,8 @@ require (
 	github.com/labstack/echo/v5 v5.4.4
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/valyala/fasthttp v1.77.0
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 	gorm.io/driver/mysql v1.6.0
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
@@ -118,6 +121,7 @@ replace (
 	github.com/idemkit/idemkit/adapters/fiber => ../../adapters/fiber
 	github.com/idemkit/idemkit/adapters/fiberv3 => ../../adapters/fiberv3
 	github.com/idemkit/idemkit/adapters/gin => ../../adapters/gin
+	github.com/idemkit/idemkit/adapters/grpc => ../../adapters/grpc
 	github.com/idemkit/idemkit/observability/otel => ../../observability/otel
 	github.com/idemkit/idemkit/stores/gorm => ../../stores/gorm
 	github.com/idemkit/idemkit/stores/redis => ../../stores/redis

@@ -361,7 +361,7 @@ func TestStormAdminTarget(t *testing.T) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- a.Serve(ctx, apiLn, adminLn) }()
+	go func() { served <- a.Serve(ctx, app.Listeners{API: apiLn, Admin: adminLn}) }()
 	defer func() {
 		stop()
 		if err := <-served; err != nil {
