@@ -26,6 +26,8 @@ require (
 	github.com/go-playground/validator/v10 v10.30.1 // indirect
 	github.com/goccy/go-json v0.10.5 // indirect
 	github.com/goccy/go-yaml v1.19.2 // indirect
+	github.com/gofiber/schema v1.7.0 // indirect
+	github.com/gofiber/utils/v2 v2.0.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
@@ -46,6 +48,7 @@ require (
 	github.com/molecule-man/go-brrr v1.3.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/pelletier/go-toml/v2 v2.2.4 // indirect
+	github.com/philhofer/fwd v1.2.0 // indirect
 	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
@@ -55,6 +58,7 @@ require (
 	github.com/quic-go/quic-go v0.59.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
 	github.com/rivo/uniseg v0.2.0 // indirect
+	github.com/tinylib/msgp v1.6.3 // indirect
 	github.com/twitchyliquid64/golang-asm v0.15.1 // indirect
 	github.com/ugorji/go/codec v1.3.1 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
@@ -76,7 +80,7 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.15.0 // indirect
-	google.golang.org/protobuf v1.36.12 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1 // indirect
 	modernc.org/libc v1.22.5 // indirect
 	modernc.org/mathutil v1.5.0 // indirect
 	modernc.org/memory v1.5.0 // indirect
@@ -90,15 +94,22 @@ require (
 	github.com/gin-gonic/gin v1.12.0
 	github.com/go-sql-driver/mysql v1.8.1
 	github.com/gofiber/fiber/v2 v2.52.15
+	github.com/gofiber/fiber/v3 v3.1.0
 	github.com/idemkit/idemkit/adapters/echo v0.0.0
+	github.com/idemkit/idemkit/adapters/echov5 v0.0.0
 	github.com/idemkit/idemkit/adapters/fiber v0.0.0
+	github.com/idemkit/idemkit/adapters/fiberv3 v0.0.0
 	github.com/idemkit/idemkit/adapters/gin v0.0.0
+	github.com/idemkit/idemkit/adapters/grpc v0.0.0
 	github.com/idemkit/idemkit/observability/otel v0.0.0
 	github.com/idemkit/idemkit/stores/gorm v0.0.0
 	github.com/idemkit/idemkit/stores/redis v0.0.0
 	github.com/labstack/echo/v4 v4.16.0
+	github.com/labstack/echo/v5 v5.4.4
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/valyala/fasthttp v1.77.0
+	google.golang.org/grpc v1.85.0
+	google.golang.org/protobuf v1.36.12
 	gorm.io/driver/mysql v1.6.0
 	gorm.io/driver/postgres v1.6.3
 	gorm.io/gorm v1.31.2
@@ -106,8 +117,11 @@ require (
 
 replace (
 	github.com/idemkit/idemkit/adapters/echo => ../../adapters/echo
+	github.com/idemkit/idemkit/adapters/echov5 => ../../adapters/echov5
 	github.com/idemkit/idemkit/adapters/fiber => ../../adapters/fiber
+	github.com/idemkit/idemkit/adapters/fiberv3 => ../../adapters/fiberv3
 	github.com/idemkit/idemkit/adapters/gin => ../../adapters/gin
+	github.com/idemkit/idemkit/adapters/grpc => ../../adapters/grpc
 	github.com/idemkit/idemkit/observability/otel => ../../observability/otel
 	github.com/idemkit/idemkit/stores/gorm => ../../stores/gorm
 	github.com/idemkit/idemkit/stores/redis => ../../stores/redis

@@ -184,9 +184,10 @@ func TestClientHangingUpIsNoError(t *testing.T) {
 					t.Errorf("logged above INFO: %s", line)
 				}
 			}
-			// Fiber's server never tells a handler that its client has gone:
-			// there the charges simply run to their end.
-			if len(gone) > n || (fw != "fiber" && len(gone) < n/2) {
+			// Fiber's servers (v2 and v3, both on fasthttp) never tell a
+			// handler that its client has gone: there the charges simply run
+			// to their end.
+			if len(gone) > n || (!strings.HasPrefix(fw, "fiber") && len(gone) < n/2) {
 				t.Errorf("%d requests logged as abandoned by their client, want one line for each of the %d to %d that were", len(gone), n/2, n)
 			}
 		})

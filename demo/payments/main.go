@@ -1,8 +1,9 @@
 // Command payments is a demo payments API whose charges never
 // double-charge, however often clients retry: every POST is guarded by
 // idemkit, and a charge row commits in the same transaction as the stored
-// response. It runs on Gin (default), Echo, Fiber or net/http, and serves a
-// checkout page at / that pays through the API from a browser. Its
+// response. It runs on Gin (default), Echo v4 or v5, Fiber v2 or v3, or
+// net/http, and serves a checkout page at / that pays through the API from
+// a browser; with -grpc-addr it also takes charges over gRPC. Its
 // simulated payment provider settles every charge and refund with an event,
 // sent as a signed webhook (and with -events, on a Redis stream that a
 // fleet of demos consumes together), which changes the ledger once however
@@ -13,6 +14,7 @@
 //	go run ./demo/payments -records redis://127.0.0.1:6379/0   # records in Redis, charges in payments.db
 //	go run ./demo/payments -fault-injection         # the checkout page's flaky-network switch works
 //	go run ./demo/payments -events redis://127.0.0.1:6379/0    # events on a Redis stream too, consumed in a group
+//	go run ./demo/payments -grpc-addr 127.0.0.1:9090  # charges over gRPC too, payments.v1.Charges/Create
 //
 // Every flag can also be set with an environment variable PAYMENTS_<FLAG>
 // (upper case, dashes as underscores), e.g. PAYMENTS_PROVIDER_LATENCY=10ms.
@@ -66,21 +68,29 @@ func run(cfg app.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	var adminLn net.Listener
+	ls := app.Listeners{API: apiLn}
+	attrs := []any{"addr", "http://" + apiLn.Addr().String(), "framework", cfg.Framework, "db", cfg.DBLabel(), "records", cfg.RecordsLabel(),
+		"events", cfg.EventsLabel()}
 	if cfg.AdminAddr != "" {
-		if adminLn, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
+		if ls.Admin, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
 			apiLn.Close()
 			return fmt.Errorf("admin listener: %w", err)
 		}
+		attrs = append(attrs, "admin", "http://"+ls.Admin.Addr().String())
 	}
-	attrs := []any{"addr", "http://" + apiLn.Addr().String(), "framework", cfg.Framework, "db", cfg.DBLabel(), "records", cfg.RecordsLabel(),
-		"events", cfg.EventsLabel()}
-	if adminLn != nil {
-		attrs = append(attrs, "admin", "http://"+adminLn.Addr().String())
+	if cfg.GRPCAddr != "" {
+		if ls.GRPC, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+			apiLn.Close()
+			if ls.Admin != nil {
+				ls.Admin.Close()
+			}
+			return fmt.Errorf("gRPC listener: %w", err)
+		}
+		attrs = append(attrs, "grpc", ls.GRPC.Addr().String())
 	}
 	log.Info("payments demo listening", attrs...)
 
 	// From the first signal on, a second one ends the process.
 	context.AfterFunc(ctx, stop)
-	return a.Serve(ctx, apiLn, adminLn)
+	return a.Serve(ctx, ls)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/app"
+	"github.com/idemkit/idemkit/demo/payments/internal/server"
 )
 
 // binDir holds the demo's binary, built once for the tests that run it as
@@ -65,7 +67,7 @@ func TestHelpExitsZero(t *testing.T) {
 			t.Errorf("payments %s: %v, want exit status 0:\n%s", arg, err, out.String())
 			continue
 		}
-		for _, want := range []string{"-addr", "-lease", "-fault-injection", "-events", "-webhook-secret", "-settle-every", "PAYMENTS_"} {
+		for _, want := range []string{"-addr", "-lease", "-fault-injection", "-events", "-webhook-secret", "-settle-every", "-grpc-addr", "fiberv3", "echov5", "PAYMENTS_"} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("payments %s: the usage lacks %q:\n%s", arg, want, out.String())
 			}
@@ -112,6 +114,13 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	if cfg, _ := parseFlags(nil, io.Discard); cfg.SettleEvery != time.Second || !cfg.Webhooks || cfg.Events != "" || cfg.WebhookSecret != "" {
 		t.Errorf("the events' defaults: %+v", cfg)
 	}
+	if cfg, _ := parseFlags(nil, io.Discard); cfg.GRPCAddr != "" {
+		t.Errorf("a gRPC listener by default: %q", cfg.GRPCAddr)
+	}
+	t.Setenv("PAYMENTS_GRPC_ADDR", "127.0.0.1:9091")
+	if cfg, err := parseFlags([]string{"-framework", "fiberv3"}, io.Discard); err != nil || cfg.GRPCAddr != "127.0.0.1:9091" || cfg.Framework != "fiberv3" {
+		t.Errorf("PAYMENTS_GRPC_ADDR, -framework fiberv3: %+v (%v)", cfg, err)
+	}
 	for _, args := range [][]string{{"-provider-failure-rate", "2"}, {"-ttl", "soon"}, {"extra"}, {"-records", "memcached://127.0.0.1"}, {"-records", "redis://127.0.0.1:6379/x"},
 		{"-events", "kafka://127.0.0.1"}, {"-webhook-secret", "whsec_short"}, {"-webhook-secret", "not base64!"}, {"-settle-every", "-1s"}} {
 		if _, err := parseFlags(args, io.Discard); err == nil {
@@ -121,6 +130,60 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	t.Setenv("PAYMENTS_LEASE", "forever")
 	if _, err := parseFlags(nil, io.Discard); err == nil || !strings.Contains(err.Error(), "PAYMENTS_LEASE") {
 		t.Errorf("a bad environment variable gave %v", err)
+	}
+}
+
+// TestREADMEFlags: the README's table of flags lists every flag of the
+// command, and no other, each with its default; its -framework row names
+// every framework.
+func TestREADMEFlags(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string][]string{}
+	for _, line := range strings.Split(string(readme), "\n") {
+		cells := strings.Split(line, " | ")
+		if name, ok := strings.CutPrefix(cells[0], "| `-"); ok && len(cells) == 3 {
+			rows[strings.TrimSuffix(name, "`")] = cells[1:]
+		}
+	}
+	cfg := app.DefaultConfig()
+	fs := newFlagSet(&cfg, io.Discard)
+	fs.VisitAll(func(f *flag.Flag) {
+		row, ok := rows[f.Name]
+		if !ok {
+			t.Errorf("README.md: no row for -%s", f.Name)
+			return
+		}
+		delete(rows, f.Name)
+		if f.DefValue == "" || f.DefValue == "false" || f.DefValue == "0" {
+			return // "none", "off" or a sentence
+		}
+		_, def, _ := strings.Cut(row[0], "`")
+		def, _, _ = strings.Cut(def, "`")
+		if want, err := time.ParseDuration(f.DefValue); err == nil {
+			if got, err := time.ParseDuration(def); err == nil && got == want {
+				return
+			}
+		}
+		if def != f.DefValue {
+			t.Errorf("README.md: the row of -%s gives the default %q, not %q", f.Name, row[0], f.DefValue)
+		}
+	})
+	for name := range rows {
+		t.Errorf("README.md: a row for -%s, which the command does not have", name)
+	}
+	var frameworks string
+	for _, line := range strings.Split(string(readme), "\n") {
+		if strings.HasPrefix(line, "| `-framework` |") {
+			frameworks = line
+		}
+	}
+	for _, fw := range server.Frameworks {
+		if !strings.Contains(frameworks, "`"+fw+"`") {
+			t.Errorf("README.md: the -framework row does not name %s: %s", fw, frameworks)
+		}
 	}
 }
 

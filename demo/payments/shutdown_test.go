@@ -21,6 +21,7 @@ import (
 type serving struct {
 	demo
 	admin  string // the admin listener's base URL, if any
+	grpc   string // the gRPC listener's address, if any
 	stop   context.CancelFunc
 	served chan error
 }
@@ -49,9 +50,16 @@ func serveLogged(t *testing.T, cfg app.Config, log *slog.Logger) *serving {
 		}
 		s.admin = "http://" + adminLn.Addr().String()
 	}
+	var grpcLn net.Listener
+	if cfg.GRPCAddr != "" {
+		if grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
+			t.Fatal(err)
+		}
+		s.grpc = grpcLn.Addr().String()
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	s.stop = stop
-	go func() { s.served <- a.Serve(ctx, apiLn, adminLn) }()
+	go func() { s.served <- a.Serve(ctx, app.Listeners{API: apiLn, Admin: adminLn, GRPC: grpcLn}) }()
 	t.Cleanup(func() {
 		stop()
 		select {

@@ -32,8 +32,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/app"
+	"github.com/idemkit/idemkit/demo/payments/internal/server"
 )
 
 func main() {
@@ -44,7 +46,7 @@ func main() {
 	o := DefaultOptions()
 	flag.StringVar(&o.Target, "target", o.Target, "base URL of a running demo (loopback only); empty starts one in-process")
 	flag.StringVar(&o.AdminTarget, "admin-target", o.AdminTarget, "base URL serving GET /debug/provider for -target, when that demo runs with -admin-addr (loopback only); default -target")
-	flag.StringVar(&o.Framework, "framework", o.Framework, "framework of the in-process demo: gin|echo|fiber|nethttp")
+	flag.StringVar(&o.Framework, "framework", o.Framework, "framework of the in-process demo: "+strings.Join(server.Frameworks, "|"))
 	flag.StringVar(&o.DB, "db", o.DB, "database of the in-process demo (default: a fresh SQLite file)")
 	flag.IntVar(&o.Charges, "n", o.Charges, "number of charges")
 	flag.IntVar(&o.Concurrency, "c", o.Concurrency, "concurrent clients")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/idemkit/idemkit/demo/payments/internal/app"
 	"github.com/idemkit/idemkit/demo/payments/internal/redisserver"
+	"github.com/idemkit/idemkit/demo/payments/internal/server"
 	"github.com/idemkit/idemkit/demo/payments/internal/testdb"
 )
 
@@ -44,7 +45,10 @@ func TestStormRefusesALeaseIdemkitCannotKeep(t *testing.T) {
 // TestStormEveryFramework runs a shorter storm on the other frameworks.
 // TestStormEvents runs it on PostgreSQL.
 func TestStormEveryFramework(t *testing.T) {
-	for _, fw := range []string{"echo", "fiber", "nethttp"} {
+	for _, fw := range server.Frameworks {
+		if fw == DefaultOptions().Framework {
+			continue // TestDefaultStorm's
+		}
 		t.Run(fw, func(t *testing.T) {
 			runStorm(t, shortStorm(func(o *Options) { o.Framework = fw }))
 		})
@@ -357,7 +361,7 @@ func TestStormAdminTarget(t *testing.T) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- a.Serve(ctx, apiLn, adminLn) }()
+	go func() { served <- a.Serve(ctx, app.Listeners{API: apiLn, Admin: adminLn}) }()
 	defer func() {
 		stop()
 		if err := <-served; err != nil {

@@ -147,28 +147,32 @@ func (a *API) createCharge(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	// The provider gets an idempotency key of its own for this charge: the
-	// same for every attempt of it, derived from the request's key.
-	held, ok := idem.HeldKey(r.Context())
-	if !ok {
-		a.fail(w, r, errNotGuarded)
-		return
-	}
-	var c payments.Charge
-	var err error
-	if a.KeyedRows {
-		var existing bool
-		c, existing, err = payments.CreateChargeOnce(r.Context(), a.DB, a.Provider, account(r), a.rowKey(held), req)
-		a.countExisting(r, existing)
-	} else {
-		c, err = payments.CreateCharge(r.Context(), a.DB, a.tx(r.Context()), a.Provider, account(r), RequestKey(held.ID), req, a.Now())
-	}
+	c, err := a.chargeUnderKey(r.Context(), account(r), r.URL.Path, req)
 	if err != nil {
 		a.fail(w, r, err)
 		return
 	}
 	w.Header().Set("Location", "/v1/charges/"+c.ID)
 	writeJSON(w, http.StatusCreated, viewCharge(c))
+}
+
+// chargeUnderKey creates the charge req for account under the idempotency
+// key ctx holds, in the transaction slot ctx carries: POST /v1/charges and
+// the gRPC method ChargesCreate, at path, both come here once idemkit's
+// middleware or interceptor holds the key. The provider gets an
+// idempotency key of its own for the charge: the same for every attempt
+// of it, derived from the request's key.
+func (a *API) chargeUnderKey(ctx context.Context, account, path string, req payments.ChargeRequest) (payments.Charge, error) {
+	held, ok := idem.HeldKey(ctx)
+	if !ok {
+		return payments.Charge{}, errNotGuarded
+	}
+	if a.KeyedRows {
+		c, existing, err := payments.CreateChargeOnce(ctx, a.DB, a.Provider, account, a.rowKey(held), req)
+		a.countExisting(ctx, path, existing)
+		return c, err
+	}
+	return payments.CreateCharge(ctx, a.DB, a.tx(ctx), a.Provider, account, RequestKey(held.ID), req, a.Now())
 }
 
 func (a *API) createRefund(w http.ResponseWriter, r *http.Request) {
@@ -187,7 +191,7 @@ func (a *API) createRefund(w http.ResponseWriter, r *http.Request) {
 		}
 		var existing bool
 		ref, existing, err = payments.CreateRefundOnce(r.Context(), a.DB, account(r), a.rowKey(held), req)
-		a.countExisting(r, existing)
+		a.countExisting(r.Context(), r.URL.Path, existing)
 	} else {
 		ref, err = payments.CreateRefund(r.Context(), a.tx(r.Context()), account(r), req, a.Now())
 	}
@@ -207,13 +211,13 @@ func (a *API) rowKey(held idem.Held) payments.RowKey {
 	return payments.RowKey{Key: RequestKey(held.ID), Now: a.Now(), TTL: a.TTL}
 }
 
-// countExisting counts and logs a request answered with the row written
-// under its key by an earlier attempt.
-func (a *API) countExisting(r *http.Request, existing bool) {
+// countExisting counts and logs a request to path answered with the row
+// written under its key by an earlier attempt.
+func (a *API) countExisting(ctx context.Context, path string, existing bool) {
 	if existing {
 		a.Existing.Add(1)
-		a.Logger.InfoContext(r.Context(), "answered with the row already written under the request's idempotency key",
-			slog.String("path", r.URL.Path))
+		a.Logger.InfoContext(ctx, "answered with the row already written under the request's idempotency key",
+			slog.String("path", path))
 	}
 }
 
@@ -286,48 +290,102 @@ func (a *API) ProviderDebug(p *payments.Provider) http.Handler {
 	})
 }
 
-// fail maps business errors to problems. Only a transient provider failure,
-// an unavailable database, a request abandoned (its key lost, its time
-// up, its client gone) and unexpected errors are 5xx: those are not
-// stored, so a retry runs again. Only an unexpected error is logged at
-// ERROR; a client that went away is no failure of the demo's, and is
+// failure is what became of a request that failed, whichever way it
+// came: fail answers it over HTTP, grpcStatus over gRPC.
+type failure int
+
+const (
+	failInternal failure = iota
+	failInvalid
+	failDeclined
+	failKeyReused
+	failNotFound
+	failOverRefund
+	failLeaseLost
+	failProviderDown
+	failTimedOut
+	failClientGone
+	failDatabaseUnavailable
+)
+
+// classify tells which failure err, ending a request on ctx with method
+// and path, is, and logs it as it deserves. Only a transient provider
+// failure, an unavailable database, a request abandoned (its key lost,
+// its time up, its client gone) and unexpected errors are answered as
+// failures of the server's (5xx, or the gRPC codes idemkit does not
+// record), so that a retry runs again. Only an unexpected error is logged
+// at ERROR; a client that went away is no failure of the demo's, and is
 // logged once, at INFO.
-func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
+func (a *API) classify(ctx context.Context, err error, method, path string) failure {
 	switch {
 	case errors.Is(err, payments.ErrInvalid):
-		WriteResponse(w, a.invalid(err))
+		return failInvalid
 	case errors.Is(err, payments.ErrDeclined):
-		a.writeProblem(w, 402, ProblemCardDeclined, "Card declined", "The customer's card was declined. No charge was made.")
+		return failDeclined
 	case errors.Is(err, payments.ErrKeyReused):
-		// The same answer idemkit gives for a reused key, which it would
-		// have given here had the key's record not been lost.
-		a.writeProblem(w, 422, idem.ProblemKeyReused, "Idempotency-Key reused with a different request",
-			"This Idempotency-Key was already used with a different request (method, path or body).")
+		return failKeyReused
 	case errors.Is(err, payments.ErrNotFound):
-		a.writeProblem(w, 404, ProblemNotFound, "Not found", "No such charge for this account.")
+		return failNotFound
 	case errors.Is(err, payments.ErrOverRefund):
-		a.writeProblem(w, 400, ProblemRefundTooLarge, "Refund too large", err.Error()+".")
+		return failOverRefund
 	case errors.Is(err, payments.ErrLeaseLost):
-		a.Logger.WarnContext(r.Context(), "charge abandoned: its idempotency lease was lost while the provider worked")
-		a.writeProblem(w, 503, ProblemLeaseLost, "Request superseded", "This attempt lost its hold on the Idempotency-Key while it ran, so it wrote nothing. Not recorded: retry with the same Idempotency-Key to get the charge's outcome.")
+		a.Logger.WarnContext(ctx, "charge abandoned: its idempotency lease was lost while the provider worked")
+		return failLeaseLost
 	case errors.Is(err, payments.ErrProviderDown):
-		a.writeProblem(w, 503, ProblemProviderUnavailable, "Payment provider unavailable", "The payment provider failed transiently. No charge was made; retry with the same Idempotency-Key.")
-	case errors.Is(context.Cause(r.Context()), idem.ErrHandlerTimeout):
-		a.Logger.WarnContext(r.Context(), "request abandoned: it ran for a whole lease", slog.String("error", err.Error()))
-		a.writeProblem(w, 503, ProblemTimedOut, "Request timed out", "The request ran too long and was abandoned, so nothing was written. Not recorded: retry with the same Idempotency-Key; the payment provider got this charge's own idempotency key, so the money is taken once.")
-	case clientGone(r.Context()):
-		// Nobody reads this answer. It is a 503 so that idemkit does not
-		// record it: the request did not complete, and a retry must run it.
-		a.Logger.InfoContext(r.Context(), "request abandoned: the client closed the connection before the answer",
-			slog.String("method", r.Method), slog.String("path", r.URL.Path))
-		a.writeProblem(w, 503, ProblemClientClosedRequest, "Client closed the request", "The client closed the connection before the answer, so the request was abandoned and nothing was written. Not recorded: retry with the same Idempotency-Key; the payment provider got this charge's own idempotency key, so the money is taken once.")
-	case a.databaseUnavailable(r.Context(), err):
-		a.Logger.WarnContext(r.Context(), "request failed: the database is unavailable", slog.String("error", err.Error()))
-		a.writeProblem(w, 503, ProblemDatabaseUnavailable, "Database unavailable", "The database could not be reached while the request ran, so nothing was written. Not recorded: retry with the same Idempotency-Key; the payment provider got this charge's own idempotency key, so the money is taken once.")
-	default:
-		a.Logger.ErrorContext(r.Context(), "request failed", slog.String("error", err.Error()))
-		a.writeProblem(w, 500, ProblemInternalError, "Internal error", "The request failed. No charge was made; retry with the same Idempotency-Key.")
+		return failProviderDown
+	case errors.Is(context.Cause(ctx), idem.ErrHandlerTimeout):
+		a.Logger.WarnContext(ctx, "request abandoned: it ran for a whole lease", slog.String("error", err.Error()))
+		return failTimedOut
+	case clientGone(ctx):
+		a.Logger.InfoContext(ctx, "request abandoned: the client closed the connection before the answer",
+			slog.String("method", method), slog.String("path", path))
+		return failClientGone
+	case a.databaseUnavailable(ctx, err):
+		a.Logger.WarnContext(ctx, "request failed: the database is unavailable", slog.String("error", err.Error()))
+		return failDatabaseUnavailable
 	}
+	a.Logger.ErrorContext(ctx, "request failed", slog.String("error", err.Error()))
+	return failInternal
+}
+
+// failures are the answers to each failure but failInvalid, whose
+// answer lists what is wrong (API.invalid): the HTTP status and problem,
+// whose detail the gRPC status's message repeats.
+var failures = map[failure]struct {
+	status              int
+	name, title, detail string
+}{
+	failDeclined: {402, ProblemCardDeclined, "Card declined", "The customer's card was declined. No charge was made."},
+	// The same answer idemkit gives for a reused key, which it would have
+	// given here had the key's record not been lost.
+	failKeyReused: {422, idem.ProblemKeyReused, "Idempotency-Key reused with a different request",
+		"This Idempotency-Key was already used with a different request (method, path or body)."},
+	failNotFound:   {404, ProblemNotFound, "Not found", "No such charge for this account."},
+	failOverRefund: {400, ProblemRefundTooLarge, "Refund too large", payments.ErrOverRefund.Error() + "."},
+	failLeaseLost: {503, ProblemLeaseLost, "Request superseded",
+		"This attempt lost its hold on the Idempotency-Key while it ran, so it wrote nothing. Not recorded: retry with the same Idempotency-Key to get the charge's outcome."},
+	failProviderDown: {503, ProblemProviderUnavailable, "Payment provider unavailable",
+		"The payment provider failed transiently. No charge was made; retry with the same Idempotency-Key."},
+	failTimedOut: {503, ProblemTimedOut, "Request timed out",
+		"The request ran too long and was abandoned, so nothing was written. Not recorded: retry with the same Idempotency-Key; the payment provider got this charge's own idempotency key, so the money is taken once."},
+	// Nobody reads this answer. It is a 503 so that idemkit does not
+	// record it: the request did not complete, and a retry must run it.
+	failClientGone: {503, ProblemClientClosedRequest, "Client closed the request",
+		"The client closed the connection before the answer, so the request was abandoned and nothing was written. Not recorded: retry with the same Idempotency-Key; the payment provider got this charge's own idempotency key, so the money is taken once."},
+	failDatabaseUnavailable: {503, ProblemDatabaseUnavailable, "Database unavailable",
+		"The database could not be reached while the request ran, so nothing was written. Not recorded: retry with the same Idempotency-Key; the payment provider got this charge's own idempotency key, so the money is taken once."},
+	failInternal: {500, ProblemInternalError, "Internal error", "The request failed. No charge was made; retry with the same Idempotency-Key."},
+}
+
+// fail maps business errors to problems (classify).
+func (a *API) fail(w http.ResponseWriter, r *http.Request, err error) {
+	f := a.classify(r.Context(), err, r.Method, r.URL.Path)
+	if f == failInvalid {
+		WriteResponse(w, a.invalid(err))
+		return
+	}
+	p := failures[f]
+	a.writeProblem(w, p.status, p.name, p.title, p.detail)
 }
 
 // clientGone reports whether ctx, a request's, ended because its client
@@ -339,13 +397,18 @@ func clientGone(ctx context.Context) bool {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(mustJSON(v))
+}
+
+// mustJSON encodes v, one of the API's views.
+func mustJSON(v any) []byte {
 	body, err := json.Marshal(v)
 	if err != nil {
 		panic(err) // only plain structs and maps of them are encoded here
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(body)
+	return body
 }
 
 // Problem renders one of the demo's own problems. A 503 carries
@@ -373,15 +436,11 @@ func (a *API) Unauthorized() idem.Response {
 // saying what it must be in "detail"; the problem's own detail says it all
 // in one sentence.
 func (a *API) invalid(err error) idem.Response {
-	var inv *payments.InvalidError
-	if !errors.As(err, &inv) {
-		inv = &payments.InvalidError{}
-	}
+	inv, detail := invalidDetail(err)
+	resp := a.Problem(http.StatusBadRequest, ProblemInvalidRequest, "Invalid request", detail)
 	if len(inv.Errors) == 0 {
-		return a.Problem(http.StatusBadRequest, ProblemInvalidRequest, "Invalid request", "The request is invalid; nothing was done.")
+		return resp
 	}
-	resp := a.Problem(http.StatusBadRequest, ProblemInvalidRequest, "Invalid request",
-		"The request is invalid: "+inv.Summary()+". Nothing was done.")
 	list, merr := json.Marshal(inv.Errors)
 	if merr != nil {
 		panic(merr) // a slice of plain structs of strings
@@ -390,6 +449,19 @@ func (a *API) invalid(err error) idem.Response {
 	body := append(resp.Body[:len(resp.Body)-1:len(resp.Body)-1], `,"errors":`...)
 	resp.Body = append(append(body, list...), '}')
 	return resp
+}
+
+// invalidDetail is the InvalidError err wraps, and the sentence that says
+// all that is wrong.
+func invalidDetail(err error) (*payments.InvalidError, string) {
+	var inv *payments.InvalidError
+	if !errors.As(err, &inv) {
+		inv = &payments.InvalidError{}
+	}
+	if len(inv.Errors) == 0 {
+		return inv, "The request is invalid; nothing was done."
+	}
+	return inv, "The request is invalid: " + inv.Summary() + ". Nothing was done."
 }
 
 func (a *API) writeProblem(w http.ResponseWriter, status int, name, title, detail string) {

@@ -21,8 +21,12 @@ const maxBody = 64 << 10
 // comes back as a payments.InvalidError that names the member at fault and
 // says what it must be in the body's own terms, JSON Pointers and JSON
 // kinds: the Go types behind them are no business of the client's.
-func decode(r *http.Request, v any) error {
-	body := &io.LimitedReader{R: r.Body, N: maxBody + 1}
+func decode(r *http.Request, v any) error { return decodeJSON(r.Body, v) }
+
+// decodeJSON is decode for a body read from r: an HTTP request's, or a
+// gRPC request message written as JSON.
+func decodeJSON(r io.Reader, v any) error {
+	body := &io.LimitedReader{R: r, N: maxBody + 1}
 	dec := json.NewDecoder(body)
 	dec.DisallowUnknownFields()
 	err := dec.Decode(v)

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
@@ -39,7 +40,11 @@ type Config struct {
 	Addr string
 	// AdminAddr, if set, is the admin listener's address: GET /metrics and
 	// GET /debug/provider are served there, and no longer on Addr.
-	AdminAddr           string
+	AdminAddr string
+	// GRPCAddr, if set, is the gRPC listener's address: it serves
+	// payments.v1.Charges/Create (api.ChargesCreate) on the same Engine
+	// and database as the HTTP API.
+	GRPCAddr            string
 	Framework           string
 	DB                  string
 	TTL                 time.Duration
@@ -213,7 +218,10 @@ type App struct {
 	Server server.Server
 	// Admin serves GET /metrics and GET /debug/provider when the Config has
 	// an AdminAddr; nil otherwise, and Server serves them.
-	Admin  server.Server
+	Admin server.Server
+	// GRPC serves api.ChargesCreate when the Config has a GRPCAddr; nil
+	// otherwise.
+	GRPC   server.Server
 	Engine *idem.Engine
 	DB     *gorm.DB
 	// Store is the GORM store keeping the records in DB; nil when the
@@ -357,32 +365,56 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 	if scfg.SeparateAdmin {
 		app.Admin = server.NewAdmin(scfg)
 	}
+	if cfg.GRPCAddr != "" {
+		app.GRPC = server.NewGRPC(scfg)
+	}
 	return app, nil
 }
 
-// Serve serves the API on apiLn, and the admin endpoints on admin if the
-// App has an admin server, until ctx ends or a server fails, with the
-// provider's settlement events running (StartEvents; its webhooks go to
-// apiLn unless the Config's WebhookURL says otherwise). Then it stops the
-// events and shuts both servers down: they stop accepting connections and
-// wait for the running requests, for at most the Config's ShutdownGrace.
-// It returns nil after a clean shutdown. Close the App afterwards.
-func (a *App) Serve(ctx context.Context, apiLn, admin net.Listener) error {
+// Listeners are the listeners App.Serve serves on.
+type Listeners struct {
+	// API is the HTTP API's.
+	API net.Listener
+	// Admin is the admin server's, for an App with one (the Config's
+	// AdminAddr), and GRPC the gRPC server's, for an App with one (the
+	// Config's GRPCAddr); nil otherwise.
+	Admin, GRPC net.Listener
+}
+
+// Serve serves the API on ls.API, and the admin endpoints and the gRPC
+// API on theirs if the App has those servers, until ctx ends or a server
+// fails, with the provider's settlement events running (StartEvents; its
+// webhooks go to ls.API unless the Config's WebhookURL says otherwise).
+// Then it stops the events and shuts every server down at once: they stop
+// accepting connections and wait for the running requests and calls, for
+// at most the Config's ShutdownGrace, after which the gRPC server ends the
+// calls still running. It returns nil after a clean shutdown. Close the
+// App afterwards.
+func (a *App) Serve(ctx context.Context, ls Listeners) error {
 	type served struct {
 		name string
 		err  error
 	}
-	done := make(chan served, 2)
+	done := make(chan served, 3)
 	webhooks := a.cfg.WebhookURL
 	if webhooks == "" {
-		webhooks = "http://" + apiLn.Addr().String() + api.WebhookPath
+		webhooks = "http://" + ls.API.Addr().String() + api.WebhookPath
 	}
 	stopEvents := a.StartEvents(webhooks)
-	running := []server.Server{a.Server}
-	go func() { done <- served{"API", a.Server.Serve(apiLn)} }()
+	type listening struct {
+		name string
+		srv  server.Server
+		ln   net.Listener
+	}
+	running := []listening{{"API", a.Server, ls.API}}
 	if a.Admin != nil {
-		running = append(running, a.Admin)
-		go func() { done <- served{"admin", a.Admin.Serve(admin)} }()
+		running = append(running, listening{"admin", a.Admin, ls.Admin})
+	}
+	if a.GRPC != nil {
+		running = append(running, listening{"gRPC", a.GRPC, ls.GRPC})
+	}
+	for _, s := range running {
+		go func() { done <- served{s.name, s.srv.Serve(s.ln)} }()
 	}
 	var errs []error
 	waiting := len(running)
@@ -398,11 +430,19 @@ func (a *App) Serve(ctx context.Context, apiLn, admin net.Listener) error {
 	stopEvents()
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.grace)
 	defer cancel()
-	for _, s := range running {
-		if err := s.Shutdown(shutdownCtx); err != nil {
-			errs = append(errs, fmt.Errorf("shutdown after %v: %w", a.grace, err))
-		}
+	// All at once, so that each has the whole grace and none takes new
+	// requests while another drains.
+	shutdownErrs := make([]error, len(running))
+	var wg sync.WaitGroup
+	for i, s := range running {
+		wg.Go(func() {
+			if err := s.srv.Shutdown(shutdownCtx); err != nil {
+				shutdownErrs[i] = fmt.Errorf("%s server: shutdown after %v: %w", s.name, a.grace, err)
+			}
+		})
 	}
+	wg.Wait()
+	errs = append(errs, shutdownErrs...)
 	for ; waiting > 0; waiting-- {
 		if s := <-done; s.err != nil {
 			errs = append(errs, fmt.Errorf("%s server: %w", s.name, s.err))

@@ -25,7 +25,7 @@ func serveAll(t *testing.T, cfg Config) (*App, string) {
 	a, ln := open(t, cfg)
 	ctx, stop := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- a.Serve(ctx, ln, nil) }()
+	go func() { served <- a.Serve(ctx, Listeners{API: ln}) }()
 	t.Cleanup(func() {
 		stop()
 		if err := <-served; err != nil {

@@ -9,7 +9,6 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
-	"github.com/idemkit/idemkit/demo/payments/internal/checkout"
 )
 
 func newEcho(cfg Config) http.Handler {
@@ -27,19 +26,9 @@ func newEcho(cfg Config) http.Handler {
 		api.WriteResponse(c.Response(), frameworkError(cfg.API, status))
 	}
 	// Echo routes HEAD only where it is registered.
-	get := func(path string, h http.Handler) {
-		e.Match([]string{http.MethodGet, http.MethodHead}, path, echo.WrapHandler(h))
+	for _, p := range pages(cfg) {
+		e.Match(getOnly, p.path, echo.WrapHandler(p.handler))
 	}
-	get("/healthz", http.HandlerFunc(healthz))
-	for _, path := range checkout.Paths {
-		get(path, cfg.Checkout)
-	}
-	if !cfg.SeparateAdmin {
-		get("/metrics", cfg.Metrics)
-		get(DebugPath, cfg.Debug)
-	}
-	get(api.DocsPath, cfg.Docs)
-	get(api.DocsPath+"/:name", cfg.Docs)
 
 	e.POST(api.WebhookPath, echo.WrapHandler(cfg.API.WebhookHandler()),
 		func(next echo.HandlerFunc) echo.HandlerFunc {

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"net/http"
@@ -13,10 +12,8 @@ import (
 	idemfiber "github.com/idemkit/idemkit/adapters/fiber"
 	idem "github.com/idemkit/idemkit/core"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
-	"github.com/valyala/fasthttp/fasthttpadaptor"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
-	"github.com/idemkit/idemkit/demo/payments/internal/checkout"
 	"github.com/idemkit/idemkit/demo/payments/internal/flaky"
 )
 
@@ -37,40 +34,33 @@ func newFiber(cfg Config) *fiberServer {
 	app.Use(func(c *fiber.Ctx) error {
 		start := time.Now()
 		err := c.Next()
-		// Copies: fasthttp reuses these buffers once the handler returns.
-		logLine(cfg.Logger, "fiber", c.Method(), string(c.Request().URI().Path()), c.Response().StatusCode(),
-			string(c.Response().Header.Peek(idem.ReplayedHeader)) == "true", time.Since(start))
+		logFastHTTP(cfg, "fiber", c.Context(), start)
 		return err
 	})
-	app.Use(guardFiber(cfg.API, apiRoutes(cfg)))
+	app.Use(func(c *fiber.Ctx) error {
+		if !guardFastHTTP(cfg.API, apiRoutes(cfg), c.Method(), c.Path(), c.Response()) {
+			return nil
+		}
+		return c.Next()
+	})
 	app.Use(recover.New())
-	app.Get("/healthz", adaptor.HTTPHandlerFunc(healthz))
-	for _, path := range checkout.Paths {
-		app.Get(path, adaptor.HTTPHandler(cfg.Checkout))
+	for _, p := range pages(cfg) { // Fiber routes HEAD wherever GET is
+		app.Get(p.path, adaptor.HTTPHandler(p.handler))
 	}
-	if !cfg.SeparateAdmin {
-		app.Get("/metrics", adaptor.HTTPHandler(cfg.Metrics))
-		app.Get(DebugPath, adaptor.HTTPHandler(cfg.Debug))
-	}
-	app.Get(api.DocsPath, adaptor.HTTPHandler(cfg.Docs))
-	app.Get(api.DocsPath+"/:name", adaptor.HTTPHandler(cfg.Docs))
 
 	// Registered before the /v1 group, whose authentication would
 	// otherwise run for it too: Fiber runs a group's handlers for every
 	// path under its prefix.
 	app.Post(api.WebhookPath,
 		func(c *fiber.Ctx) error {
-			if resp, ok := cfg.API.WebhookBody(c.Body(), nil); !ok {
-				return writeFiber(c, resp)
-			}
-			if resp, ok := cfg.API.CheckWebhook(fiberHeader(c), c.Body()); !ok {
-				return writeFiber(c, resp)
+			if !checkWebhookFastHTTP(cfg.API, c.Context(), c.Body()) {
+				return nil
 			}
 			return c.Next()
 		},
 		fiberTxSlot,
 		idemfiber.New(cfg.Engine,
-			idemfiber.WithKey(func(c *fiber.Ctx) (string, bool) { return webhookID(fiberHeader(c)) }),
+			idemfiber.WithKey(func(c *fiber.Ctx) (string, bool) { return webhookID(fastHTTPHeader(c.Context())) }),
 			idemfiber.WithScope(func(*fiber.Ctx) string { return webhookScope() })),
 		withUserContext(cfg.API.WebhookHandler()),
 	)
@@ -90,11 +80,6 @@ func newFiber(cfg Config) *fiberServer {
 	return &fiberServer{app: app}
 }
 
-// fiberHeader reads c's request header fields.
-func fiberHeader(c *fiber.Ctx) func(string) string {
-	return func(name string) string { return c.Get(name) }
-}
-
 // fiberTxSlot gives the request a transaction slot (gormstore.WithTxSlot)
 // in its user context.
 func fiberTxSlot(c *fiber.Ctx) error {
@@ -108,10 +93,7 @@ func fiberTxSlot(c *fiber.Ctx) error {
 // gives it Fiber's user context, which carries the transaction slot.
 func withUserContext(h http.Handler) fiber.Handler {
 	return func(c *fiber.Ctx) error {
-		ctx := c.UserContext()
-		fasthttpadaptor.NewFastHTTPHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			h.ServeHTTP(w, r.WithContext(ctx))
-		}))(c.Context())
+		serveWithContext(c.Context(), c.UserContext(), h)
 		return nil
 	}
 }
@@ -121,7 +103,7 @@ func withUserContext(h http.Handler) fiber.Handler {
 // broken off on the hijacked connection instead of being sent.
 func flakyFiber(n *flaky.Network) fiber.Handler {
 	return func(c *fiber.Ctx) error {
-		f := n.Plan(c.Method(), c.Path(), c.Get(flaky.Header), c.Get("Authorization"), c.Get("Idempotency-Key"))
+		f := planFault(n, c.Context(), c.Path())
 		if f == flaky.None {
 			return c.Next()
 		}
@@ -132,26 +114,15 @@ func flakyFiber(n *flaky.Network) fiber.Handler {
 				// Let Fiber's error handler set the status it would send.
 				err = c.App().ErrorHandler(c, err)
 			}
-			// Copies: fasthttp reuses the response's buffers.
-			status, ctx, header := c.Response().StatusCode(), c.UserContext(), http.Header{}
-			for k, v := range c.Response().Header.All() {
-				header.Add(string(k), string(v))
-			}
-			body := bytes.Clone(c.Response().Body())
-			c.Context().HijackSetNoResponse(true)
-			c.Context().Hijack(func(conn net.Conn) { n.Drop(ctx, conn, status, header, body) })
+			dropFastHTTP(n, c.Context(), c.UserContext())
 		}
 		return err
 	}
 }
 
 func writeFiber(c *fiber.Ctx, resp idem.Response) error {
-	for _, f := range resp.Header {
-		for _, v := range f.Values {
-			c.Response().Header.Add(f.Name, v)
-		}
-	}
-	return c.Status(resp.Status).Send(resp.Body)
+	writeFastHTTP(c.Response(), resp)
+	return nil
 }
 
 func (s *fiberServer) Serve(ln net.Listener) error { return s.app.Listener(ln) }

@@ -10,7 +10,6 @@ import (
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
-	"github.com/idemkit/idemkit/demo/payments/internal/checkout"
 )
 
 func newGin(cfg Config) http.Handler {
@@ -20,19 +19,9 @@ func newGin(cfg Config) http.Handler {
 		writeGin(c, frameworkError(cfg.API, 500))
 	}))
 	// Gin routes HEAD only where it is registered.
-	get := func(path string, h http.Handler) {
-		r.Match([]string{http.MethodGet, http.MethodHead}, path, gin.WrapH(h))
+	for _, p := range pages(cfg) {
+		r.Match(getOnly, p.path, gin.WrapH(p.handler))
 	}
-	get("/healthz", http.HandlerFunc(healthz))
-	for _, path := range checkout.Paths {
-		get(path, cfg.Checkout)
-	}
-	if !cfg.SeparateAdmin {
-		get("/metrics", cfg.Metrics)
-	}
-	get(api.DocsPath, cfg.Docs)
-	get(api.DocsPath+"/:name", cfg.Docs)
-	get(DebugPath, cfg.Debug)
 
 	r.POST(api.WebhookPath,
 		func(c *gin.Context) {

@@ -5,8 +5,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gofiber/fiber/v2"
-
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
 	"github.com/idemkit/idemkit/demo/payments/internal/checkout"
 )
@@ -108,18 +106,4 @@ func guard(a *api.API, rs routes, next http.Handler) http.Handler {
 		}
 		api.WriteResponse(w, frameworkError(a, status))
 	})
-}
-
-// guardFiber is guard for Fiber.
-func guardFiber(a *api.API, rs routes) fiber.Handler {
-	return func(c *fiber.Ctx) error {
-		status, allow := rs.check(c.Method(), c.Path())
-		if status == http.StatusOK {
-			return c.Next()
-		}
-		if allow != "" {
-			c.Set("Allow", allow)
-		}
-		return writeFiber(c, frameworkError(a, status))
-	}
 }

@@ -1,4 +1,4 @@
-// Package server assembles the demo API on one of the four frameworks. Each
+// Package server assembles the demo API on one of the six frameworks. Each
 // framework gets the same chain, in this order: request log, panic
 // recovery, then for /v1: authentication (a 401 records nothing), the
 // transaction slot (so the handler's writes commit with the stored
@@ -20,6 +20,7 @@ import (
 	idem "github.com/idemkit/idemkit/core"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
+	"github.com/idemkit/idemkit/demo/payments/internal/checkout"
 	"github.com/idemkit/idemkit/demo/payments/internal/flaky"
 	"github.com/idemkit/idemkit/demo/payments/internal/webhook"
 )
@@ -29,7 +30,7 @@ import (
 const DebugPath = "/debug/provider"
 
 // Frameworks lists the values of the -framework flag.
-var Frameworks = []string{"gin", "echo", "fiber", "nethttp"}
+var Frameworks = []string{"gin", "echo", "echov5", "fiber", "fiberv3", "nethttp"}
 
 // Config is what every framework's server is built from.
 type Config struct {
@@ -72,8 +73,12 @@ func New(cfg Config) (Server, error) {
 		h = newGin(cfg)
 	case "echo":
 		h = newEcho(cfg)
+	case "echov5":
+		h = newEchoV5(cfg)
 	case "fiber":
 		return newFiber(cfg), nil
+	case "fiberv3":
+		return newFiberV3(cfg), nil
 	default:
 		return nil, fmt.Errorf("unknown framework %q (want one of %v)", cfg.Framework, Frameworks)
 	}
@@ -85,6 +90,26 @@ func New(cfg Config) (Server, error) {
 // its key held.
 func apiHandler(cfg Config) http.Handler {
 	return cfg.Network.HoldHandler(cfg.API.Handler())
+}
+
+// page is a GET route the API listener serves beside the API.
+type page struct {
+	path    string
+	handler http.Handler
+}
+
+// pages are the GET routes every router but net/http's mounts beside the
+// API, each answering HEAD too (getOnly), with their parameters written
+// as those routers take them (":name").
+func pages(cfg Config) []page {
+	ps := []page{{"/healthz", http.HandlerFunc(healthz)}}
+	for _, path := range checkout.Paths {
+		ps = append(ps, page{path, cfg.Checkout})
+	}
+	if !cfg.SeparateAdmin {
+		ps = append(ps, page{"/metrics", cfg.Metrics}, page{DebugPath, cfg.Debug})
+	}
+	return append(ps, page{api.DocsPath, cfg.Docs}, page{api.DocsPath + "/:name", cfg.Docs})
 }
 
 // NewAdmin builds the admin server, for a Config with SeparateAdmin: GET
