@@ -47,16 +47,6 @@ var eventNames = [...]string{
 	EventUnprotected: "unprotected", EventRenewed: "renewed",
 }
 
-// EventKinds returns every event kind, in order: for metrics that register
-// their series up front, and for docs that list them.
-func EventKinds() []EventKind {
-	kinds := make([]EventKind, 0, len(eventNames)-1)
-	for k := EventFirst; int(k) < len(eventNames); k++ {
-		kinds = append(kinds, k)
-	}
-	return kinds
-}
-
 // IsDecision reports whether events of this kind are a guarded request's
 // decision (exactly one per guarded request), as opposed to what became of
 // a handler that ran (stored, not-stored) or of its lease while it ran
@@ -103,12 +93,6 @@ const (
 	// not mark permanent: the key is released and the next delivery runs it.
 	ReasonFailed Reason = "failed"
 )
-
-// Reasons returns every Reason, in order.
-func Reasons() []Reason {
-	return []Reason{ReasonStatus, ReasonTooLarge, ReasonStreamed, ReasonPanic, ReasonLockLost,
-		ReasonStore, ReasonIncomplete, ReasonTimeoutInside, ReasonFailed}
-}
 
 // Event describes one event of the Engine: a guarded request's decision,
 // what became of a handler that ran, or a trouble of its lease (see

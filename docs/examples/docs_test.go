@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
@@ -51,7 +51,7 @@ func tableColumn(t *testing.T, doc, after string) []string {
 
 func TestOperationsListsEveryEventKind(t *testing.T) {
 	var kinds []string
-	for _, k := range idem.EventKinds() {
+	for _, k := range idemtest.EventKinds() {
 		kinds = append(kinds, k.String())
 	}
 	if got := tableColumn(t, "operations.md", "The `idemkit.event` values"); !slices.Equal(got, kinds) {
@@ -61,7 +61,7 @@ func TestOperationsListsEveryEventKind(t *testing.T) {
 
 func TestOperationsListsEveryReason(t *testing.T) {
 	var reasons []string
-	for _, r := range idem.Reasons() {
+	for _, r := range idemtest.Reasons() {
 		reasons = append(reasons, string(r))
 	}
 	if got := tableColumn(t, "operations.md", "`idemkit.reason` on `not-stored`"); !slices.Equal(got, reasons) {
@@ -77,7 +77,7 @@ func TestOperationsLogLevelsCoverEveryEventKind(t *testing.T) {
 	text := string(src)
 	table := text[strings.Index(text, "| level | events |"):]
 	table = table[:strings.Index(table, "\n\n")]
-	for _, k := range idem.EventKinds() {
+	for _, k := range idemtest.EventKinds() {
 		if !strings.Contains(table, "`"+k.String()+"`") {
 			t.Errorf("operations.md's log level table does not say at which level %s is logged", k)
 		}

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 	idemotel "github.com/idemkit/idemkit/observability/otel"
 )
@@ -60,7 +61,7 @@ func exportAll(t *testing.T) exported {
 	}
 	down := errors.New("connection refused")
 	ctx := context.Background()
-	for _, k := range idem.EventKinds() {
+	for _, k := range idemtest.EventKinds() {
 		ev := idem.Event{Kind: k, Method: "POST", Route: "/v1/charges/ch_1", Duration: time.Second, StoreLatency: time.Millisecond}
 		switch k {
 		case idem.EventKeyMissing, idem.EventKeyInvalid, idem.EventTooLarge, idem.EventBodyUnreadable, idem.EventLeaseLost:
@@ -78,7 +79,7 @@ func exportAll(t *testing.T) exported {
 			m.OnEvent(ctx, ev)
 			continue
 		}
-		for _, r := range idem.Reasons() {
+		for _, r := range idemtest.Reasons() {
 			ev.Reason, ev.StoreCall, ev.Err = r, "release", nil
 			if r == idem.ReasonStore {
 				ev.StoreCall, ev.Err = "complete", down
@@ -360,8 +361,8 @@ func TestOperationsNamesEachEventsCounter(t *testing.T) {
 	}
 	row := regexp.MustCompile("(?m)^\\| `([a-z-]+)` \\| `(idemkit_[a-z_]+)` \\|")
 	rows := row.FindAllStringSubmatch(string(src), -1)
-	if len(rows) != len(idem.EventKinds()) {
-		t.Fatalf("operations.md names the counter of %d event kinds; there are %d", len(rows), len(idem.EventKinds()))
+	if len(rows) != len(idemtest.EventKinds()) {
+		t.Fatalf("operations.md names the counter of %d event kinds; there are %d", len(rows), len(idemtest.EventKinds()))
 	}
 	for _, r := range rows {
 		if !slices.Contains(ex.vals[r[2]]["idemkit_event"], r[1]) {

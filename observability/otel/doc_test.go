@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
@@ -35,10 +36,10 @@ func TestDocListsEveryOutcomeAndReason(t *testing.T) {
 		return strings.Split(strings.ReplaceAll(m[1], " ", ""), ",")
 	}
 	var kinds, reasons []string
-	for _, k := range idem.EventKinds() {
+	for _, k := range idemtest.EventKinds() {
 		kinds = append(kinds, k.String())
 	}
-	for _, r := range idem.Reasons() {
+	for _, r := range idemtest.Reasons() {
 		reasons = append(reasons, string(r))
 	}
 	if got := list("idemkit.event is the event kind"); strings.Join(got, ",") != strings.Join(kinds, ",") {
@@ -74,7 +75,7 @@ func TestNameConstantsAreTheInstruments(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range idem.EventKinds() {
+	for _, k := range idemtest.EventKinds() {
 		m.OnEvent(context.Background(), idem.Event{Kind: k, StoreCall: "acquire"})
 	}
 	var rm metricdata.ResourceMetrics

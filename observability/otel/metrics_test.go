@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 	idemotel "github.com/idemkit/idemkit/observability/otel"
 )
@@ -191,7 +192,7 @@ func histogram(t *testing.T, data metricdata.Aggregation) map[string]point {
 func TestEveryEventInOneFamily(t *testing.T) {
 	m, reader := newManual(t)
 	decisions := 0
-	for _, k := range idem.EventKinds() {
+	for _, k := range idemtest.EventKinds() {
 		ev := idem.Event{Kind: k, Method: "POST"}
 		if k == idem.EventNotStored {
 			ev.Reason = idem.ReasonStatus
@@ -219,8 +220,8 @@ func TestEveryEventInOneFamily(t *testing.T) {
 		t.Errorf("%s: %d over %v, want renewed, renew-error and lease-lost", idemotel.LeaseEventsName, n, kinds)
 	}
 	if d, o, l := len(sums(t, data[idemotel.DecisionsName])), len(sums(t, data[idemotel.HandlerOutcomesName])),
-		len(sums(t, data[idemotel.LeaseEventsName])); d+o+l != len(idem.EventKinds()) {
-		t.Errorf("%d+%d+%d series for %d event kinds: some kind is counted nowhere", d, o, l, len(idem.EventKinds()))
+		len(sums(t, data[idemotel.LeaseEventsName])); d+o+l != len(idemtest.EventKinds()) {
+		t.Errorf("%d+%d+%d series for %d event kinds: some kind is counted nowhere", d, o, l, len(idemtest.EventKinds()))
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemhttp"
+	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 	idemotel "github.com/idemkit/idemkit/observability/otel"
 )
@@ -144,7 +145,7 @@ func TestPrometheusScrape(t *testing.T) {
 
 	const decisions, outcomes = "idemkit_decisions_total", "idemkit_handler_outcomes_total"
 	want := map[string]float64{"first": 1, "conflict": 1, "replay": 1, "mismatch": 1, "key-invalid": 1}
-	for _, k := range idem.EventKinds() {
+	for _, k := range idemtest.EventKinds() {
 		if !k.IsDecision() {
 			continue
 		}

@@ -1,4 +1,4 @@
-package idem
+package idem_test
 
 import (
 	"go/ast"
@@ -7,16 +7,20 @@ import (
 	"slices"
 	"strconv"
 	"testing"
+
+	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemtest"
 )
 
-// Reasons and EventKinds are what docs and metrics list: they must name
-// every constant of their type declared in event.go.
+// idemtest.Reasons and idemtest.EventKinds are what the tests of docs and
+// metrics check their lists against: they must name every constant of
+// their type declared in event.go.
 func TestEnumerationsAreComplete(t *testing.T) {
 	f, err := parser.ParseFile(token.NewFileSet(), "event.go", nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var reasons []Reason
+	var reasons []idem.Reason
 	kinds := 0
 	ast.Inspect(f, func(n ast.Node) bool {
 		spec, ok := n.(*ast.ValueSpec)
@@ -25,7 +29,7 @@ func TestEnumerationsAreComplete(t *testing.T) {
 		}
 		if id, ok := spec.Type.(*ast.Ident); ok && id.Name == "Reason" {
 			v, _ := strconv.Unquote(spec.Values[0].(*ast.BasicLit).Value)
-			reasons = append(reasons, Reason(v))
+			reasons = append(reasons, idem.Reason(v))
 		}
 		for _, name := range spec.Names {
 			if len(name.Name) > 5 && name.Name[:5] == "Event" {
@@ -34,13 +38,13 @@ func TestEnumerationsAreComplete(t *testing.T) {
 		}
 		return true
 	})
-	if !slices.Equal(reasons, Reasons()) {
-		t.Errorf("Reasons() = %v, event.go declares %v", Reasons(), reasons)
+	if !slices.Equal(reasons, idemtest.Reasons()) {
+		t.Errorf("idemtest.Reasons() = %v, event.go declares %v", idemtest.Reasons(), reasons)
 	}
-	if len(EventKinds()) != kinds {
-		t.Errorf("EventKinds() has %d kinds, event.go declares %d", len(EventKinds()), kinds)
+	if len(idemtest.EventKinds()) != kinds {
+		t.Errorf("idemtest.EventKinds() has %d kinds, event.go declares %d", len(idemtest.EventKinds()), kinds)
 	}
-	for _, k := range EventKinds() {
+	for _, k := range idemtest.EventKinds() {
 		if k.String() == "unknown" {
 			t.Errorf("event kind %d has no name", k)
 		}
