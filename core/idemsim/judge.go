@@ -93,6 +93,8 @@ func (m *model) checkReplay(att *attempt, r *response, marked bool) {
 	switch {
 	case !marked:
 		w.violate(invReplay, "%s got X%d's response again (no handler ran for it), without %s: true", att.name, x.n, replayedMarker)
+	case !slices.Equal(r.header[replayedMarker], []string{"true"}):
+		w.violate(invReplay, "%s got X%d's response again, marked %s: %q, want the single value true", att.name, x.n, replayedMarker, r.header[replayedMarker])
 	case x.id != att.id:
 		w.violate(invReplay, "%s (%s) got a replay of X%d's response, which ran for another key or tenant (%s)", att.name, idName(att.id), x.n, idName(x.id))
 	case x.resp == nil:
