@@ -16,11 +16,9 @@ import (
 
 	idem "github.com/idemkit/idemkit/core"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
-	"github.com/idemkit/idemkit/stores/gorm/sqlitedb"
+	"github.com/idemkit/idemkit/stores/gorm/opendb"
 	redisstore "github.com/idemkit/idemkit/stores/redis"
 	"github.com/redis/go-redis/v9"
-	"gorm.io/driver/mysql"
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
@@ -132,14 +130,7 @@ func EnvName(flag string) string {
 }
 
 // DBLabel names the database for logs, without any password.
-func (c Config) DBLabel() string {
-	u, err := url.Parse(c.DB)
-	if err != nil || u.Scheme == "" {
-		return "sqlite:" + c.DB
-	}
-	u.User = url.User(u.User.Username())
-	return u.Redacted()
-}
+func (c Config) DBLabel() string { return opendb.Label(c.DB) }
 
 // RecordsLabel names where the records are kept, for logs, without any
 // password.
@@ -471,22 +462,17 @@ func closeDB(db *gorm.DB) error {
 }
 
 // openDB opens a SQLite file, or PostgreSQL or MySQL for a postgres:// or
-// mysql:// DSN.
+// mysql:// DSN, as idemctl's -store does (package opendb).
 func openDB(dsn string) (*gorm.DB, error) {
 	quiet := &gorm.Config{Logger: logger.Discard}
-	switch {
-	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		return serverPool(gorm.Open(postgres.Open(dsn), quiet))
-	case strings.HasPrefix(dsn, "mysql://"):
-		goDSN, err := mysqlDSN(dsn)
-		if err != nil {
-			return nil, err
-		}
-		return serverPool(gorm.Open(mysql.Open(goDSN), quiet))
-	case strings.Contains(dsn, "://"):
-		return nil, fmt.Errorf("unsupported database %q: use a SQLite file path, postgres:// or mysql://", dsn)
+	kind, err := opendb.KindOf(dsn)
+	if err != nil {
+		return nil, err
 	}
-	return sqlitedb.Open(dsn, quiet)
+	if kind == opendb.SQLite {
+		return opendb.Open(dsn, quiet)
+	}
+	return serverPool(opendb.Open(dsn, quiet))
 }
 
 // ServerConns is the size of the demo's pool on a database server. The
@@ -508,26 +494,6 @@ func serverPool(db *gorm.DB, err error) (*gorm.DB, error) {
 	sqlDB.SetMaxOpenConns(ServerConns)
 	sqlDB.SetMaxIdleConns(ServerConns)
 	return db, nil
-}
-
-// mysqlDSN turns mysql://user:pass@host:port/db?params into the Go MySQL
-// driver's user:pass@tcp(host:port)/db?params form.
-func mysqlDSN(dsn string) (string, error) {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return "", fmt.Errorf("mysql DSN: %w", err)
-	}
-	q := u.Query()
-	q.Set("parseTime", "true")
-	auth := ""
-	if u.User != nil {
-		auth = u.User.Username()
-		if p, ok := u.User.Password(); ok {
-			auth += ":" + p
-		}
-		auth += "@"
-	}
-	return fmt.Sprintf("%stcp(%s)/%s?%s", auth, u.Host, strings.TrimPrefix(u.Path, "/"), q.Encode()), nil
 }
 
 // engineClock is the Engine's clock for the configuration's Now: the
