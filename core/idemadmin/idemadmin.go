@@ -68,7 +68,7 @@ type Info struct {
 	Expired bool `json:"expired"`
 	// Fingerprint is the hex SHA-256 of the request's method, path and
 	// payload.
-	Fingerprint string `json:"fingerprint"`
+	Fingerprint string    `json:"fingerprint"`
 	CreatedAt   time.Time `json:"created_at"`
 	CompletedAt time.Time `json:"completed_at,omitzero"`
 	ExpiresAt   time.Time `json:"expires_at"`
