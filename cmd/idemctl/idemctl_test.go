@@ -128,6 +128,15 @@ func TestForgetInFlight(t *testing.T) {
 				t.Fatalf("get: %+v; want the record in flight, held by holder-1", in)
 			}
 
+			code, out, errOut = ctl(t, "", append(append([]string{"stats"}, args...), "-json")...)
+			var st idemadmin.Stats
+			if code != 0 || json.Unmarshal([]byte(out), &st) != nil {
+				t.Fatalf("stats: exit %d: %s%s", code, out, errOut)
+			}
+			if st.InFlight != 1 || st.Completed != 0 || !st.OldestInFlight.Equal(now) || !st.OldestLeaseEnd.Equal(now.Add(time.Minute)) {
+				t.Fatalf("stats: %+v; want the record in flight, taken at %v, its lease ending a minute later", st, now)
+			}
+
 			code, _, errOut = ctl(t, "", append(append([]string{"forget"}, args...), ids...)...)
 			if code != exitFailed || !strings.Contains(errOut, "in flight") || !strings.Contains(errOut, "-force") {
 				t.Fatalf("forget without -force: exit %d: %s; want a refusal naming -force", code, errOut)

@@ -32,7 +32,7 @@ Flags:
 	}
 
 	fs.StringVar(&cfg.Addr, "addr", cfg.Addr, "listen address")
-	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, "admin listen address for /metrics and /debug/provider (default: served on -addr)")
+	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, "admin listen address for /metrics, /debug/provider and the records admin /idemadmin (idemctl -admin; default: /metrics and /debug/provider served on -addr, no records admin)")
 	fs.StringVar(&cfg.Framework, "framework", cfg.Framework, "gin|echo|fiber|nethttp")
 	fs.StringVar(&cfg.DB, "db", cfg.DB, "SQLite file path, or a postgres:// or mysql:// DSN")
 	fs.DurationVar(&cfg.TTL, "ttl", cfg.TTL, "how long idempotency keys are kept after completion (above 0, at most 100 years)")

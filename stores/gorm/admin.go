@@ -163,13 +163,9 @@ func (s *Store) tableStats(ctx context.Context, now time.Time, topScopes int) (i
 		}
 		return rows.Err()
 	}
-	var err error
-	if s.local != nil {
-		err = s.read(ctx, do)
-	} else {
-		err = s.run(ctx, do)
-	}
-	if err != nil {
+	// On a connection of the pool, even on SQLite: the store's own reader
+	// serves single rows, and a read never waits for the write lock.
+	if err := s.run(ctx, do); err != nil {
 		return st, nil, fmt.Errorf("gormstore: stats of %s: %w", s.table, err)
 	}
 	return st, counts, nil

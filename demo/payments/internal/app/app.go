@@ -15,6 +15,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemadmin"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 	"github.com/idemkit/idemkit/stores/gorm/opendb"
 	redisstore "github.com/idemkit/idemkit/stores/redis"
@@ -36,7 +37,9 @@ import (
 type Config struct {
 	Addr string
 	// AdminAddr, if set, is the admin listener's address: GET /metrics and
-	// GET /debug/provider are served there, and no longer on Addr.
+	// GET /debug/provider are served there, and no longer on Addr, and the
+	// records admin (idemctl's -admin) under server.RecordsAdminPath, never
+	// on Addr.
 	AdminAddr           string
 	Framework           string
 	DB                  string
@@ -333,6 +336,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 		Docs:          docs.Handler(docs.Policy{TTL: cfg.TTL, Lease: cfg.Lease, Path: api.DocsPath, NotFound: http.HandlerFunc(a.NotFound)}),
 		Debug:         a.ProviderDebug(provider),
 		SeparateAdmin: cfg.AdminAddr != "",
+		RecordsAdmin:  idemadmin.Handler(rec.admin, idemadmin.HandlerOptions{Now: now}),
 		Checkout:      checkout.Handler(http.HandlerFunc(a.NotFound), cfg.FaultInjection),
 		Network:       network,
 		Logger:        log,
@@ -413,6 +417,7 @@ func (a *App) Close() error {
 // recordStore is the idempotency store the Config's Records names.
 type recordStore struct {
 	store idem.Store
+	admin idemadmin.Store  // the same store, for the admin listener's records admin
 	gorm  *gormstore.Store // the store when it is the GORM one, else nil
 	close func() error
 }
@@ -431,7 +436,7 @@ func openRecords(ctx context.Context, records string, db *gorm.DB) (recordStore,
 			store.Close()
 			return recordStore{}, fmt.Errorf("migrate idempotency table: %w", err)
 		}
-		return recordStore{store: store, gorm: store, close: func() error { store.Close(); return nil }}, nil
+		return recordStore{store: store, admin: store, gorm: store, close: func() error { store.Close(); return nil }}, nil
 	}
 	opt, err := redis.ParseURL(records)
 	if err != nil {
@@ -447,7 +452,7 @@ func openRecords(ctx context.Context, records string, db *gorm.DB) (recordStore,
 		client.Close()
 		return recordStore{}, err
 	}
-	return recordStore{store: store, close: client.Close}, nil
+	return recordStore{store: store, admin: store, close: client.Close}, nil
 }
 
 // RedisPrefix begins the name of every key the demo writes in Redis.
