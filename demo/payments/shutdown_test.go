@@ -7,13 +7,17 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemadmin"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/app"
 	"github.com/idemkit/idemkit/demo/payments/internal/payments"
+	"github.com/idemkit/idemkit/demo/payments/internal/server"
 )
 
 // serving is a demo run by App.Serve, as the command runs it: stop stands
@@ -184,11 +188,23 @@ func TestAdminListener(t *testing.T) {
 	cfg := app.DefaultConfig()
 	cfg.DB, cfg.AdminAddr, cfg.ProviderLatency = filepath.Join(t.TempDir(), "p.db"), "127.0.0.1:0", 0
 	s := serve(t, cfg)
-	acct := newAccount()
-	if r := s.do(t, http.MethodPost, "/v1/charges", acct, newKey(), chargeBody); r.status != 201 {
+	acct, key := newAccount(), newKey()
+	if r := s.do(t, http.MethodPost, "/v1/charges", acct, key, chargeBody); r.status != 201 {
 		t.Fatalf("charge: %d %s", r.status, r.body)
 	}
 	admin := &demo{url: s.admin, app: s.app}
+	// The records admin (idemctl's -admin) finds the charge's record by
+	// its account and key, on the admin listener only.
+	records := idemadmin.NewClient(s.admin+server.RecordsAdminPath, nil)
+	id := idem.ID{Scope: acct, Key: strings.Trim(key, `"`)}
+	if in, err := records.Inspect(t.Context(), id); err != nil || in.State != "completed" || in.Status != 201 {
+		t.Fatalf("records admin get: %+v, %v", in, err)
+	}
+	if st, err := records.RecordStats(t.Context(), time.Time{}, 5); err != nil || st.Completed == 0 {
+		t.Fatalf("records admin stats: %+v, %v", st, err)
+	}
+	s.do(t, http.MethodGet, server.RecordsAdminPath+"/stats", acct, "", "").problem(t, 404, "not-found")
+	s.do(t, http.MethodPost, server.RecordsAdminPath+"/forget", acct, "", `{"key":"x"}`).problem(t, 404, "not-found")
 	if r := admin.do(t, http.MethodGet, "/metrics", "", "", ""); r.status != 200 || !bytesContain(r.body, "idemkit_") {
 		t.Fatalf("admin GET /metrics: %d %.300s", r.status, r.body)
 	}

@@ -188,11 +188,15 @@ func databaseFile(ctx context.Context, pool *sql.DB, schema string) (string, err
 // errLocked is what lockFile returns when another process holds the lock.
 var errLocked = errors.New("locked by another process")
 
+// ErrFileHeld is New's error, wrapped with the file's name, when a store
+// of another process holds the SQLite file (see New).
+var ErrFileHeld = errors.New("a SQLite store serves one process; use PostgreSQL or MySQL to share keys between processes")
+
 // oneProcessError is New's error when the lock on path cannot be taken.
 func oneProcessError(path string, err error) error {
 	if errors.Is(err, errLocked) {
-		return fmt.Errorf("gormstore: the SQLite file %q is used by idemkit in another process (it holds %s): "+
-			"a SQLite store serves one process; use PostgreSQL or MySQL to share keys between processes", path, path+lockSuffix)
+		return fmt.Errorf("gormstore: the SQLite file %q is used by idemkit in another process (it holds %s): %w",
+			path, path+lockSuffix, ErrFileHeld)
 	}
 	return fmt.Errorf("gormstore: lock the SQLite file %q (%s): %w", path, path+lockSuffix, err)
 }

@@ -74,7 +74,7 @@ const maxAttempts = 10
 // On SQLite the store serves one process: New locks the database file
 // against the stores of other processes (a file named after it, with
 // "-idemkit.lock" appended, which it never deletes) and fails, naming the
-// file, if another process holds it. The stores of one process share the
+// file, if another process holds it (an error wrapping ErrFileHeld). The stores of one process share the
 // lock, which the last one's Close lets go. New also takes one connection
 // of db's pool for the store's writes (none from a pool of one), and
 // deletes the records in flight a process that died left in the table.
@@ -96,6 +96,28 @@ func New(db *gorm.DB, opts ...Option) (*Store, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	s, err := build(db, o)
+	if err != nil {
+		return nil, err
+	}
+	if s.dialect == dialectSQLite {
+		if err := s.openSQLite(); err != nil {
+			return nil, err
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.stopPurge = cancel
+	if s.purge.Interval > 0 {
+		go s.purgeLoop(ctx)
+	} else {
+		close(s.purgeDone)
+	}
+	return s, nil
+}
+
+// build is a Store on db with options o, that has not opened its SQLite
+// file nor started its purger.
+func build(db *gorm.DB, o options) (*Store, error) {
 	d, err := dialectOf(db)
 	if err != nil {
 		return nil, err
@@ -119,18 +141,6 @@ func New(db *gorm.DB, opts ...Option) (*Store, error) {
 	}
 	if s.pool, err = db.DB(); err != nil {
 		return nil, fmt.Errorf("gormstore: the connection pool: %w", err)
-	}
-	if d == dialectSQLite {
-		if err := s.openSQLite(); err != nil {
-			return nil, err
-		}
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.stopPurge = cancel
-	if s.purge.Interval > 0 {
-		go s.purgeLoop(ctx)
-	} else {
-		close(s.purgeDone)
 	}
 	return s, nil
 }

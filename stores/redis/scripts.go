@@ -13,6 +13,8 @@ import "github.com/redis/go-redis/v9"
 //	cs, cn  created at
 //	ds, dn  completed at
 //	r       the stored response (encodeResponse)
+//	p       the SHA-256 of the scope (32 bytes), which the key's name
+//	        cannot give back, for counts by scope (RecordStats)
 //
 // Times are kept as seconds and nanoseconds apart because Lua numbers are
 // doubles, which cannot hold Unix nanoseconds exactly; compared as pairs
@@ -29,7 +31,8 @@ end
 `
 
 // acquireScript is Store.Acquire. KEYS[1] the record; ARGV: fingerprint,
-// token, now (s, ns), lease until (s, ns), expires at (s, ns), TTL in ms.
+// token, now (s, ns), lease until (s, ns), expires at (s, ns), TTL in ms,
+// the scope's SHA-256.
 // It returns {outcome} for Created (1) and TookOver (2), whose record the
 // caller knows already, and {0, fields...} (recordFields order) for
 // Existing.
@@ -60,7 +63,7 @@ if m[1] then
   redis.call('DEL', k)
 end
 redis.call('HSET', k, 's', '1', 'f', ARGV[1], 't', ARGV[2], 'o', '1', 'ls', ARGV[5], 'ln', ARGV[6],
-  'es', ARGV[7], 'en', ARGV[8], 'cs', ARGV[3], 'cn', ARGV[4])
+  'es', ARGV[7], 'en', ARGV[8], 'cs', ARGV[3], 'cn', ARGV[4], 'p', ARGV[10])
 redis.call('PEXPIRE', k, ARGV[9])
 return {1}
 `)
@@ -168,5 +171,17 @@ if m[1] == '1' and before(ARGV[1], ARGV[2], m[2], m[3]) then
   return 0
 end
 redis.call('DEL', k)
+return 1
+`)
+
+// forgetScript is Store.Forget. KEYS[1] the record; ARGV: state, token, as
+// read. It deletes the record only if it still has both, and returns 1 if
+// it did.
+var forgetScript = redis.NewScript(`
+local m = redis.call('HMGET', KEYS[1], 's', 't')
+if m[1] ~= ARGV[1] or m[2] ~= ARGV[2] then
+  return 0
+end
+redis.call('DEL', KEYS[1])
 return 1
 `)

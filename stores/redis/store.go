@@ -116,12 +116,13 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 		return idem.Record{}, 0, fmt.Errorf("redisstore: acquire: %w", err)
 	}
 	ttl := ttlMillis(later(a.ExpiresAt, a.LeaseUntil), a.Now)
+	scope := sha256.Sum256([]byte(a.ID.Scope))
 	res, err := acquireScript.Run(ctx, s.c, []string{s.Key(a.ID)},
 		a.Fingerprint[:], a.Token,
 		a.Now.Unix(), a.Now.Nanosecond(),
 		a.LeaseUntil.Unix(), a.LeaseUntil.Nanosecond(),
 		a.ExpiresAt.Unix(), a.ExpiresAt.Nanosecond(),
-		ttl).Slice()
+		ttl, scope[:]).Slice()
 	if err != nil {
 		return idem.Record{}, 0, fmt.Errorf("redisstore: acquire: %w", err)
 	}

@@ -12,6 +12,7 @@ package sqlitedb
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 
@@ -101,4 +102,36 @@ func looksLikeServerDSN(path string) bool {
 // "unable to open database file: out of memory (14)" (SQLITE_CANTOPEN).
 func cannotOpen(path string, err error) error {
 	return fmt.Errorf("sqlitedb: cannot open or create the SQLite file %q (does its directory exist, and may this process write there?): %w", path, err)
+}
+
+// OpenReadOnly opens the existing SQLite database file at path for reading
+// only, as an operator's tool does beside the process that writes it: it
+// creates nothing, changes no setting of the file, and registers no
+// connections of gormstore's own (see gormstore.Reader). A file in WAL
+// mode is read with the process's latest commits.
+func OpenReadOnly(path string, opts ...gorm.Option) (*gorm.DB, error) {
+	if path == "" || strings.ContainsAny(path, "?#") {
+		return nil, errors.New("sqlitedb: the path must be non-empty, without '?' or '#'")
+	}
+	if looksLikeServerDSN(path) {
+		return nil, fmt.Errorf("sqlitedb: %q looks like a database server's DSN, not an SQLite file path", path)
+	}
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("sqlitedb: the SQLite file %q: %w", path, err)
+	}
+	dsn := "file:" + path + "?mode=ro&_pragma=busy_timeout(" + strconv.Itoa(BusyTimeoutMillis) + ")"
+	db, err := gorm.Open(sqlite.Open(dsn), opts...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitedb: cannot open the SQLite file %q for reading: %w", path, err)
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, err
+	}
+	sqlDB.SetMaxOpenConns(MaxOpenConns)
+	if err := sqlDB.Ping(); err != nil {
+		sqlDB.Close()
+		return nil, fmt.Errorf("sqlitedb: cannot open the SQLite file %q for reading: %w", path, err)
+	}
+	return db, nil
 }

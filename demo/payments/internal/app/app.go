@@ -16,12 +16,11 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemadmin"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
-	"github.com/idemkit/idemkit/stores/gorm/sqlitedb"
+	"github.com/idemkit/idemkit/stores/gorm/opendb"
 	redisstore "github.com/idemkit/idemkit/stores/redis"
 	"github.com/redis/go-redis/v9"
-	"gorm.io/driver/mysql"
-	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
@@ -39,7 +38,9 @@ import (
 type Config struct {
 	Addr string
 	// AdminAddr, if set, is the admin listener's address: GET /metrics and
-	// GET /debug/provider are served there, and no longer on Addr.
+	// GET /debug/provider are served there, and no longer on Addr, and the
+	// records admin (idemctl's -admin) under server.RecordsAdminPath, never
+	// on Addr.
 	AdminAddr string
 	// GRPCAddr, if set, is the gRPC listener's address: it serves
 	// payments.v1.Charges/Create (api.ChargesCreate) on the same Engine
@@ -137,14 +138,7 @@ func EnvName(flag string) string {
 }
 
 // DBLabel names the database for logs, without any password.
-func (c Config) DBLabel() string {
-	u, err := url.Parse(c.DB)
-	if err != nil || u.Scheme == "" {
-		return "sqlite:" + c.DB
-	}
-	u.User = url.User(u.User.Username())
-	return u.Redacted()
-}
+func (c Config) DBLabel() string { return opendb.Label(c.DB) }
 
 // RecordsLabel names where the records are kept, for logs, without any
 // password.
@@ -350,6 +344,7 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 		Docs:          docs.Handler(docs.Policy{TTL: cfg.TTL, Lease: cfg.Lease, Path: api.DocsPath, NotFound: http.HandlerFunc(a.NotFound)}),
 		Debug:         a.ProviderDebug(provider),
 		SeparateAdmin: cfg.AdminAddr != "",
+		RecordsAdmin:  idemadmin.Handler(rec.admin, idemadmin.HandlerOptions{Now: now}),
 		Checkout:      checkout.Handler(http.HandlerFunc(a.NotFound), cfg.FaultInjection),
 		Network:       network,
 		Logger:        log,
@@ -462,6 +457,7 @@ func (a *App) Close() error {
 // recordStore is the idempotency store the Config's Records names.
 type recordStore struct {
 	store idem.Store
+	admin idemadmin.Store  // the same store, for the admin listener's records admin
 	gorm  *gormstore.Store // the store when it is the GORM one, else nil
 	close func() error
 }
@@ -480,7 +476,7 @@ func openRecords(ctx context.Context, records string, db *gorm.DB) (recordStore,
 			store.Close()
 			return recordStore{}, fmt.Errorf("migrate idempotency table: %w", err)
 		}
-		return recordStore{store: store, gorm: store, close: func() error { store.Close(); return nil }}, nil
+		return recordStore{store: store, admin: store, gorm: store, close: func() error { store.Close(); return nil }}, nil
 	}
 	opt, err := redis.ParseURL(records)
 	if err != nil {
@@ -496,7 +492,7 @@ func openRecords(ctx context.Context, records string, db *gorm.DB) (recordStore,
 		client.Close()
 		return recordStore{}, err
 	}
-	return recordStore{store: store, close: client.Close}, nil
+	return recordStore{store: store, admin: store, close: client.Close}, nil
 }
 
 // RedisPrefix begins the name of every key the demo writes in Redis.
@@ -511,22 +507,17 @@ func closeDB(db *gorm.DB) error {
 }
 
 // openDB opens a SQLite file, or PostgreSQL or MySQL for a postgres:// or
-// mysql:// DSN.
+// mysql:// DSN, as idemctl's -store does (package opendb).
 func openDB(dsn string) (*gorm.DB, error) {
 	quiet := &gorm.Config{Logger: logger.Discard}
-	switch {
-	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
-		return serverPool(gorm.Open(postgres.Open(dsn), quiet))
-	case strings.HasPrefix(dsn, "mysql://"):
-		goDSN, err := mysqlDSN(dsn)
-		if err != nil {
-			return nil, err
-		}
-		return serverPool(gorm.Open(mysql.Open(goDSN), quiet))
-	case strings.Contains(dsn, "://"):
-		return nil, fmt.Errorf("unsupported database %q: use a SQLite file path, postgres:// or mysql://", dsn)
+	kind, err := opendb.KindOf(dsn)
+	if err != nil {
+		return nil, err
 	}
-	return sqlitedb.Open(dsn, quiet)
+	if kind == opendb.SQLite {
+		return opendb.Open(dsn, quiet)
+	}
+	return serverPool(opendb.Open(dsn, quiet))
 }
 
 // ServerConns is the size of the demo's pool on a database server. The
@@ -548,26 +539,6 @@ func serverPool(db *gorm.DB, err error) (*gorm.DB, error) {
 	sqlDB.SetMaxOpenConns(ServerConns)
 	sqlDB.SetMaxIdleConns(ServerConns)
 	return db, nil
-}
-
-// mysqlDSN turns mysql://user:pass@host:port/db?params into the Go MySQL
-// driver's user:pass@tcp(host:port)/db?params form.
-func mysqlDSN(dsn string) (string, error) {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return "", fmt.Errorf("mysql DSN: %w", err)
-	}
-	q := u.Query()
-	q.Set("parseTime", "true")
-	auth := ""
-	if u.User != nil {
-		auth = u.User.Username()
-		if p, ok := u.User.Password(); ok {
-			auth += ":" + p
-		}
-		auth += "@"
-	}
-	return fmt.Sprintf("%stcp(%s)/%s?%s", auth, u.Host, strings.TrimPrefix(u.Path, "/"), q.Encode()), nil
 }
 
 // engineClock is the Engine's clock for the configuration's Now: the

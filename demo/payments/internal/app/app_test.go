@@ -9,19 +9,6 @@ import (
 	"time"
 )
 
-func TestMySQLDSN(t *testing.T) {
-	for in, want := range map[string]string{
-		"mysql://app:s3cret@127.0.0.1:3306/payments":    "app:s3cret@tcp(127.0.0.1:3306)/payments?parseTime=true",
-		"mysql://app@db.local:3307/payments?timeout=5s": "app@tcp(db.local:3307)/payments?parseTime=true&timeout=5s",
-		"mysql://127.0.0.1:3306/payments":               "tcp(127.0.0.1:3306)/payments?parseTime=true",
-	} {
-		got, err := mysqlDSN(in)
-		if err != nil || got != want {
-			t.Errorf("mysqlDSN(%q) = %q, %v; want %q", in, got, err, want)
-		}
-	}
-}
-
 func TestDBLabelHidesPassword(t *testing.T) {
 	for db, want := range map[string]string{
 		"payments.db": "sqlite:payments.db",

@@ -1,0 +1,283 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemadmin"
+	gormstore "github.com/idemkit/idemkit/stores/gorm"
+)
+
+// TestFindForgetRetry is the operator's incident on every durable store:
+// a key whose record SQL or redis-cli cannot find (the store keeps its
+// digest) is found by idemctl, forgotten, and its retry runs the handler
+// anew. On SQLite idemctl runs as a built binary, in a process of its own,
+// after the application's process let the file go.
+func TestFindForgetRetry(t *testing.T) {
+	for _, tc := range targets {
+		t.Run(tc.name, func(t *testing.T) {
+			tg := tc.open(t)
+			run := ctl
+			if tg.name == "sqlite" {
+				run = ctlBinary
+			}
+			scope, key := random("acct_"), random("order-")
+			a := newApp(tg.store)
+			if code, _ := a.post(t, scope, key); code != 201 {
+				t.Fatalf("first request: %d", code)
+			}
+			if code, replayed := a.post(t, scope, key); code != 201 || !replayed || a.runs.Load() != 1 {
+				t.Fatalf("retry before forget: %d replayed=%v runs=%d; want the replay", code, replayed, a.runs.Load())
+			}
+			if n := tg.total(t, key); n != 1 {
+				t.Fatalf("the store holds %d records; want 1", n)
+			}
+			if n := tg.rawKeyCount(t, key); n != 0 {
+				t.Fatalf("looking for the key in clear found %d records: the store should keep its digest only", n)
+			}
+			tg.close(t) // SQLite: the file is the application's until then
+
+			code, out, errOut := run(t, "", append(append([]string{"get"}, tg.args...), "-scope", scope, "-key", key, "-json")...)
+			if code != 0 {
+				t.Fatalf("get: exit %d: %s", code, errOut)
+			}
+			if strings.Contains(out, key) || strings.Contains(out, scope) {
+				t.Fatalf("get printed the key or scope without -show-key:\n%s", out)
+			}
+			var in idemadmin.Info
+			if err := json.Unmarshal([]byte(out), &in); err != nil {
+				t.Fatalf("get -json: %v\n%s", err, out)
+			}
+			if in.State != "completed" || in.Status != 201 || in.BodySize == 0 || in.Body != nil ||
+				strings.Join(in.HeaderNames, ",") != "Content-Type,Location" || in.CompletedAt.IsZero() || in.Expired {
+				t.Fatalf("get: %+v; want the completed 201 with its headers, without its body", in)
+			}
+
+			code, out, errOut = run(t, "", append(append([]string{"stats"}, tg.args...), "-json")...)
+			if code != 0 {
+				t.Fatalf("stats: exit %d: %s", code, errOut)
+			}
+			var st idemadmin.Stats
+			if err := json.Unmarshal([]byte(out), &st); err != nil {
+				t.Fatalf("stats -json: %v\n%s", err, out)
+			}
+			want := []idemadmin.ScopeCount{{Scope: idemadmin.ScopeDigest(scope), Records: 1}}
+			if st.Completed != 1 || st.InFlight != 0 || st.Expired != 0 || len(st.TopScopes) != 1 || st.TopScopes[0] != want[0] {
+				t.Fatalf("stats: %+v; want one completed record of the scope %v", st, want)
+			}
+
+			// The key is read from standard input: it stays out of the
+			// process list and the shell's history.
+			code, out, errOut = run(t, scope+"\n"+key+"\n", append(append([]string{"forget"}, tg.args...), "-scope", "-", "-key", "-")...)
+			if code != 0 || !strings.Contains(out, "forgotten") {
+				t.Fatalf("forget: exit %d: %s%s", code, out, errOut)
+			}
+			if n := tg.total(t, key); n != 0 {
+				t.Fatalf("after forget the store holds %d records", n)
+			}
+			code, _, _ = run(t, "", append(append([]string{"get"}, tg.args...), "-scope", scope, "-key", key)...)
+			if code != exitNotFound {
+				t.Fatalf("get after forget: exit %d; want %d (not found)", code, exitNotFound)
+			}
+
+			tg.reopen(t)
+			a = newApp(tg.store)
+			if code, replayed := a.post(t, scope, key); code != 201 || replayed || a.runs.Load() != 1 {
+				t.Fatalf("retry after forget: %d replayed=%v runs=%d; want the handler run anew", code, replayed, a.runs.Load())
+			}
+		})
+	}
+}
+
+// TestForgetInFlight: a record in flight is forgotten only with -force, and
+// then its holder's completion is fenced: Complete fails with
+// idem.ErrLockLost and writes nothing. On SQLite the record in flight is
+// in the memory of the process holding the file: idemctl reaches it
+// through that process's admin handler (-admin).
+func TestForgetInFlight(t *testing.T) {
+	for _, tc := range targets {
+		t.Run(tc.name, func(t *testing.T) {
+			tg := tc.open(t)
+			args := tg.args
+			if tg.name == "sqlite" {
+				srv := httptest.NewServer(idemadmin.Handler(tg.store.(idemadmin.Store), idemadmin.HandlerOptions{}))
+				defer srv.Close()
+				args = []string{"-admin", srv.URL + "/idemadmin"}
+			}
+			ctx := t.Context()
+			id := idem.ID{Scope: random("acct_"), Key: random("order-")}
+			now := time.Now()
+			_, outcome, err := tg.store.Acquire(ctx, idem.Acquire{ID: id, Fingerprint: idem.Fingerprint{1}, Token: "holder-1",
+				Now: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)})
+			if err != nil || outcome != idem.AcquireCreated {
+				t.Fatalf("Acquire: %v %v", outcome, err)
+			}
+			ids := []string{"-scope", id.Scope, "-key", id.Key}
+
+			code, out, errOut := ctl(t, "", append(append(append([]string{"get"}, args...), ids...), "-json")...)
+			var in idemadmin.Info
+			if code != 0 || json.Unmarshal([]byte(out), &in) != nil {
+				t.Fatalf("get: exit %d: %s%s", code, out, errOut)
+			}
+			if in.State != "in-flight" || in.LeaseToken != "holder-1" || in.LeaseUntil.IsZero() {
+				t.Fatalf("get: %+v; want the record in flight, held by holder-1", in)
+			}
+
+			code, out, errOut = ctl(t, "", append(append([]string{"stats"}, args...), "-json")...)
+			var st idemadmin.Stats
+			if code != 0 || json.Unmarshal([]byte(out), &st) != nil {
+				t.Fatalf("stats: exit %d: %s%s", code, out, errOut)
+			}
+			if st.InFlight != 1 || st.Completed != 0 || !st.OldestInFlight.Equal(now) || !st.OldestLeaseEnd.Equal(now.Add(time.Minute)) {
+				t.Fatalf("stats: %+v; want the record in flight, taken at %v, its lease ending a minute later", st, now)
+			}
+
+			code, _, errOut = ctl(t, "", append(append([]string{"forget"}, args...), ids...)...)
+			if code != exitFailed || !strings.Contains(errOut, "in flight") || !strings.Contains(errOut, "-force") {
+				t.Fatalf("forget without -force: exit %d: %s; want a refusal naming -force", code, errOut)
+			}
+			if _, err := tg.store.Get(ctx, id); err != nil {
+				t.Fatalf("the refused forget deleted the record: %v", err)
+			}
+
+			code, _, errOut = ctl(t, "", append(append([]string{"forget", "-force"}, args...), ids...)...)
+			if code != 0 {
+				t.Fatalf("forget -force: exit %d: %s", code, errOut)
+			}
+			err = tg.store.Complete(ctx, id, "holder-1", idem.Completion{Response: idem.Response{Status: 201, Body: []byte("late")},
+				CompletedAt: now, ExpiresAt: now.Add(time.Hour)})
+			if !errors.Is(err, idem.ErrLockLost) {
+				t.Fatalf("the forgotten holder's Complete: %v; want idem.ErrLockLost", err)
+			}
+			if _, err := tg.store.Get(ctx, id); !errors.Is(err, idem.ErrNotFound) {
+				t.Fatalf("after the fenced Complete, Get: %v; want no record", err)
+			}
+		})
+	}
+}
+
+// TestPurge: stats counts an expired record as waiting for the purge, and
+// purge deletes it, on every durable store.
+func TestPurge(t *testing.T) {
+	for _, tc := range targets {
+		t.Run(tc.name, func(t *testing.T) {
+			tg := tc.open(t)
+			ctx := t.Context()
+			id := idem.ID{Scope: "acct", Key: random("old-")}
+			then := time.Now().Add(-3 * time.Hour)
+			if _, _, err := tg.store.Acquire(ctx, idem.Acquire{ID: id, Token: "t", Now: then,
+				LeaseUntil: then.Add(time.Minute), ExpiresAt: then.Add(time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+			if err := tg.store.Complete(ctx, id, "t", idem.Completion{Response: idem.Response{Status: 200},
+				CompletedAt: then, ExpiresAt: then.Add(time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+			tg.close(t)
+			code, out, errOut := ctl(t, "", append(append([]string{"stats"}, tg.args...), "-json")...)
+			var st idemadmin.Stats
+			if code != 0 || json.Unmarshal([]byte(out), &st) != nil || st.Expired != 1 {
+				t.Fatalf("stats: exit %d, %+v: %s%s; want one expired record", code, st, out, errOut)
+			}
+			code, out, errOut = ctl(t, "", append(append([]string{"purge"}, tg.args...), "-json")...)
+			var res idemadmin.PurgeResult
+			if code != 0 || json.Unmarshal([]byte(out), &res) != nil || res.Purged != 1 {
+				t.Fatalf("purge: exit %d: %s%s; want 1 purged", code, out, errOut)
+			}
+			if n := tg.total(t, id.Key); n != 0 {
+				t.Fatalf("after the purge the store holds %d records", n)
+			}
+			tg.reopen(t)
+		})
+	}
+}
+
+// TestSQLiteHeldByAnotherProcess: while a process holds the SQLite file,
+// idemctl (another process) reads its completed records, says that records
+// in flight are not visible, and refuses to forget or purge, naming the
+// lock and the way through the process; through the process's admin
+// handler the forget works, and the retry runs anew.
+func TestSQLiteHeldByAnotherProcess(t *testing.T) {
+	tg := sqliteTarget(t)
+	scope, key := random("acct_"), random("order-")
+	a := newApp(tg.store)
+	if code, _ := a.post(t, scope, key); code != 201 {
+		t.Fatalf("first request: %d", code)
+	}
+	ids := []string{"-scope", scope, "-key", key}
+
+	code, out, errOut := ctlBinary(t, "", append(append([]string{"get"}, tg.args...), ids...)...)
+	if code != 0 || !strings.Contains(out, "completed") || !strings.Contains(out, "201") {
+		t.Fatalf("get on the held file: exit %d:\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = ctlBinary(t, "", append([]string{"stats"}, tg.args...)...)
+	if code != 0 || !strings.Contains(out, "completed          1") || !strings.Contains(out, "records in flight") {
+		t.Fatalf("stats on the held file: exit %d:\n%s%s; want the count and a note on records in flight", code, out, errOut)
+	}
+	for _, op := range []string{"forget", "purge"} {
+		args := append([]string{op}, tg.args...)
+		if op == "forget" {
+			args = append(args, ids...)
+		}
+		code, out, errOut = ctlBinary(t, "", args...)
+		if code != exitFailed || !strings.Contains(errOut, "-idemkit.lock") || !strings.Contains(errOut, "-admin") ||
+			strings.Contains(errOut, "panic") {
+			t.Fatalf("%s on the held file: exit %d: %s%s; want a refusal naming the lock file and -admin", op, code, out, errOut)
+		}
+	}
+	if code, replayed := a.post(t, scope, key); !replayed || code != 201 {
+		t.Fatalf("the refused forget changed the record: %d replayed=%v", code, replayed)
+	}
+
+	srv := httptest.NewServer(idemadmin.Handler(tg.store.(*gormstore.Store), idemadmin.HandlerOptions{}))
+	defer srv.Close()
+	code, out, errOut = ctlBinary(t, "", append([]string{"forget", "-admin", srv.URL + "/idemadmin"}, ids...)...)
+	if code != 0 {
+		t.Fatalf("forget through the process: exit %d: %s%s", code, out, errOut)
+	}
+	if code, replayed := a.post(t, scope, key); code != 201 || replayed || a.runs.Load() != 2 {
+		t.Fatalf("retry after forget: %d replayed=%v runs=%d; want the handler run anew", code, replayed, a.runs.Load())
+	}
+}
+
+// TestBadInput: a bad command line or a store that cannot be reached is a
+// clear error and a non-zero exit, never a panic, and no password is
+// printed.
+func TestBadInput(t *testing.T) {
+	missing := t.TempDir() + "/missing.db"
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"no operation", nil, exitUsage, "name an operation"},
+		{"unknown operation", []string{"show", "-store", "x.db"}, exitUsage, "unknown operation"},
+		{"no store", []string{"get", "-key", "k"}, exitUsage, "-store"},
+		{"both", []string{"get", "-store", "x.db", "-admin", "http://127.0.0.1:1/idemadmin", "-key", "k"}, exitUsage, "one of -store and -admin"},
+		{"no key", []string{"get", "-store", missing}, exitUsage, "needs -key"},
+		{"key from empty stdin", []string{"get", "-store", missing, "-key", "-"}, exitUsage, "standard input"},
+		{"unsupported scheme", []string{"get", "-store", "oracle://scott:tiger@db/x", "-key", "k"}, exitFailed, "unsupported database"},
+		{"missing SQLite file", []string{"get", "-store", missing, "-key", "k"}, exitFailed, "missing.db"},
+		{"missing SQLite file, forget", []string{"forget", "-store", missing, "-key", "k"}, exitFailed, "missing.db"},
+		{"unreachable PostgreSQL", []string{"get", "-store", "postgres://app:s3cretpw@127.0.0.1:1/none?connect_timeout=2", "-key", "k"}, exitFailed, "postgres://app@127.0.0.1:1/none"},
+		{"unreachable MySQL", []string{"stats", "-store", "mysql://app:s3cretpw@127.0.0.1:1/none?timeout=2s"}, exitFailed, "mysql://app@127.0.0.1:1/none"},
+		{"unreachable Redis", []string{"stats", "-store", "redis://:s3cretpw@127.0.0.1:1"}, exitFailed, "127.0.0.1:1"},
+		{"bad Redis URL", []string{"stats", "-store", "redis://127.0.0.1:1/notadb"}, exitFailed, "-store"},
+		{"unreachable admin", []string{"stats", "-admin", "http://127.0.0.1:1/idemadmin", "-timeout", "5s"}, exitFailed, "127.0.0.1:1"},
+		{"bad admin URL", []string{"stats", "-admin", "127.0.0.1:1"}, exitFailed, "http://"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out, errOut := ctlBinary(t, "", tc.args...)
+			if code != tc.code || !strings.Contains(errOut, tc.want) || strings.Contains(errOut, "panic") ||
+				strings.Contains(errOut+out, "s3cretpw") {
+				t.Fatalf("exit %d, stderr:\n%s\nwant exit %d and an error containing %q, without the password", code, errOut, tc.code, tc.want)
+			}
+		})
+	}
+}

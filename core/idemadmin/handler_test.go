@@ -1,0 +1,128 @@
+package idemadmin_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemadmin"
+	"github.com/idemkit/idemkit/core/memstore"
+)
+
+// TestHandlerOnMemstore drives every operation of the handler through the
+// Client, on the memory store: get, stats, forget refused in flight and
+// fenced with force, forget of a completed record, purge.
+func TestHandlerOnMemstore(t *testing.T) {
+	store := memstore.New(memstore.WithPurgeInterval(0))
+	defer store.Close()
+	now := time.Now()
+	var paths []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		paths = append(paths, r.URL.String())
+		idemadmin.Handler(store, idemadmin.HandlerOptions{Now: func() time.Time { return now }}).ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	c := idemadmin.NewClient(srv.URL+"/idemadmin/", nil)
+	ctx := context.Background()
+
+	held := idem.ID{Scope: "tenant-a", Key: "k-held"}
+	done := idem.ID{Scope: "tenant-a", Key: "k-done"}
+	old := idem.ID{Scope: "tenant-b", Key: "k-old"}
+	acquire := func(id idem.ID, token string, at time.Time) {
+		t.Helper()
+		if _, o, err := store.Acquire(ctx, idem.Acquire{ID: id, Token: token, Now: at, LeaseUntil: at.Add(time.Minute),
+			ExpiresAt: at.Add(time.Hour)}); err != nil || o != idem.AcquireCreated {
+			t.Fatalf("Acquire: %v %v", o, err)
+		}
+	}
+	complete := func(id idem.ID, token string, at time.Time) {
+		t.Helper()
+		if err := store.Complete(ctx, id, token, idem.Completion{Response: idem.Response{Status: 201,
+			Header: []idem.HeaderField{{Name: "Content-Type", Values: []string{"application/json"}}}, Body: []byte(`{"ok":1}`)},
+			CompletedAt: at, ExpiresAt: at.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	acquire(held, "h1", now)
+	acquire(done, "d1", now)
+	complete(done, "d1", now)
+	acquire(old, "o1", now.Add(-3*time.Hour))
+	complete(old, "o1", now.Add(-3*time.Hour))
+
+	in, err := c.Inspect(ctx, done)
+	if err != nil || in.State != "completed" || in.Status != 201 || string(in.Body) != `{"ok":1}` || in.BodySize != 8 ||
+		len(in.HeaderNames) != 1 || in.Expired {
+		t.Fatalf("Inspect(done) = %+v, %v", in, err)
+	}
+	if in, err := c.Inspect(ctx, old); err != nil || !in.Expired {
+		t.Fatalf("Inspect(old) = %+v, %v; want it expired by the handler's clock", in, err)
+	}
+	if _, err := c.Inspect(ctx, idem.ID{Key: "nope"}); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("Inspect(missing): %v", err)
+	}
+	st, err := c.RecordStats(ctx, time.Time{}, 1)
+	if err != nil || st.Completed != 2 || st.InFlight != 1 || st.Expired != 1 || !st.OldestLeaseEnd.Equal(now.Add(time.Minute)) ||
+		len(st.TopScopes) != 1 || st.TopScopes[0] != (idemadmin.ScopeCount{Scope: idemadmin.ScopeDigest("tenant-a"), Records: 2}) {
+		t.Fatalf("RecordStats = %+v, %v", st, err)
+	}
+
+	if err := c.Forget(ctx, held, false); !errors.Is(err, idemadmin.ErrInFlight) {
+		t.Fatalf("Forget(in flight): %v; want ErrInFlight", err)
+	}
+	if err := c.Forget(ctx, held, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Complete(ctx, held, "h1", idem.Completion{CompletedAt: now, ExpiresAt: now.Add(time.Hour)}); !errors.Is(err, idem.ErrLockLost) {
+		t.Fatalf("Complete by the forgotten holder: %v; want ErrLockLost", err)
+	}
+	if err := c.Forget(ctx, done, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Get(ctx, done); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("Get after Forget: %v", err)
+	}
+	if n, err := c.Purge(ctx, time.Time{}, 10); err != nil || n != 1 {
+		t.Fatalf("Purge = %d, %v; want the expired record", n, err)
+	}
+	if store.Len() != 0 {
+		t.Fatalf("%d records left", store.Len())
+	}
+	for _, p := range paths {
+		if strings.Contains(p, "k-") || strings.Contains(p, "tenant") {
+			t.Fatalf("a scope or key went in a URL: %s", p)
+		}
+	}
+}
+
+// TestHandlerRefusesBadRequests: a bad request is a problem with a type of
+// its own, never a store call.
+func TestHandlerRefusesBadRequests(t *testing.T) {
+	h := idemadmin.Handler(memstore.New(memstore.WithPurgeInterval(0)), idemadmin.HandlerOptions{})
+	for _, tc := range []struct {
+		method, path, body string
+		status             int
+		typ                string
+	}{
+		{"POST", "/x/get", `{"scope":"a"}`, 400, "bad-request"},
+		{"POST", "/x/get", `{"key":"a","nope":1}`, 400, "bad-request"},
+		{"POST", "/x/get", `[`, 400, "bad-request"},
+		{"GET", "/x/get", ``, 405, "bad-request"},
+		{"POST", "/x/stats", ``, 405, "bad-request"},
+		{"GET", "/x/stats?top=-1", ``, 400, "bad-request"},
+		{"POST", "/x/purge", `{"batch":-1}`, 400, "bad-request"},
+		{"GET", "/x/other", ``, 404, "bad-request"},
+		{"POST", "/x/forget", `{"key":"missing"}`, 404, "not-found"},
+	} {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body)))
+		if rec.Code != tc.status || rec.Header().Get("Content-Type") != idem.ProblemContentType ||
+			!strings.Contains(rec.Body.String(), `"type":"`+idemadmin.ProblemBase+tc.typ+`"`) {
+			t.Errorf("%s %s %s: %d %s; want %d, problem %s", tc.method, tc.path, tc.body, rec.Code, rec.Body, tc.status, tc.typ)
+		}
+	}
+}

@@ -1,0 +1,198 @@
+// Package idemadmin is what an operator needs to answer "what happened to
+// key K of tenant A?" on a store that keeps only digests of its scopes and
+// keys: the shapes of a record's description (Info) and of a store's
+// counts (Stats), the interface a store implements to be inspected
+// (Store), and an HTTP handler serving it as JSON (Handler), for an admin
+// listener. The command idemctl (module cmd/idemctl) speaks to a store
+// through its DSN, or to a running process through that handler.
+//
+// Scopes and keys are never written anywhere by this package: they travel
+// in request bodies, never in URLs (which access logs keep), and a record
+// is described by its state, times and digests. A scope appears in counts
+// as its digest (ScopeDigest).
+package idemadmin
+
+import (
+	"cmp"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	idem "github.com/idemkit/idemkit/core"
+)
+
+// Store is what a store implements to be inspected and repaired by an
+// operator. The memory store, the GORM store and the Redis store do.
+type Store interface {
+	// Inspect describes the record of id, expired or not, with its
+	// response body; idem.ErrNotFound if there is none.
+	Inspect(ctx context.Context, id idem.ID) (Info, error)
+	// Forget deletes the record of id so that its key runs anew. It reads
+	// the record, then deletes it in one conditional step that finds it
+	// still in the state and held by the token it read, or returns
+	// ErrChanged. A record in flight is deleted only with force, and then
+	// only the holder that was read loses it: its later Complete, Renew
+	// or Release fails with idem.ErrLockLost (fencing), so it never
+	// overwrites a record written after. Without force it returns
+	// ErrInFlight. A record that does not exist gives idem.ErrNotFound.
+	Forget(ctx context.Context, id idem.ID, force bool) error
+	// RecordStats counts the store's records at now (the Engine's clock):
+	// by state, those expired and waiting for the purge, and the topScopes
+	// scopes holding the most. It reads every record, so it is meant for
+	// an operator, not for a schedule.
+	RecordStats(ctx context.Context, now time.Time, topScopes int) (Stats, error)
+	// Purge deletes at most limit records expired at now, as
+	// idem.Store.Purge.
+	Purge(ctx context.Context, now time.Time, limit int) (int, error)
+}
+
+// ErrInFlight is Forget's refusal of a record in flight without force.
+var ErrInFlight = errors.New("idemadmin: the record is in flight: its handler may be running; forget it with force only if that holder is gone")
+
+// ErrChanged is Forget's answer when the record changed between its read
+// and its delete (it completed, was taken over, or was forgotten):
+// nothing was deleted; inspect it again.
+var ErrChanged = errors.New("idemadmin: the record changed meanwhile; nothing was deleted")
+
+// Info describes one record, without its scope and key.
+type Info struct {
+	// State is "in-flight" or "completed".
+	State string `json:"state"`
+	// Expired: the record no longer holds its key (idem.Record.Expired)
+	// at the time of the caller's clock (ExpiredAt), and waits for the
+	// purge. Stores leave it false: they consult no clock.
+	Expired bool `json:"expired"`
+	// Fingerprint is the hex SHA-256 of the request's method, path and
+	// payload.
+	Fingerprint string    `json:"fingerprint"`
+	CreatedAt   time.Time `json:"created_at"`
+	CompletedAt time.Time `json:"completed_at,omitzero"`
+	ExpiresAt   time.Time `json:"expires_at"`
+	// LeaseToken and LeaseUntil are the holder of a record in flight and
+	// the end of its lease; empty on a completed record.
+	LeaseToken string    `json:"lease_token,omitempty"`
+	LeaseUntil time.Time `json:"lease_until,omitzero"`
+	// Status, HeaderNames and BodySize describe a completed record's
+	// stored response.
+	Status      int      `json:"status,omitempty"`
+	HeaderNames []string `json:"header_names,omitempty"`
+	BodySize    int      `json:"body_size"`
+	// Body is the stored body; callers that did not ask for it leave it
+	// out.
+	Body []byte `json:"body,omitempty"`
+	// Location says where the store keeps the record, by digests only:
+	// the table and key columns, or the Redis key.
+	Location string `json:"location"`
+}
+
+// NewInfo describes rec, kept at location.
+func NewInfo(rec idem.Record, location string) Info {
+	in := Info{
+		State:       rec.State.String(),
+		Fingerprint: hex.EncodeToString(rec.Fingerprint[:]),
+		CreatedAt:   rec.CreatedAt,
+		CompletedAt: rec.CompletedAt,
+		ExpiresAt:   rec.ExpiresAt,
+		Location:    location,
+	}
+	if rec.State == idem.InFlight {
+		in.LeaseToken, in.LeaseUntil = rec.Token, rec.LeaseUntil
+		return in
+	}
+	in.Status = rec.Response.Status
+	for _, f := range rec.Response.Header {
+		in.HeaderNames = append(in.HeaderNames, f.Name)
+	}
+	in.BodySize = len(rec.Response.Body)
+	in.Body = rec.Response.Body
+	return in
+}
+
+// ExpiredAt reports whether the record described no longer holds its key
+// at now, as idem.Record.Expired.
+func (in *Info) ExpiredAt(now time.Time) bool {
+	if now.Before(in.ExpiresAt) {
+		return false
+	}
+	return in.State == idem.Completed.String() || !now.Before(in.LeaseUntil)
+}
+
+// Stats are a store's counts of records.
+type Stats struct {
+	// Completed and InFlight count the records by state, expired ones
+	// included until they are purged.
+	Completed int64 `json:"completed"`
+	InFlight  int64 `json:"in_flight"`
+	// OldestInFlight is when the oldest record in flight was taken, and
+	// OldestLeaseEnd the earliest end of a lease in flight: one in the
+	// past is a holder that stopped renewing (a process that died). Zero
+	// without records in flight.
+	OldestInFlight time.Time `json:"oldest_in_flight,omitzero"`
+	OldestLeaseEnd time.Time `json:"oldest_lease_end,omitzero"`
+	// Expired counts the records expired at the time of the count, waiting
+	// for the purge.
+	Expired int64 `json:"expired"`
+	// TopScopes are the scopes holding the most records, most first.
+	TopScopes []ScopeCount `json:"top_scopes"`
+	// Note says what the count cannot see, if anything (the records in
+	// flight of a SQLite file that another process holds).
+	Note string `json:"note,omitempty"`
+}
+
+// ScopeCount is the number of records of one scope.
+type ScopeCount struct {
+	// Scope is the scope's digest (ScopeDigest); UnknownScope for records
+	// whose store did not keep it.
+	Scope   string `json:"scope_sha256"`
+	Records int64  `json:"records"`
+}
+
+// UnknownScope stands in ScopeCount for records written without their
+// scope's digest (by a Redis store of an earlier version).
+const UnknownScope = "unknown"
+
+// ScopeDigest is how a scope is shown in counts: the hex SHA-256 of its
+// bytes, as the GORM store keeps it in its scope_hash column.
+func ScopeDigest(scope string) string {
+	sum := sha256.Sum256([]byte(scope))
+	return hex.EncodeToString(sum[:])
+}
+
+// PurgeAll runs s.Purge in batches of batch records until one comes back
+// short, and returns how many it deleted in all.
+func PurgeAll(ctx context.Context, s Store, now time.Time, batch int) (int, error) {
+	if batch <= 0 {
+		batch = DefaultPurgeBatch
+	}
+	total := 0
+	for {
+		n, err := s.Purge(ctx, now, batch)
+		total += n
+		if err != nil || n < batch {
+			return total, err
+		}
+	}
+}
+
+// DefaultPurgeBatch is PurgeAll's batch when none is given.
+const DefaultPurgeBatch = 1000
+
+// TopScopes returns the n scopes of counts (by digest) holding the most
+// records, most first, ties by digest.
+func TopScopes(counts map[string]int64, n int) []ScopeCount {
+	out := make([]ScopeCount, 0, len(counts))
+	for s, c := range counts {
+		out = append(out, ScopeCount{Scope: s, Records: c})
+	}
+	slices.SortFunc(out, func(a, b ScopeCount) int {
+		if a.Records != b.Records {
+			return cmp.Compare(b.Records, a.Records)
+		}
+		return strings.Compare(a.Scope, b.Scope)
+	})
+	return out[:min(len(out), max(n, 0))]
+}
