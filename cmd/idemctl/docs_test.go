@@ -1,0 +1,95 @@
+package main
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestOperationsTranscript: the session that docs/operations.md shows in
+// "Finding a key: idemctl" is what idemctl prints for the same record:
+// the same fields in the same order, the same state, status, headers and
+// body size (times and digests differ from run to run), and forget's line.
+func TestOperationsTranscript(t *testing.T) {
+	src, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(src), "## Finding a key: idemctl")
+	if !ok {
+		t.Fatal("docs/operations.md has no section \"Finding a key: idemctl\"")
+	}
+	_, block, _ := strings.Cut(section, "```console\n")
+	block, _, _ = strings.Cut(block, "```")
+	var getDoc, forgetDoc []string
+	into := &getDoc
+	for _, line := range strings.Split(strings.TrimSpace(block), "\n") {
+		switch {
+		case strings.HasPrefix(line, "$ idemctl get "):
+			into = &getDoc
+		case strings.HasPrefix(line, "$ idemctl forget "):
+			into = &forgetDoc
+		default:
+			*into = append(*into, line)
+		}
+	}
+	if len(getDoc) == 0 || len(forgetDoc) == 0 {
+		t.Fatalf("the section's console block shows no get or no forget:\n%s", block)
+	}
+
+	tg := sqliteTarget(t)
+	a := newApp(tg.store)
+	if code, _ := a.post(t, "acct_42", "order-7"); code != 201 {
+		t.Fatalf("first request: %d", code)
+	}
+	tg.close(t)
+	code, out, errOut := ctl(t, "", append(append([]string{"get"}, tg.args...), "-scope", "acct_42", "-key", "order-7")...)
+	if code != 0 {
+		t.Fatalf("get: exit %d: %s", code, errOut)
+	}
+	got := strings.Split(strings.TrimSpace(out), "\n")
+	if len(got) != len(getDoc) {
+		t.Fatalf("get printed %d lines, the docs show %d:\n%s", len(got), len(getDoc), out)
+	}
+	field := regexp.MustCompile(`^(\S+(?: \S+)?)\s{2,}(.*)$`)
+	for i := range got {
+		g, d := field.FindStringSubmatch(got[i]), field.FindStringSubmatch(getDoc[i])
+		if g == nil || d == nil || g[1] != d[1] {
+			t.Fatalf("line %d: idemctl printed %q, the docs show %q", i+1, got[i], getDoc[i])
+		}
+		switch g[1] {
+		case "state", "expired", "status", "headers", "body size":
+			if g[2] != d[2] {
+				t.Errorf("%s: idemctl printed %q, the docs show %q", g[1], g[2], d[2])
+			}
+		}
+	}
+	code, out, errOut = ctl(t, "", append(append([]string{"forget"}, tg.args...), "-scope", "acct_42", "-key", "order-7")...)
+	if code != 0 || strings.TrimSpace(out) != strings.Join(forgetDoc, "\n") {
+		t.Fatalf("forget: exit %d, printed %q%s; the docs show %q", code, out, errOut, strings.Join(forgetDoc, "\n"))
+	}
+}
+
+// TestAdminProblemsDocumented: every problem type the admin handler
+// answers with has its anchor in docs/operations.md, where its type URI
+// points.
+func TestAdminProblemsDocumented(t *testing.T) {
+	handler, err := os.ReadFile("../../core/idemadmin/handler.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := regexp.MustCompile(`problem\(w, http\.Status\w+, "([a-z-]+)"`).FindAllStringSubmatch(string(handler), -1)
+	if len(names) < 5 {
+		t.Fatalf("found %d problems in the handler: the pattern no longer matches its code", len(names))
+	}
+	for _, n := range names {
+		if !strings.Contains(string(docs), `<a id="admin-`+n[1]+`"></a>`) {
+			t.Errorf("docs/operations.md has no anchor admin-%s for the handler's problem type", n[1])
+		}
+	}
+}
