@@ -32,7 +32,8 @@ type childOptions struct {
 func (o childOptions) build(dir string) (*servers.Server, error) {
 	fw, kind, _ := strings.Cut(o.spec, "/")
 	return servers.Build(servers.Options{Framework: fw, Kind: kind, Dir: dir, MaxRecords: o.maxRecords,
-		PurgeInterval: o.purgeInterval})
+		PurgeInterval: o.purgeInterval,
+		PostgresDSN:   os.Getenv(servers.PostgresEnv), RedisAddr: os.Getenv(servers.RedisEnv)})
 }
 
 // reply writes one JSON line to the parent.
