@@ -8,10 +8,14 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/bench/internal/report"
+	"github.com/idemkit/idemkit/bench/internal/servers"
 )
 
 // inprocWorkloads are what each configuration is measured with in process.
 func inprocWorkloads(fw, kind string) []string {
+	if servers.Fleet(kind) { // measured on loopback only
+		return nil
+	}
 	switch kind {
 	case "sqlite", "insert":
 		if fw == "nethttp" { // the SQLite figures are about the store, not the framework

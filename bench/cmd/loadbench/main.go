@@ -44,6 +44,8 @@ type config struct {
 	frameworks, kinds           []string
 	workloads                   []string
 	conns                       []int
+	fleetWorkloads              []string
+	fleetConns                  []int
 	reps                        int
 	warmup, duration            time.Duration
 	maxRequests                 int
@@ -87,9 +89,13 @@ func main() {
 	flag.StringVar(&c.command, "command", "", "the command recorded in the report (default: this command line)")
 	sections := flag.String("sections", "loopback,inproc,scale,purge,profile", "sections to run")
 	frameworks := flag.String("frameworks", strings.Join(servers.Frameworks, ","), "frameworks")
-	kinds := flag.String("kinds", strings.Join(servers.Kinds, ","), "configurations: bare, mem, sqlite, insert, builtin")
+	kinds := flag.String("kinds", strings.Join(servers.Kinds, ","),
+		"configurations: "+strings.Join(servers.Kinds, ", ")+" (postgres and pginsert need "+servers.PostgresEnv+
+			", redis and setnx "+servers.RedisEnv+": make bench-quick starts the servers)")
 	workloads := flag.String("workloads", "First,Replay,Mix,Conflict", "loopback workloads")
 	conns := flag.String("conns", "", "loopback concurrencies (default 16 quick, 1,16,64 full)")
+	fleetWorkloads := flag.String("fleet-workloads", "First,Replay,Mix", "loopback workloads of postgres, pginsert, redis and setnx")
+	fleetConns := flag.String("fleet-conns", "16,64", "loopback concurrencies of postgres, pginsert, redis and setnx")
 	flag.IntVar(&c.reps, "reps", 0, "repetitions (default 3 quick, 4 full)")
 	flag.DurationVar(&c.warmup, "warmup", 0, "warm-up per loopback run (default 150ms quick, 250ms full)")
 	flag.DurationVar(&c.duration, "duration", 0, "measured window per loopback run (default 400ms quick, 1s full)")
@@ -139,6 +145,7 @@ func main() {
 	c.frameworks = list(*frameworks)
 	c.kinds = list(*kinds)
 	c.workloads = list(*workloads)
+	c.fleetWorkloads = list(*fleetWorkloads)
 	c.profileConfigs = list(*profileConfigs)
 	def := func(d *time.Duration, quick, full time.Duration) {
 		if *d == 0 {
@@ -165,13 +172,18 @@ func main() {
 	if *conns == "" {
 		*conns = pick(c.quick, "16", "1,16,64")
 	}
-	for _, s := range list(*conns) {
-		n, err := strconv.Atoi(s)
-		if err != nil || n <= 0 {
-			fmt.Fprintln(os.Stderr, "loadbench: bad -conns", *conns)
-			os.Exit(2)
+	for _, f := range []struct {
+		name, value string
+		to          *[]int
+	}{{"-conns", *conns, &c.conns}, {"-fleet-conns", *fleetConns, &c.fleetConns}} {
+		for _, s := range list(f.value) {
+			n, err := strconv.Atoi(s)
+			if err != nil || n <= 0 {
+				fmt.Fprintln(os.Stderr, "loadbench: bad", f.name, f.value)
+				os.Exit(2)
+			}
+			*f.to = append(*f.to, n)
 		}
-		c.conns = append(c.conns, n)
 	}
 	if c.command == "" {
 		c.command = commandLine()
@@ -203,6 +215,10 @@ func run(c config) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
+	fleet, err := checkFleet(ctx, c.fleetKinds())
+	if err != nil {
+		return err
+	}
 	dir, err := os.MkdirTemp("", "loadbench-")
 	if err != nil {
 		return err
@@ -215,6 +231,10 @@ func run(c config) error {
 		Conns: c.conns, TargetConns: targetConns(c.conns), InProcDuration: c.inprocDuration,
 		ScaleSmall: c.scaleSmall, ScaleBig: c.scaleBig, ScaleDuration: c.scaleDuration,
 		MemMaxRecords: c.memMaxRecords,
+	}
+	if len(fleet) > 0 {
+		b.data.Setup.Fleet = &report.Fleet{Servers: fleet, Conns: c.fleetConns, TargetConns: targetConns(c.fleetConns),
+			Pool: servers.DefaultPool}
 	}
 	started := time.Now()
 	steps := []struct {
