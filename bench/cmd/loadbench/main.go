@@ -12,8 +12,9 @@
 // and the whole command by -timeout. -quick finishes in a few minutes;
 // the full run takes about 35 minutes.
 //
-// -profile DIR also writes CPU and allocation profiles of in-process First
-// for the configurations of -profile-configs, and their top 10 functions
+// -profile DIR also writes CPU and allocation profiles of First (or
+// -profile-workload), in process and on loopback, for the configurations
+// of -profile-configs, and their top 10 functions
 // in DIR/top.txt.
 package main
 
@@ -46,6 +47,7 @@ type config struct {
 	conns                       []int
 	fleetWorkloads              []string
 	fleetConns                  []int
+	fleetPool                   int
 	reps                        int
 	warmup, duration            time.Duration
 	maxRequests                 int
@@ -59,6 +61,7 @@ type config struct {
 	profileDir                  string
 	profileConfigs              []string
 	profileDuration             time.Duration
+	profileWorkload             string
 	timeout                     time.Duration
 	verbose                     bool
 }
@@ -71,6 +74,7 @@ func main() {
 	flag.StringVar(&child.dir, "child-dir", "", "internal: the child's directory for SQLite files")
 	flag.IntVar(&child.maxRecords, "child-max-records", 0, "internal: memory store bound")
 	flag.DurationVar(&child.purgeInterval, "child-purge-interval", 0, "internal: GORM store purge interval (<0: none)")
+	flag.IntVar(&child.pool, "child-pool", 0, "internal: connection pool of the fleet servers")
 	flag.StringVar(&child.workloads, "child-workloads", "", "internal: in-process workloads")
 	flag.DurationVar(&child.duration, "child-duration", 0, "internal: in-process duration per workload")
 	childPrefix := flag.Uint64("child-prefix", 1, "internal: key prefix")
@@ -96,6 +100,7 @@ func main() {
 	conns := flag.String("conns", "", "loopback concurrencies (default 16 quick, 1,16,64 full)")
 	fleetWorkloads := flag.String("fleet-workloads", "First,Replay,Mix", "loopback workloads of postgres, pginsert, redis and setnx")
 	fleetConns := flag.String("fleet-conns", "16,64", "loopback concurrencies of postgres, pginsert, redis and setnx")
+	flag.IntVar(&c.fleetPool, "fleet-pool", servers.DefaultPool, "connections in the pool of each of postgres, pginsert, redis and setnx")
 	flag.IntVar(&c.reps, "reps", 0, "repetitions (default 3 quick, 4 full)")
 	flag.DurationVar(&c.warmup, "warmup", 0, "warm-up per loopback run (default 150ms quick, 250ms full)")
 	flag.DurationVar(&c.duration, "duration", 0, "measured window per loopback run (default 400ms quick, 1s full)")
@@ -109,10 +114,11 @@ func main() {
 	flag.DurationVar(&c.purgeBase, "purge-base", 0, "measurement without a purge (default 3s quick, 10s full)")
 	flag.DurationVar(&c.purgeCap, "purge-cap", 0, "longest measurement during a purge (default 60s quick, 5m full)")
 	flag.IntVar(&c.memMaxRecords, "mem-max-records", 8_000_000, "memory store bound (high enough that no run fills it)")
-	flag.StringVar(&c.profileDir, "profile", "", "write CPU and allocation profiles of in-process First here")
+	flag.StringVar(&c.profileDir, "profile", "", "write CPU and allocation profiles of First (or -profile-workload) here")
 	profileConfigs := flag.String("profile-configs", "nethttp/bare,nethttp/mem,fiber/bare,fiber/mem,fiber/builtin,nethttp/sqlite,nethttp/insert",
 		"configurations profiled with -profile")
-	flag.DurationVar(&c.profileDuration, "profile-duration", 0, "in-process First per profile (default 2s quick, 5s full)")
+	flag.DurationVar(&c.profileDuration, "profile-duration", 0, "measured window per profile (default 2s quick, 5s full)")
+	flag.StringVar(&c.profileWorkload, "profile-workload", "First", "the workload profiled with -profile: First or Replay")
 	flag.DurationVar(&c.timeout, "timeout", 0, "bound on the whole command (default 10m quick, 60m full)")
 	flag.BoolVar(&c.verbose, "v", true, "print each run's figures to stderr")
 	flag.Parse()
@@ -160,6 +166,9 @@ func main() {
 	def(&c.purgeCap, time.Minute, 5*time.Minute)
 	def(&c.profileDuration, 2*time.Second, 5*time.Second)
 	def(&c.timeout, 10*time.Minute, time.Hour)
+	if c.fleetPool <= 0 {
+		c.fleetPool = servers.DefaultPool
+	}
 	if c.reps <= 0 {
 		c.reps = pick(c.quick, 3, 4)
 	}
@@ -234,7 +243,7 @@ func run(c config) error {
 	}
 	if len(fleet) > 0 {
 		b.data.Setup.Fleet = &report.Fleet{Servers: fleet, Conns: c.fleetConns, TargetConns: targetConns(c.fleetConns),
-			Pool: servers.DefaultPool}
+			Pool: c.fleetPool}
 	}
 	started := time.Now()
 	steps := []struct {
