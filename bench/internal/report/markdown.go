@@ -72,10 +72,14 @@ var WorkloadOrder = []string{"First", "Replay", "Mix", "Conflict"}
 func Markdown(d *Data, chartLink string) string {
 	var b strings.Builder
 	b.WriteString("# Benchmarks\n\n")
+	fleet := len(fleetConns(indexRuns(d.Runs))) > 0
 	b.WriteString("What idemkit costs, measured against the handler alone: the same endpoint on net/http, Gin, Echo v4 " +
-		"and v5 and Fiber v2 and v3, once bare and once behind idemkit, with the memory store and with the GORM store on SQLite; " +
-		"and on net/http the stores a fleet runs on, the GORM store on PostgreSQL and the Redis store, each against a handler " +
-		"doing one statement on the same server. " +
+		"and v5 and Fiber v2 and v3, once bare and once behind idemkit, with the memory store and with the GORM store on SQLite")
+	if fleet {
+		b.WriteString("; and on net/http the stores a fleet runs on, the GORM store on PostgreSQL and the Redis store, each " +
+			"against a handler doing one statement on the same server")
+	}
+	b.WriteString(". " +
 		"All figures come from one run of the repository's load benchmark, on the machine described below; " +
 		"yours will differ, so read the ratios more than the absolute figures. A ratio compares a configuration " +
 		"with the bare handler of the same framework measured in the same repetition, and each figure is the " +
@@ -263,6 +267,16 @@ func writeLoopback(b *strings.Builder, d *Data, chartLink string) {
 		}
 		b.WriteString("\n")
 	}
+}
+
+// writeFleetMethod says how the stores a fleet runs on are measured.
+func writeFleetMethod(b *strings.Builder) {
+	b.WriteString("- The stores a fleet runs on, on net/http only (their figures are about the store, not the framework): " +
+		"idemkit with the GORM store on PostgreSQL against the bare handler plus one plain `INSERT` through GORM on the " +
+		"same server, and idemkit with the Redis store against the bare handler plus one `SET key value EX ttl NX` " +
+		"(a new key per order, the store's default TTL) on the same Redis. The servers are the ones the store tests " +
+		"start, on loopback, tuned for tests (PostgreSQL without fsync nor synchronous commit, Redis without " +
+		"persistence); every run has a table or a key prefix of its own, created empty and removed after it.\n")
 }
 
 // fleetConns returns the concurrencies at which a fleet store was measured.
@@ -515,12 +529,9 @@ func writeMethod(b *strings.Builder, d *Data) {
 		"Fiber's middleware accepts by default.\n")
 	fmt.Fprintf(b, "- The memory store is created with `WithMaxRecords(%s)` so that no run fills it (a full store "+
 		"answers 429, which is not what is measured); everything else is at its defaults.\n", count(d.Setup.MemMaxRecords))
-	b.WriteString("- The stores a fleet runs on, on net/http only (their figures are about the store, not the framework): " +
-		"idemkit with the GORM store on PostgreSQL against the bare handler plus one plain `INSERT` through GORM on the " +
-		"same server, and idemkit with the Redis store against the bare handler plus one `SET key value EX ttl NX` " +
-		"(a new key per order, the store's default TTL) on the same Redis. The servers are the ones the store tests " +
-		"start, on loopback, tuned for tests (PostgreSQL without fsync nor synchronous commit, Redis without " +
-		"persistence); every run has a table or a key prefix of its own, created empty and removed after it.\n")
+	if len(fleetConns(indexRuns(d.Runs))) > 0 {
+		writeFleetMethod(b)
+	}
 	b.WriteString("- Workloads: First, a new key per request; Replay, one completed key; Mix, 90% new keys and 10% " +
 		"retries of keys the same connection completed; Conflict, consecutive requests of all connections share a " +
 		"key (as many requests per key as connections), so most find it in flight (409) or completed (replay).\n")
