@@ -254,14 +254,8 @@ func writeLoopback(b *strings.Builder, d *Data, chartLink string) {
 							other = ratio(x) + "× built-in"
 						}
 					}
-					fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-						w, n, KindNames[k],
-						thousands(ix.median(c, rps)),
-						dur(ix.median(c, func(r Run) float64 { return float64(r.P50) })),
-						dur(ix.median(c, func(r Run) float64 { return float64(r.P99) })),
-						fixed(ix.median(c, func(r Run) float64 { return r.AllocsPerOp }), 1),
-						fixed(ix.median(c, func(r Run) float64 { return r.BytesPerOp }), 0),
-						r, other, responses(ix[c]))
+					fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s |\n", w, n, KindNames[k], ix.figures(c), r, other,
+						responses(ix[c]))
 				}
 			}
 		}
@@ -354,19 +348,24 @@ func writeFleet(b *strings.Builder, d *Data) {
 					if k == f.Kind {
 						r = ratio(ix.ratio(c, cell{fleetFramework, f.Baseline, w, n}, rps))
 					}
-					fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-						w, n, KindNames[k],
-						thousands(ix.median(c, rps)),
-						dur(ix.median(c, func(r Run) float64 { return float64(r.P50) })),
-						dur(ix.median(c, func(r Run) float64 { return float64(r.P99) })),
-						fixed(ix.median(c, func(r Run) float64 { return r.AllocsPerOp }), 1),
-						fixed(ix.median(c, func(r Run) float64 { return r.BytesPerOp }), 0),
-						r, responses(ix[c]))
+					fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s |\n", w, n, KindNames[k], ix.figures(c), r, responses(ix[c]))
 				}
 			}
 		}
 	}
 	b.WriteString("\n")
+}
+
+// figures are a cell's medians as the loopback tables show them: req/s,
+// p50, p99, allocations and bytes per request.
+func (ix index) figures(c cell) string {
+	return strings.Join([]string{
+		thousands(ix.median(c, rps)),
+		dur(ix.median(c, func(r Run) float64 { return float64(r.P50) })),
+		dur(ix.median(c, func(r Run) float64 { return float64(r.P99) })),
+		fixed(ix.median(c, func(r Run) float64 { return r.AllocsPerOp }), 1),
+		fixed(ix.median(c, func(r Run) float64 { return r.BytesPerOp }), 0),
+	}, " | ")
 }
 
 // responses summarises the status codes of a cell's runs (all repetitions).
