@@ -99,7 +99,7 @@ func main() {
 	workloads := flag.String("workloads", "First,Replay,Mix,Conflict", "loopback workloads")
 	conns := flag.String("conns", "", "loopback concurrencies (default 16 quick, 1,16,64 full)")
 	fleetWorkloads := flag.String("fleet-workloads", "First,Replay,Mix", "loopback workloads of postgres, pginsert, redis and setnx")
-	fleetConns := flag.String("fleet-conns", "16,64", "loopback concurrencies of postgres, pginsert, redis and setnx")
+	fleetConns := flag.String("fleet-conns", "", "loopback concurrencies of postgres, pginsert, redis and setnx (default 16 quick, 16,64 full)")
 	flag.IntVar(&c.fleetPool, "fleet-pool", servers.DefaultPool, "connections in the pool of each of postgres, pginsert, redis and setnx")
 	flag.IntVar(&c.reps, "reps", 0, "repetitions (default 3 quick, 4 full)")
 	flag.DurationVar(&c.warmup, "warmup", 0, "warm-up per loopback run (default 150ms quick, 250ms full)")
@@ -180,6 +180,11 @@ func main() {
 	}
 	if *conns == "" {
 		*conns = pick(c.quick, "16", "1,16,64")
+	}
+	if *fleetConns == "" {
+		// Each configuration of the fleet costs a few seconds per
+		// concurrency: the quick run keeps to 16, to stay under 5 minutes.
+		*fleetConns = pick(c.quick, "16", "16,64")
 	}
 	for _, f := range []struct {
 		name, value string
