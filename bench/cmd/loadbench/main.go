@@ -81,7 +81,7 @@ func main() {
 	flag.StringVar(&child.profileDir, "child-profile-dir", "", "internal: where the child writes profiles")
 
 	var c config
-	flag.BoolVar(&c.quick, "quick", false, "short run (about 6 minutes): fewer repetitions, shorter runs, 100k instead of 1M records")
+	flag.BoolVar(&c.quick, "quick", false, "short run (under 5 minutes): fewer repetitions, shorter runs, 100k instead of 1M records")
 	flag.StringVar(&c.out, "out", "benchmarks.md", "where to write the markdown page of the figures")
 	flag.StringVar(&c.chart, "chart", "", "where to write the SVG chart (none if empty)")
 	flag.StringVar(&c.chartLink, "chart-link", "", "the chart's path as the report links it (default: -chart relative to -out's directory)")

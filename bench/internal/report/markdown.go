@@ -200,7 +200,7 @@ func writeMachine(b *strings.Builder, d *Data) {
 	b.WriteString("\n")
 	b.WriteString("To reproduce it, run from a clone of the repository, on an otherwise idle machine:\n\n")
 	b.WriteString("```sh\nmake bench-full   # about 35 minutes: this page, its chart, and bench/TARGETS.md\n" +
-		"make bench-quick  # about 6 minutes: fewer repetitions and records, written to $TMPDIR/idemkit-bench\n```\n\n")
+		"make bench-quick  # under 5 minutes: fewer repetitions and records, written to $TMPDIR/idemkit-bench\n```\n\n")
 	b.WriteString("The benchmark is `bench/cmd/loadbench` ([bench/README.md](../bench/README.md) lists its flags); " +
 		"the tables below say how each figure is measured, and [How it is measured](#how-it-is-measured) " +
 		"the rest.\n\n")
