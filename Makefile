@@ -30,19 +30,22 @@ demo:
 bench:
 	go test -run XXX -bench . -benchmem ./core/...
 
-# Load benchmarks (bench/): bench-quick takes about 6 minutes, for routine
+# Load benchmarks (bench/): bench-quick takes under 5 minutes, for routine
 # use; bench-full takes about 35 minutes on an idle machine and regenerates
 # the user's page docs/benchmarks.md and its chart, the project's targets in
 # bench/TARGETS.md, and the run's raw figures in bench/benchmarks.json, from
-# which bench-render renders the pages again without measuring.
+# which bench-render renders the pages again without measuring. Both start
+# a PostgreSQL and a Redis as the store tests do (the stores a fleet runs
+# on are measured against them) and stop them when the run ends.
 BENCH_OUT ?= $(or $(TMPDIR),/tmp)/idemkit-bench
 BENCH_PAGES = -out docs/benchmarks.md -chart docs/img/benchmarks.svg -targets bench/TARGETS.md
+WITH_BENCH_SERVERS = bash -c 'source scripts/servers.sh && source scripts/redis-servers.sh && trap "stop_redis_servers; stop_servers" EXIT && start_postgres && start_redis && "$$@"' bench-servers
 
 bench-quick:
-	go run ./bench/cmd/loadbench -quick -out $(BENCH_OUT)/benchmarks.md -chart $(BENCH_OUT)/benchmarks.svg -targets $(BENCH_OUT)/TARGETS.md -json $(BENCH_OUT)/benchmarks.json
+	$(WITH_BENCH_SERVERS) go run ./bench/cmd/loadbench -quick -out $(BENCH_OUT)/benchmarks.md -chart $(BENCH_OUT)/benchmarks.svg -targets $(BENCH_OUT)/TARGETS.md -json $(BENCH_OUT)/benchmarks.json
 
 bench-full:
-	go run ./bench/cmd/loadbench $(BENCH_PAGES) -json bench/benchmarks.json
+	$(WITH_BENCH_SERVERS) go run ./bench/cmd/loadbench $(BENCH_PAGES) -json bench/benchmarks.json
 
 bench-render:
 	go run ./bench/cmd/loadbench -from bench/benchmarks.json $(BENCH_PAGES)

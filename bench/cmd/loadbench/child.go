@@ -22,6 +22,7 @@ type childOptions struct {
 	dir           string
 	maxRecords    int
 	purgeInterval time.Duration
+	pool          int // fleet servers' connection pools
 	// inproc mode only
 	workloads  string
 	duration   time.Duration
@@ -32,7 +33,8 @@ type childOptions struct {
 func (o childOptions) build(dir string) (*servers.Server, error) {
 	fw, kind, _ := strings.Cut(o.spec, "/")
 	return servers.Build(servers.Options{Framework: fw, Kind: kind, Dir: dir, MaxRecords: o.maxRecords,
-		PurgeInterval: o.purgeInterval})
+		PurgeInterval: o.purgeInterval, Pool: o.pool,
+		PostgresDSN: os.Getenv(servers.PostgresEnv), RedisAddr: os.Getenv(servers.RedisEnv)})
 }
 
 // reply writes one JSON line to the parent.

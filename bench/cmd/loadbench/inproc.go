@@ -8,10 +8,14 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/bench/internal/report"
+	"github.com/idemkit/idemkit/bench/internal/servers"
 )
 
 // inprocWorkloads are what each configuration is measured with in process.
 func inprocWorkloads(fw, kind string) []string {
+	if servers.Fleet(kind) { // measured on loopback only
+		return nil
+	}
 	switch kind {
 	case "sqlite", "insert":
 		if fw == "nethttp" { // the SQLite figures are about the store, not the framework
@@ -62,6 +66,7 @@ func (b *bench) inprocChild(spec string, workloads []string, d time.Duration, pr
 	}
 	args := []string{"-child", "inproc", "-child-spec", spec, "-child-dir", dir,
 		"-child-max-records", strconv.Itoa(b.cfg.memMaxRecords), "-child-purge-interval", "0s",
+		"-child-pool", strconv.Itoa(b.cfg.fleetPool),
 		"-child-workloads", strings.Join(workloads, ","), "-child-duration", d.String(),
 		"-child-prefix", strconv.FormatUint(uint64(prefix()), 10)}
 	if profileDir != "" {

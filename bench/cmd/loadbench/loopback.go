@@ -27,15 +27,52 @@ func (b *bench) kindsOf(fw string, rep int) []string {
 	return ks
 }
 
+// measures reports whether the loopback section runs kind with workload
+// at conns connections: the fleet configurations at -fleet-workloads and
+// -fleet-conns, the others at -workloads and -conns.
+func (b *bench) measures(kind, workload string, conns int) bool {
+	if servers.Fleet(kind) {
+		return slices.Contains(b.cfg.fleetWorkloads, workload) && slices.Contains(b.cfg.fleetConns, conns)
+	}
+	return slices.Contains(b.cfg.workloads, workload) && slices.Contains(b.cfg.conns, conns)
+}
+
+// loopbackGrid returns every workload and concurrency some configuration
+// is measured at, in the order given.
+func (b *bench) loopbackGrid() (workloads []string, conns []int) {
+	for _, w := range append(slices.Clone(b.cfg.workloads), b.cfg.fleetWorkloads...) {
+		if !slices.Contains(workloads, w) {
+			workloads = append(workloads, w)
+		}
+	}
+	for _, n := range append(slices.Clone(b.cfg.conns), b.cfg.fleetConns...) {
+		if !slices.Contains(conns, n) {
+			conns = append(conns, n)
+		}
+	}
+	slices.Sort(conns)
+	return workloads, conns
+}
+
 // loopback measures every framework, configuration, workload and
 // concurrency, rep times. Within a repetition a framework's configurations
 // run one after the other for each workload and concurrency, so that the
-// ratio of each to the bare handler compares runs minutes apart at most.
+// ratio of each to the bare handler (or to its one-statement baseline)
+// compares runs minutes apart at most.
 func (b *bench) loopback() error {
 	c := b.cfg
+	workloads, conns := b.loopbackGrid()
 	total := 0
 	for _, fw := range c.frameworks {
-		total += len(b.kindsOf(fw, 0)) * len(c.workloads) * len(c.conns) * c.reps
+		for _, k := range b.kindsOf(fw, 0) {
+			for _, w := range workloads {
+				for _, n := range conns {
+					if b.measures(k, w, n) {
+						total += c.reps
+					}
+				}
+			}
+		}
 	}
 	done := 0
 	for rep := range c.reps {
@@ -50,13 +87,16 @@ func (b *bench) loopback() error {
 				}
 				children[k] = ch
 			}
-			for _, w := range c.workloads {
+			for _, w := range workloads {
 				wl, err := loadgen.ParseWorkload(w)
 				if err != nil {
 					return err
 				}
-				for _, n := range c.conns {
+				for _, n := range conns {
 					for _, k := range kinds {
+						if !b.measures(k, w, n) {
+							continue
+						}
 						done++
 						ch := children[k]
 						if ch == nil || b.ctx.Err() != nil {

@@ -12,8 +12,9 @@
 // and the whole command by -timeout. -quick finishes in a few minutes;
 // the full run takes about 35 minutes.
 //
-// -profile DIR also writes CPU and allocation profiles of in-process First
-// for the configurations of -profile-configs, and their top 10 functions
+// -profile DIR also writes CPU and allocation profiles of First (or
+// -profile-workload), in process and on loopback, for the configurations
+// of -profile-configs, and their top 10 functions
 // in DIR/top.txt.
 package main
 
@@ -44,6 +45,9 @@ type config struct {
 	frameworks, kinds           []string
 	workloads                   []string
 	conns                       []int
+	fleetWorkloads              []string
+	fleetConns                  []int
+	fleetPool                   int
 	reps                        int
 	warmup, duration            time.Duration
 	maxRequests                 int
@@ -57,6 +61,7 @@ type config struct {
 	profileDir                  string
 	profileConfigs              []string
 	profileDuration             time.Duration
+	profileWorkload             string
 	timeout                     time.Duration
 	verbose                     bool
 }
@@ -69,13 +74,14 @@ func main() {
 	flag.StringVar(&child.dir, "child-dir", "", "internal: the child's directory for SQLite files")
 	flag.IntVar(&child.maxRecords, "child-max-records", 0, "internal: memory store bound")
 	flag.DurationVar(&child.purgeInterval, "child-purge-interval", 0, "internal: GORM store purge interval (<0: none)")
+	flag.IntVar(&child.pool, "child-pool", 0, "internal: connection pool of the fleet servers")
 	flag.StringVar(&child.workloads, "child-workloads", "", "internal: in-process workloads")
 	flag.DurationVar(&child.duration, "child-duration", 0, "internal: in-process duration per workload")
 	childPrefix := flag.Uint64("child-prefix", 1, "internal: key prefix")
 	flag.StringVar(&child.profileDir, "child-profile-dir", "", "internal: where the child writes profiles")
 
 	var c config
-	flag.BoolVar(&c.quick, "quick", false, "short run (about 6 minutes): fewer repetitions, shorter runs, 100k instead of 1M records")
+	flag.BoolVar(&c.quick, "quick", false, "short run (under 5 minutes): fewer repetitions, shorter runs, 100k instead of 1M records")
 	flag.StringVar(&c.out, "out", "benchmarks.md", "where to write the markdown page of the figures")
 	flag.StringVar(&c.chart, "chart", "", "where to write the SVG chart (none if empty)")
 	flag.StringVar(&c.chartLink, "chart-link", "", "the chart's path as the report links it (default: -chart relative to -out's directory)")
@@ -87,9 +93,14 @@ func main() {
 	flag.StringVar(&c.command, "command", "", "the command recorded in the report (default: this command line)")
 	sections := flag.String("sections", "loopback,inproc,scale,purge,profile", "sections to run")
 	frameworks := flag.String("frameworks", strings.Join(servers.Frameworks, ","), "frameworks")
-	kinds := flag.String("kinds", strings.Join(servers.Kinds, ","), "configurations: bare, mem, sqlite, insert, builtin")
+	kinds := flag.String("kinds", strings.Join(servers.Kinds, ","),
+		"configurations: "+strings.Join(servers.Kinds, ", ")+" (postgres and pginsert need "+servers.PostgresEnv+
+			", redis and setnx "+servers.RedisEnv+": make bench-quick starts the servers)")
 	workloads := flag.String("workloads", "First,Replay,Mix,Conflict", "loopback workloads")
 	conns := flag.String("conns", "", "loopback concurrencies (default 16 quick, 1,16,64 full)")
+	fleetWorkloads := flag.String("fleet-workloads", "First,Replay,Mix", "loopback workloads of postgres, pginsert, redis and setnx")
+	fleetConns := flag.String("fleet-conns", "", "loopback concurrencies of postgres, pginsert, redis and setnx (default 16 quick, 16,64 full)")
+	flag.IntVar(&c.fleetPool, "fleet-pool", servers.DefaultPool, "connections in the pool of each of postgres, pginsert, redis and setnx")
 	flag.IntVar(&c.reps, "reps", 0, "repetitions (default 3 quick, 4 full)")
 	flag.DurationVar(&c.warmup, "warmup", 0, "warm-up per loopback run (default 150ms quick, 250ms full)")
 	flag.DurationVar(&c.duration, "duration", 0, "measured window per loopback run (default 400ms quick, 1s full)")
@@ -103,10 +114,11 @@ func main() {
 	flag.DurationVar(&c.purgeBase, "purge-base", 0, "measurement without a purge (default 3s quick, 10s full)")
 	flag.DurationVar(&c.purgeCap, "purge-cap", 0, "longest measurement during a purge (default 60s quick, 5m full)")
 	flag.IntVar(&c.memMaxRecords, "mem-max-records", 8_000_000, "memory store bound (high enough that no run fills it)")
-	flag.StringVar(&c.profileDir, "profile", "", "write CPU and allocation profiles of in-process First here")
+	flag.StringVar(&c.profileDir, "profile", "", "write CPU and allocation profiles of First (or -profile-workload) here")
 	profileConfigs := flag.String("profile-configs", "nethttp/bare,nethttp/mem,fiber/bare,fiber/mem,fiber/builtin,nethttp/sqlite,nethttp/insert",
 		"configurations profiled with -profile")
-	flag.DurationVar(&c.profileDuration, "profile-duration", 0, "in-process First per profile (default 2s quick, 5s full)")
+	flag.DurationVar(&c.profileDuration, "profile-duration", 0, "measured window per profile (default 2s quick, 5s full)")
+	flag.StringVar(&c.profileWorkload, "profile-workload", "First", "the workload profiled with -profile: First or Replay")
 	flag.DurationVar(&c.timeout, "timeout", 0, "bound on the whole command (default 10m quick, 60m full)")
 	flag.BoolVar(&c.verbose, "v", true, "print each run's figures to stderr")
 	flag.Parse()
@@ -139,6 +151,7 @@ func main() {
 	c.frameworks = list(*frameworks)
 	c.kinds = list(*kinds)
 	c.workloads = list(*workloads)
+	c.fleetWorkloads = list(*fleetWorkloads)
 	c.profileConfigs = list(*profileConfigs)
 	def := func(d *time.Duration, quick, full time.Duration) {
 		if *d == 0 {
@@ -153,6 +166,9 @@ func main() {
 	def(&c.purgeCap, time.Minute, 5*time.Minute)
 	def(&c.profileDuration, 2*time.Second, 5*time.Second)
 	def(&c.timeout, 10*time.Minute, time.Hour)
+	if c.fleetPool <= 0 {
+		c.fleetPool = servers.DefaultPool
+	}
 	if c.reps <= 0 {
 		c.reps = pick(c.quick, 3, 4)
 	}
@@ -165,13 +181,23 @@ func main() {
 	if *conns == "" {
 		*conns = pick(c.quick, "16", "1,16,64")
 	}
-	for _, s := range list(*conns) {
-		n, err := strconv.Atoi(s)
-		if err != nil || n <= 0 {
-			fmt.Fprintln(os.Stderr, "loadbench: bad -conns", *conns)
-			os.Exit(2)
+	if *fleetConns == "" {
+		// Each configuration of the fleet costs a few seconds per
+		// concurrency: the quick run keeps to 16, to stay under 5 minutes.
+		*fleetConns = pick(c.quick, "16", "16,64")
+	}
+	for _, f := range []struct {
+		name, value string
+		to          *[]int
+	}{{"-conns", *conns, &c.conns}, {"-fleet-conns", *fleetConns, &c.fleetConns}} {
+		for _, s := range list(f.value) {
+			n, err := strconv.Atoi(s)
+			if err != nil || n <= 0 {
+				fmt.Fprintln(os.Stderr, "loadbench: bad", f.name, f.value)
+				os.Exit(2)
+			}
+			*f.to = append(*f.to, n)
 		}
-		c.conns = append(c.conns, n)
 	}
 	if c.command == "" {
 		c.command = commandLine()
@@ -203,6 +229,10 @@ func run(c config) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
+	fleet, err := checkFleet(ctx, c.fleetKinds())
+	if err != nil {
+		return err
+	}
 	dir, err := os.MkdirTemp("", "loadbench-")
 	if err != nil {
 		return err
@@ -215,6 +245,10 @@ func run(c config) error {
 		Conns: c.conns, TargetConns: targetConns(c.conns), InProcDuration: c.inprocDuration,
 		ScaleSmall: c.scaleSmall, ScaleBig: c.scaleBig, ScaleDuration: c.scaleDuration,
 		MemMaxRecords: c.memMaxRecords,
+	}
+	if len(fleet) > 0 {
+		b.data.Setup.Fleet = &report.Fleet{Servers: fleet, Conns: c.fleetConns, TargetConns: targetConns(c.fleetConns),
+			Pool: c.fleetPool}
 	}
 	started := time.Now()
 	steps := []struct {

@@ -12,7 +12,8 @@ import (
 	"github.com/idemkit/idemkit/bench/internal/servers"
 )
 
-// profile measures First for each of -profile-configs twice, with profiles
+// profile measures -profile-workload (First by default) for each of
+// -profile-configs twice, with profiles
 // written to -profile: in process (CPU, allocations, blocking) and on
 // loopback (the server child's CPU and allocations over the measured
 // window). The top 10 functions of each go to top.txt there, when the go
@@ -30,13 +31,14 @@ func (b *bench) profile() error {
 		if b.ctx.Err() != nil {
 			return b.ctx.Err()
 		}
-		base := filepath.Join(dir, strings.ReplaceAll(spec, "/", "-")+"-First")
-		res, err := b.inprocChild(spec, []string{"First"}, b.cfg.profileDuration, dir)
+		w := b.cfg.profileWorkload
+		base := filepath.Join(dir, strings.ReplaceAll(spec, "/", "-")+"-"+w)
+		res, err := b.inprocChild(spec, []string{w}, b.cfg.profileDuration, dir)
 		if err != nil {
 			b.note("profile %s: %v", spec, err)
 		} else {
 			r := res[0]
-			fmt.Fprintf(&top, "## %s, in-process First: %.0f ns/op, %.1f allocs/op, %.0f B/op\n\n", spec, r.NsPerOp,
+			fmt.Fprintf(&top, "## %s, in-process %s: %.0f ns/op, %.1f allocs/op, %.0f B/op\n\n", spec, w, r.NsPerOp,
 				r.AllocsPerOp, r.BytesPerOp)
 			b.logf("profile %s in process: %.0f ns/op, %.1f allocs/op, %.0f B/op", spec, r.NsPerOp, r.AllocsPerOp, r.BytesPerOp)
 			b.tops(&top, base, true)
@@ -47,7 +49,7 @@ func (b *bench) profile() error {
 			b.note("profile %s on loopback: %v", spec, err)
 			continue
 		}
-		fmt.Fprintf(&top, "## %s, loopback First, %d connections, server process: %.0f req/s\n\n", spec,
+		fmt.Fprintf(&top, "## %s, loopback %s, %d connections, server process: %.0f req/s\n\n", spec, w,
 			b.data.Setup.TargetConns, rps)
 		b.logf("profile %s on loopback: %.0f req/s", spec, rps)
 		b.tops(&top, base+"-loopback", false)
@@ -60,9 +62,13 @@ func (b *bench) profile() error {
 	return nil
 }
 
-// profileLoopback runs First on loopback against a server child that
+// profileLoopback runs -profile-workload on loopback against a server child that
 // profiles its CPU over the measured window, then writes its allocations.
 func (b *bench) profileLoopback(spec, base string) (float64, error) {
+	wl, err := loadgen.ParseWorkload(b.cfg.profileWorkload)
+	if err != nil {
+		return 0, err
+	}
 	ch, err := b.startServer(spec, 0)
 	if err != nil {
 		return 0, err
@@ -71,7 +77,7 @@ func (b *bench) profileLoopback(spec, base string) (float64, error) {
 	var profErr error
 	res, err := loadgen.Run(b.ctx, loadgen.Config{
 		Addr: ch.addr, Path: servers.Path, KeyHeader: "Idempotency-Key", Body: servers.RequestBody,
-		Workload: loadgen.First, Conns: b.data.Setup.TargetConns, Warmup: b.cfg.warmup,
+		Workload: wl, Conns: b.data.Setup.TargetConns, Warmup: b.cfg.warmup,
 		Duration: b.cfg.profileDuration, MaxRequests: b.cfg.maxRequests, Prefix: prefix(),
 		OnWindow: func(open bool) {
 			var err error

@@ -62,6 +62,18 @@ type Setup struct {
 	ScaleBig         int
 	ScaleDuration    time.Duration
 	MemMaxRecords    int
+	// Fleet is set when the run measured the stores on a database server;
+	// runs before them have none.
+	Fleet *Fleet `json:",omitempty"`
+}
+
+// Fleet describes how the stores a fleet runs on (the GORM store on
+// PostgreSQL, the Redis store) were measured.
+type Fleet struct {
+	Servers     []string // each server's name and version
+	Conns       []int    // loopback concurrencies
+	TargetConns int      // the concurrency the summary is read at
+	Pool        int      // connections in each server's pool
 }
 
 // Run is one loopback measurement of one configuration.

@@ -18,15 +18,46 @@ var FrameworkNames = map[string]string{
 }
 
 // KindOrder is the order configurations appear in.
-var KindOrder = []string{"bare", "mem", "sqlite", "insert", "builtin"}
+var KindOrder = []string{"bare", "mem", "sqlite", "insert", "postgres", "pginsert", "redis", "setnx", "builtin"}
 
 // KindNames are the configurations' names as printed.
 var KindNames = map[string]string{
-	"bare":    "bare handler",
-	"mem":     "idemkit, memory",
-	"sqlite":  "idemkit, GORM SQLite",
-	"insert":  "bare + 1 INSERT (SQLite)",
-	"builtin": "Fiber's idempotency",
+	"bare":     "bare handler",
+	"mem":      "idemkit, memory",
+	"sqlite":   "idemkit, GORM SQLite",
+	"insert":   "bare + 1 INSERT (SQLite)",
+	"postgres": "idemkit, GORM PostgreSQL",
+	"pginsert": "bare + 1 INSERT (PostgreSQL)",
+	"redis":    "idemkit, Redis",
+	"setnx":    "bare + 1 SET NX (Redis)",
+	"builtin":  "Fiber's idempotency",
+}
+
+// FleetStore is a store a fleet runs on, measured against a handler that
+// does one statement on the same server.
+type FleetStore struct {
+	Kind, Baseline string // configurations
+	Name, Short    string // the store as printed, in full and in a target
+	Statement      string // the baseline's statement
+}
+
+// FleetStores are the stores on a database server, measured on net/http
+// only: their figures are about the store, not the framework.
+var FleetStores = []FleetStore{
+	{"postgres", "pginsert", "GORM store on PostgreSQL", "PostgreSQL store", "one plain INSERT"},
+	{"redis", "setnx", "Redis store", "Redis store", "one SET NX"},
+}
+
+const fleetFramework = "nethttp"
+
+// isFleet reports whether kind is a fleet store or its baseline.
+func isFleet(kind string) bool {
+	for _, f := range FleetStores {
+		if kind == f.Kind || kind == f.Baseline {
+			return true
+		}
+	}
+	return false
 }
 
 // StoreNames name the stores of the scale figures.
@@ -41,8 +72,14 @@ var WorkloadOrder = []string{"First", "Replay", "Mix", "Conflict"}
 func Markdown(d *Data, chartLink string) string {
 	var b strings.Builder
 	b.WriteString("# Benchmarks\n\n")
+	fleet := len(fleetConns(indexRuns(d.Runs))) > 0
 	b.WriteString("What idemkit costs, measured against the handler alone: the same endpoint on net/http, Gin, Echo v4 " +
-		"and v5 and Fiber v2 and v3, once bare and once behind idemkit, with the memory store and with the GORM store on SQLite. " +
+		"and v5 and Fiber v2 and v3, once bare and once behind idemkit, with the memory store and with the GORM store on SQLite")
+	if fleet {
+		b.WriteString("; and on net/http the stores a fleet runs on, the GORM store on PostgreSQL and the Redis store, each " +
+			"against a handler doing one statement on the same server")
+	}
+	b.WriteString(". " +
 		"All figures come from one run of the repository's load benchmark, on the machine described below; " +
 		"yours will differ, so read the ratios more than the absolute figures. A ratio compares a configuration " +
 		"with the bare handler of the same framework measured in the same repetition, and each figure is the " +
@@ -52,6 +89,7 @@ func Markdown(d *Data, chartLink string) string {
 	if len(d.Runs) > 0 {
 		writeLoopback(&b, d, chartLink)
 	}
+	writeFleet(&b, d)
 	if len(d.InProc) > 0 {
 		writeInProc(&b, d)
 	}
@@ -80,7 +118,7 @@ func writeSummary(b *strings.Builder, d *Data) {
 	c := d.Setup.TargetConns
 	fws := frameworksIn(FrameworkOrder, func(f string) bool { return len(ix[cell{f, "bare", "First", c}]) > 0 })
 	ip := indexInProc(d.InProc)
-	if len(fws) == 0 && len(d.InProc) == 0 {
+	if len(fws) == 0 && len(d.InProc) == 0 && len(fleetConns(ix)) == 0 {
 		return
 	}
 	b.WriteString("## In short\n\n")
@@ -112,6 +150,7 @@ func writeSummary(b *strings.Builder, d *Data) {
 			"10% retries; Conflict: all connections on one key at a time. A replay skips the handler, so it may " +
 			"beat the bare handler.\n\n")
 	}
+	writeFleetSummary(b, ix)
 	var lo, hi float64 = math.NaN(), math.NaN()
 	for _, fw := range FrameworkOrder {
 		r := ip.ratio(inprocKey{fw, "mem", "First"}, inprocKey{fw, "bare", "First"})
@@ -154,10 +193,14 @@ func writeMachine(b *strings.Builder, d *Data) {
 	if m.LoadStart != "" {
 		fmt.Fprintf(b, "| load average (1, 5, 15 min) | %s at the start, %s at the end |\n", m.LoadStart, m.LoadEnd)
 	}
+	if f := d.Setup.Fleet; f != nil && len(f.Servers) > 0 {
+		fmt.Fprintf(b, "| database servers | %s, on loopback, started as the store tests start them (no fsync) |\n",
+			strings.Join(f.Servers, ", "))
+	}
 	b.WriteString("\n")
 	b.WriteString("To reproduce it, run from a clone of the repository, on an otherwise idle machine:\n\n")
 	b.WriteString("```sh\nmake bench-full   # about 35 minutes: this page, its chart, and bench/TARGETS.md\n" +
-		"make bench-quick  # about 6 minutes: fewer repetitions and records, written to $TMPDIR/idemkit-bench\n```\n\n")
+		"make bench-quick  # under 5 minutes: fewer repetitions and records, written to $TMPDIR/idemkit-bench\n```\n\n")
 	b.WriteString("The benchmark is `bench/cmd/loadbench` ([bench/README.md](../bench/README.md) lists its flags); " +
 		"the tables below say how each figure is measured, and [How it is measured](#how-it-is-measured) " +
 		"the rest.\n\n")
@@ -180,7 +223,7 @@ func writeLoopback(b *strings.Builder, d *Data, chartLink string) {
 	for _, fw := range FrameworkOrder {
 		has := false
 		for c := range ix {
-			has = has || c.fw == fw
+			has = has || c.fw == fw && !isFleet(c.kind)
 		}
 		if !has {
 			continue
@@ -192,7 +235,7 @@ func writeLoopback(b *strings.Builder, d *Data, chartLink string) {
 			for _, n := range sortedInts(conns) {
 				for _, k := range KindOrder {
 					c := cell{fw, k, w, n}
-					if len(ix[c]) == 0 {
+					if len(ix[c]) == 0 || isFleet(k) { // the fleet's section shows them
 						continue
 					}
 					bare := cell{fw, "bare", w, n}
@@ -211,19 +254,119 @@ func writeLoopback(b *strings.Builder, d *Data, chartLink string) {
 							other = ratio(x) + "× built-in"
 						}
 					}
-					fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-						w, n, KindNames[k],
-						thousands(ix.median(c, rps)),
-						dur(ix.median(c, func(r Run) float64 { return float64(r.P50) })),
-						dur(ix.median(c, func(r Run) float64 { return float64(r.P99) })),
-						fixed(ix.median(c, func(r Run) float64 { return r.AllocsPerOp }), 1),
-						fixed(ix.median(c, func(r Run) float64 { return r.BytesPerOp }), 0),
-						r, other, responses(ix[c]))
+					fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s | %s |\n", w, n, KindNames[k], ix.figures(c), r, other,
+						responses(ix[c]))
 				}
 			}
 		}
 		b.WriteString("\n")
 	}
+}
+
+// writeFleetMethod says how the stores a fleet runs on are measured.
+func writeFleetMethod(b *strings.Builder) {
+	b.WriteString("- The stores a fleet runs on, on net/http only (their figures are about the store, not the framework): " +
+		"idemkit with the GORM store on PostgreSQL against the bare handler plus one plain `INSERT` through GORM on the " +
+		"same server, and idemkit with the Redis store against the bare handler plus one `SET key value EX ttl NX` " +
+		"(a new key per order, the store's default TTL) on the same Redis. The servers are the ones the store tests " +
+		"start, on loopback, tuned for tests (PostgreSQL without fsync nor synchronous commit, Redis without " +
+		"persistence); every run has a table or a key prefix of its own, created empty and removed after it.\n")
+}
+
+// fleetConns returns the concurrencies at which a fleet store was measured.
+func fleetConns(ix index) []int {
+	conns := map[int]bool{}
+	for c := range ix {
+		if c.fw == fleetFramework && isFleet(c.kind) {
+			conns[c.conns] = true
+		}
+	}
+	return sortedInts(conns)
+}
+
+// writeFleetSummary gives each fleet store's throughput over its
+// baseline's, per workload and concurrency.
+func writeFleetSummary(b *strings.Builder, ix index) {
+	conns := fleetConns(ix)
+	if len(conns) == 0 {
+		return
+	}
+	b.WriteString("The stores a fleet runs on, throughput relative to the same handler doing one statement on the same " +
+		"server (see [PostgreSQL and Redis](#postgresql-and-redis)), net/http, loopback:\n\n")
+	b.WriteString("| store | workload |")
+	for _, n := range conns {
+		fmt.Fprintf(b, " %d connections |", n)
+	}
+	b.WriteString("\n| --- | --- |" + strings.Repeat(" ---: |", len(conns)) + "\n")
+	for _, f := range FleetStores {
+		for _, w := range WorkloadOrder {
+			cells, measured := "", false
+			for _, n := range conns {
+				r := ix.ratio(cell{fleetFramework, f.Kind, w, n}, cell{fleetFramework, f.Baseline, w, n}, rps)
+				measured = measured || !math.IsNaN(r)
+				cells += " " + ratio(r) + " |"
+			}
+			if measured {
+				fmt.Fprintf(b, "| %s, against %s | %s |%s\n", f.Name, f.Statement, w, cells)
+			}
+		}
+	}
+	b.WriteString("\n")
+}
+
+// writeFleet gives the figures of the stores a fleet runs on, each beside
+// its one-statement baseline.
+func writeFleet(b *strings.Builder, d *Data) {
+	ix := indexRuns(d.Runs)
+	conns := fleetConns(ix)
+	if len(conns) == 0 {
+		return
+	}
+	b.WriteString("## PostgreSQL and Redis\n\n")
+	b.WriteString("The stores a fleet runs on, on net/http, loopback, each against the same handler doing one statement on " +
+		"the same server: for the GORM store on PostgreSQL, one plain `INSERT` of the order through GORM; for the Redis " +
+		"store, one `SET NX` of a key per order with the expiry the store gives its records. A new key costs idemkit " +
+		"its acquire and its completion where the baseline writes once: on PostgreSQL three statements (the read that " +
+		"finds no record, the `INSERT` that takes the key, the `UPDATE` that completes it), on Redis two scripts; a " +
+		"replay costs one read (one script on Redis). The handler behind idemkit writes nothing of its own, so the ratio is the store's cost " +
+		"against one statement (an application that writes rows of its own can have the completion ride their " +
+		"transaction with `gormstore.Tx`; that is not measured here). ")
+	if f := d.Setup.Fleet; f != nil && f.Pool > 0 {
+		fmt.Fprintf(b, "Each server process has a pool of %d connections to its database, idemkit's and the baseline's alike. ", f.Pool)
+	}
+	b.WriteString("Ratio: throughput over the baseline's, same workload and connections.\n\n")
+	b.WriteString("| workload | conns | configuration | req/s | p50 | p99 | allocs/op | B/op | ratio to the baseline | responses |\n")
+	b.WriteString("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |\n")
+	for _, f := range FleetStores {
+		for _, w := range WorkloadOrder {
+			for _, n := range conns {
+				for _, k := range []string{f.Kind, f.Baseline} {
+					c := cell{fleetFramework, k, w, n}
+					if len(ix[c]) == 0 {
+						continue
+					}
+					r := "1"
+					if k == f.Kind {
+						r = ratio(ix.ratio(c, cell{fleetFramework, f.Baseline, w, n}, rps))
+					}
+					fmt.Fprintf(b, "| %s | %d | %s | %s | %s | %s |\n", w, n, KindNames[k], ix.figures(c), r, responses(ix[c]))
+				}
+			}
+		}
+	}
+	b.WriteString("\n")
+}
+
+// figures are a cell's medians as the loopback tables show them: req/s,
+// p50, p99, allocations and bytes per request.
+func (ix index) figures(c cell) string {
+	return strings.Join([]string{
+		thousands(ix.median(c, rps)),
+		dur(ix.median(c, func(r Run) float64 { return float64(r.P50) })),
+		dur(ix.median(c, func(r Run) float64 { return float64(r.P99) })),
+		fixed(ix.median(c, func(r Run) float64 { return r.AllocsPerOp }), 1),
+		fixed(ix.median(c, func(r Run) float64 { return r.BytesPerOp }), 0),
+	}, " | ")
 }
 
 // responses summarises the status codes of a cell's runs (all repetitions).
@@ -386,6 +529,9 @@ func writeMethod(b *strings.Builder, d *Data) {
 		"Fiber's middleware accepts by default.\n")
 	fmt.Fprintf(b, "- The memory store is created with `WithMaxRecords(%s)` so that no run fills it (a full store "+
 		"answers 429, which is not what is measured); everything else is at its defaults.\n", count(d.Setup.MemMaxRecords))
+	if len(fleetConns(indexRuns(d.Runs))) > 0 {
+		writeFleetMethod(b)
+	}
 	b.WriteString("- Workloads: First, a new key per request; Replay, one completed key; Mix, 90% new keys and 10% " +
 		"retries of keys the same connection completed; Conflict, consecutive requests of all connections share a " +
 		"key (as many requests per key as connections), so most find it in flight (409) or completed (replay).\n")

@@ -232,3 +232,117 @@ func TestBeforeAndAfterAcrossSizes(t *testing.T) {
 		t.Fatalf("want the row\n%s\nin\n%s", row, md)
 	}
 }
+
+// withFleet is sample() with the stores a fleet runs on measured at 16
+// and 64 connections, each against its one-statement baseline.
+func withFleet() *Data {
+	d := sample()
+	d.Setup.Fleet = &Fleet{Servers: []string{"PostgreSQL 15.8", "Redis 7.0.15"}, Conns: []int{16, 64}, TargetConns: 16, Pool: 64}
+	add := func(kind, w string, conns int, rps ...float64) {
+		for rep, x := range rps {
+			d.Runs = append(d.Runs, Run{Framework: "nethttp", Kind: kind, Workload: w, Conns: conns, Rep: rep, RPS: x,
+				P50: time.Millisecond, P99: 3 * time.Millisecond, Status: map[int]int{201: int(x)}})
+		}
+	}
+	for _, n := range []int{16, 64} {
+		for _, w := range []string{"First", "Replay", "Mix"} {
+			add("pginsert", w, n, 1000, 1000, 1000)
+			add("setnx", w, n, 2000, 2000, 2000)
+		}
+		// Per repetition 0.4, 0.6, 0.5 of the INSERT: the median is 0.5, met.
+		add("postgres", "First", n, 400, 600, 500)
+		add("postgres", "Replay", n, 3000, 3000, 3000)
+		add("postgres", "Mix", n, 450, 450, 450)
+		add("redis", "First", n, 900, 900, 900)
+		add("redis", "Replay", n, 1800, 1800, 1800) // 0.90x, not met
+		add("redis", "Mix", n, 1000, 1000, 1000)
+	}
+	return d
+}
+
+func TestFleetTargets(t *testing.T) {
+	ts := Targets(withFleet())
+	for _, n := range []string{"16", "64"} {
+		at := " (loopback, " + n + " connections)"
+		for _, c := range []struct {
+			target, measured string
+			met              *bool
+		}{
+			{"PostgreSQL store First ≥ 0.5× one plain INSERT" + at, "0.50 (500 vs 1,000 req/s)", verdict(true)},
+			{"PostgreSQL store Replay ≥ 1.0× one plain INSERT" + at, "3.00", verdict(true)},
+			{"PostgreSQL store Mix against one plain INSERT, for reference" + at, "0.45", nil},
+			{"Redis store First ≥ 0.5× one SET NX" + at, "0.45", verdict(false)},
+			{"Redis store Replay ≥ 1.0× one SET NX" + at, "0.90", verdict(false)},
+			{"Redis store Mix against one SET NX, for reference" + at, "0.50", nil},
+		} {
+			x := find(t, ts, c.target, "net/http")
+			if x.Target != c.target || !strings.HasPrefix(x.Measured, c.measured) || (x.Met == nil) != (c.met == nil) ||
+				x.Met != nil && *x.Met != *c.met {
+				t.Errorf("%s: %+v, want measured %q, met %v", c.target, x, c.measured, metWord(c.met))
+			}
+		}
+	}
+	// A run without them (an earlier one's JSON, say) names the targets
+	// as not measured, and guesses nothing.
+	for _, x := range Targets(sample()) {
+		if strings.HasPrefix(x.Target, "PostgreSQL store") || strings.HasPrefix(x.Target, "Redis store") {
+			if x.Met != nil || x.Measured != "not measured in this run" {
+				t.Errorf("without fleet runs: %+v", x)
+			}
+		}
+	}
+	find(t, Targets(sample()), "PostgreSQL store First ≥ 0.5× one plain INSERT (loopback)", "net/http")
+	find(t, Targets(sample()), "Redis store Replay ≥ 1.0× one SET NX (loopback)", "net/http")
+}
+
+func TestFleetMarkdown(t *testing.T) {
+	md := Markdown(withFleet(), "")
+	for _, want := range []string{
+		"| database servers | PostgreSQL 15.8, Redis 7.0.15, on loopback",
+		"| store | workload | 16 connections | 64 connections |",
+		"| GORM store on PostgreSQL, against one plain INSERT | First | 0.50 | 0.50 |",
+		"| Redis store, against one SET NX | Replay | 0.90 | 0.90 |",
+		"## PostgreSQL and Redis", "a pool of 64 connections",
+		"| First | 64 | idemkit, GORM PostgreSQL | 500 |", "| First | 64 | bare + 1 INSERT (PostgreSQL) | 1,000 |",
+		"| Mix | 16 | idemkit, Redis | 1,000 |", "`SET key value EX ttl NX`",
+	} {
+		if !strings.Contains(md, want) {
+			t.Errorf("page lacks %q", want)
+		}
+	}
+	// Shown in their own section, not again in net/http's table.
+	netHTTP := md[strings.Index(md, "### net/http"):strings.Index(md, "### Fiber v2")]
+	if strings.Contains(netHTTP, "PostgreSQL") || strings.Contains(netHTTP, "Redis") {
+		t.Errorf("net/http's table repeats the fleet's rows:\n%s", netHTTP)
+	}
+	// An earlier run's JSON, without them: no section, nothing undefined.
+	old := Markdown(sample(), "")
+	for _, not := range []string{"## PostgreSQL and Redis", "database servers", "NaN", "| store | workload |",
+		"stores a fleet runs on", "SET NX"} {
+		if strings.Contains(old, not) {
+			t.Errorf("a page without fleet runs says %q", not)
+		}
+	}
+}
+
+// The rows of one target at 16 and at 64 connections are compared with
+// the same rows of the earlier run, not with each other.
+func TestBeforeAndAfterKeepsConcurrenciesApart(t *testing.T) {
+	d := withFleet()
+	old := withFleet()
+	for i, r := range old.Runs {
+		if r.Kind == "postgres" && r.Workload == "First" && r.Conns == 64 {
+			old.Runs[i].RPS = 300
+		}
+	}
+	d.Before = &Before{Label: "earlier", Data: old}
+	md := TargetsMarkdown(d)
+	for _, row := range []string{
+		"| PostgreSQL store First ≥ 0.5× one plain INSERT (loopback, 16 connections) | net/http | 0.50 (500 vs 1,000 req/s) met | 0.50 (500 vs 1,000 req/s) met |",
+		"| PostgreSQL store First ≥ 0.5× one plain INSERT (loopback, 64 connections) | net/http | 0.30 (300 vs 1,000 req/s) **not met** | 0.50 (500 vs 1,000 req/s) met |",
+	} {
+		if !strings.Contains(md, row) {
+			t.Errorf("want the row\n%s\nin\n%s", row, md)
+		}
+	}
+}

@@ -110,6 +110,7 @@ func Targets(d *Data) []Target {
 			ts = append(ts, ratioRow("SQLite store First ≥ 0.5× one plain INSERT"+at, FrameworkNames[fw], r, 0.5, true))
 		}
 	}
+	ts = append(ts, fleetTargets(ix)...)
 	if ir := ip.ratio(inprocKey{"nethttp", "sqlite", "First"}, inprocKey{"nethttp", "insert", "First"}); !math.IsNaN(ir) {
 		ts = append(ts, Target{
 			Target: "SQLite store First against one plain INSERT (in process, for reference)",
@@ -143,6 +144,58 @@ func Targets(d *Data) []Target {
 	})
 	return ts
 }
+
+// fleetTargets are the targets of the stores a fleet runs on, against
+// their one-statement baselines, at each concurrency measured: First and
+// Replay held to a bound, Mix shown beside them. A run that measured no
+// such store lists the targets as not measured (the runs before there
+// were any, say), so that the page of targets always names them.
+func fleetTargets(ix index) []Target {
+	var ts []Target
+	for _, f := range FleetStores {
+		conns := map[int]bool{}
+		for c := range ix {
+			if c.fw == fleetFramework && c.kind == f.Kind {
+				conns[c.conns] = true
+			}
+		}
+		for _, w := range fleetWorkloads {
+			name := fmt.Sprintf("%s First ≥ 0.5× %s", f.Short, f.Statement)
+			switch w.workload {
+			case "Replay":
+				name = fmt.Sprintf("%s Replay ≥ 1.0× %s", f.Short, f.Statement)
+			case "Mix":
+				name = fmt.Sprintf("%s Mix against %s, for reference", f.Short, f.Statement)
+			}
+			if len(conns) == 0 {
+				ts = append(ts, Target{Target: name + " (loopback)", Where: FrameworkNames[fleetFramework],
+					Measured: "not measured in this run"})
+				continue
+			}
+			for _, n := range sortedInts(conns) {
+				a, b := cell{fleetFramework, f.Kind, w.workload, n}, cell{fleetFramework, f.Baseline, w.workload, n}
+				r := ix.ratio(a, b, rps)
+				t := Target{Target: fmt.Sprintf("%s (loopback, %d connections)", name, n), Where: FrameworkNames[fleetFramework],
+					Measured: ratio(r)}
+				if !math.IsNaN(r) {
+					t.Measured += fmt.Sprintf(" (%s vs %s req/s)", thousands(ix.median(a, rps)), thousands(ix.median(b, rps)))
+					if w.min > 0 {
+						t.Met = verdict(r >= w.min)
+					}
+				}
+				ts = append(ts, t)
+			}
+		}
+	}
+	return ts
+}
+
+// fleetWorkloads are the workloads of the fleet targets, with their
+// bounds (0: shown, not held to one).
+var fleetWorkloads = []struct {
+	workload string
+	min      float64
+}{{"First", 0.5}, {"Replay", 1.0}, {"Mix", 0}}
 
 func ratioRow(name, where string, r, bound float64, atLeast bool) Target {
 	t := Target{Target: name, Where: where, Measured: ratio(r)}
@@ -230,13 +283,20 @@ func writeBeforeAfter(b *strings.Builder, d *Data) {
 }
 
 // targetKey identifies a target across runs of different sizes (a quick
-// run's 100 thousand records, a full one's million): counts become #.
+// run's 100 thousand records, a full one's million): counts become #, but
+// not numbers of connections, which tell apart the rows of one target at
+// several concurrencies.
 func targetKey(t Target) [2]string {
 	norm := func(s string) string {
 		s = strings.ReplaceAll(s, " (not the target's 1 million)", "")
-		return countsRE.ReplaceAllString(s, "#")
+		return countsRE.ReplaceAllStringFunc(s, func(n string) string {
+			if strings.HasSuffix(n, " connections") {
+				return n
+			}
+			return "#"
+		})
 	}
 	return [2]string{norm(t.Target), norm(t.Where)}
 }
 
-var countsRE = regexp.MustCompile(`[0-9][0-9,]*[0-9]|[0-9]`)
+var countsRE = regexp.MustCompile(`([0-9][0-9,]*[0-9]|[0-9])( connections)?`)

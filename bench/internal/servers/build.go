@@ -19,6 +19,7 @@ import (
 	idempotencyv3 "github.com/gofiber/fiber/v3/middleware/idempotency"
 	"github.com/labstack/echo/v4"
 	echov5 "github.com/labstack/echo/v5"
+	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
@@ -40,20 +41,33 @@ var Frameworks = []string{"nethttp", "gin", "echo", "echov5", "fiber", "fiberv3"
 
 // Kinds of server.
 const (
-	Bare    = "bare"    // the handler alone
-	Mem     = "mem"     // idemkit, memory store
-	SQLite  = "sqlite"  // idemkit, GORM store on SQLite
-	Insert  = "insert"  // the handler plus one plain INSERT through GORM on SQLite
-	Builtin = "builtin" // Fiber's own middleware/idempotency (Fiber v2 and v3 only)
+	Bare     = "bare"     // the handler alone
+	Mem      = "mem"      // idemkit, memory store
+	SQLite   = "sqlite"   // idemkit, GORM store on SQLite
+	Insert   = "insert"   // the handler plus one plain INSERT through GORM on SQLite
+	Postgres = "postgres" // idemkit, GORM store on PostgreSQL (net/http only)
+	PGInsert = "pginsert" // the handler plus one plain INSERT through GORM on PostgreSQL (net/http only)
+	Redis    = "redis"    // idemkit, Redis store (net/http only)
+	SetNX    = "setnx"    // the handler plus one SET NX with an expiry on Redis (net/http only)
+	Builtin  = "builtin"  // Fiber's own middleware/idempotency (Fiber v2 and v3 only)
 )
 
 // Kinds are the kinds of server, in report order.
-var Kinds = []string{Bare, Mem, SQLite, Insert, Builtin}
+var Kinds = []string{Bare, Mem, SQLite, Insert, Postgres, PGInsert, Redis, SetNX, Builtin}
 
-// Valid reports whether the framework has that kind of server.
+// Valid reports whether the framework has that kind of server. The kinds
+// on a database server are built on net/http alone: their figures are
+// about the store, not the framework.
 func Valid(framework, kind string) bool {
-	return slices.Contains(Frameworks, framework) && slices.Contains(Kinds, kind) &&
-		(kind != Builtin || framework == "fiber" || framework == "fiberv3")
+	switch {
+	case !slices.Contains(Frameworks, framework) || !slices.Contains(Kinds, kind):
+		return false
+	case kind == Builtin:
+		return framework == "fiber" || framework == "fiberv3"
+	case Fleet(kind):
+		return framework == "nethttp"
+	}
+	return true
 }
 
 // Options configure Build.
@@ -68,6 +82,11 @@ type Options struct {
 	// PurgeInterval is the GORM store's purger interval (0: its default;
 	// negative: no purger, see StartPurger).
 	PurgeInterval time.Duration
+	// PostgresDSN and RedisAddr locate the servers of the fleet kinds (see
+	// FleetEnv), and Pool bounds each one's connection pool (0:
+	// DefaultPool).
+	PostgresDSN, RedisAddr string
+	Pool                   int
 }
 
 // Server is a built server, ready to serve on a listener or to be called
@@ -80,9 +99,13 @@ type Server struct {
 	Engine          *idem.Engine // idemkit kinds
 	Mem             *memstore.Store
 	GORM            *gormstore.Store
-	DB              *gorm.DB // SQLite kinds
-	httpServer      *http.Server
-	closers         []func()
+	DB              *gorm.DB              // SQLite and PostgreSQL kinds
+	Redis           redis.UniversalClient // Redis kinds
+	// Namespace is the fleet kinds' PostgreSQL table or Redis key prefix,
+	// the server's own: Close removes it.
+	Namespace  string
+	httpServer *http.Server
+	closers    []func()
 }
 
 // Build builds the server o describes.
@@ -110,31 +133,26 @@ func Build(o Options) (*Server, error) {
 		s.closers = append(s.closers, func() { s.Mem.Close() })
 		s.Engine = idem.New(idem.Config{Store: s.Mem})
 	case SQLite:
-		var opts []gormstore.Option
-		switch {
-		case o.PurgeInterval > 0:
-			opts = append(opts, gormstore.WithPurgeInterval(o.PurgeInterval))
-		case o.PurgeInterval < 0:
-			opts = append(opts, gormstore.WithPurgeInterval(0))
-		}
-		gs, err := gormstore.New(s.DB, opts...)
-		if err != nil {
+		if err := s.buildGORM(o); err != nil {
 			s.Close()
 			return nil, err
 		}
-		s.GORM = gs
-		s.closers = append(s.closers, func() { gs.Close() })
-		if err := gs.AutoMigrate(context.Background()); err != nil {
-			s.Close()
-			return nil, err
-		}
-		s.Engine = idem.New(idem.Config{Store: gs})
 	case Insert:
 		if err := s.DB.Exec(OrdersTable).Error; err != nil {
 			s.Close()
 			return nil, err
 		}
-		ords.db = s.DB
+		ords.db, ords.insert = s.DB, "INSERT INTO orders "+ordersColumns
+	case Postgres, PGInsert:
+		if err := s.buildPostgres(o, ords); err != nil {
+			s.Close()
+			return nil, err
+		}
+	case Redis, SetNX:
+		if err := s.buildRedis(o, ords); err != nil {
+			s.Close()
+			return nil, err
+		}
 	}
 	switch o.Framework {
 	case "nethttp":
@@ -154,6 +172,28 @@ func Build(o Options) (*Server, error) {
 		s.httpServer = &http.Server{Handler: s.Handler, ReadHeaderTimeout: time.Minute}
 	}
 	return s, nil
+}
+
+// buildGORM puts idemkit with a GORM store on s.DB in front of the
+// handler, with the purger o asks for and the store's other defaults.
+func (s *Server) buildGORM(o Options, opts ...gormstore.Option) error {
+	switch {
+	case o.PurgeInterval > 0:
+		opts = append(opts, gormstore.WithPurgeInterval(o.PurgeInterval))
+	case o.PurgeInterval < 0:
+		opts = append(opts, gormstore.WithPurgeInterval(0))
+	}
+	gs, err := gormstore.New(s.DB, opts...)
+	if err != nil {
+		return err
+	}
+	s.GORM = gs
+	s.closers = append(s.closers, func() { gs.Close() })
+	if err := gs.AutoMigrate(context.Background()); err != nil {
+		return err
+	}
+	s.Engine = idem.New(idem.Config{Store: gs})
+	return nil
 }
 
 // StartPurger starts the GORM store's own background purger on the

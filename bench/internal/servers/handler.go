@@ -2,17 +2,20 @@
 // POST /orders, on net/http, Gin, Echo v4 and v5 and Fiber v2 and v3, bare
 // or behind idemkit (memory or GORM SQLite store), a bare handler that also
 // INSERTs one row through GORM (the SQLite baseline), and Fiber v2 and v3
-// behind their own idempotency
-// middleware. It also calls them in process, without a network, and fills
-// their stores for the scale measurements.
+// behind their own idempotency middleware; on net/http, the stores a fleet
+// runs on (the GORM store on PostgreSQL, the Redis store) and their
+// one-statement baselines (see fleet.go). It also calls them in process,
+// without a network, and fills their stores for the scale measurements.
 package servers
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync/atomic"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
 )
 
@@ -41,31 +44,54 @@ type created struct {
 	Created  int64  `json:"created"`
 }
 
-// orders is what the handlers share: an id counter and, for the SQLite
-// baseline, the database.
+// orders is what the handlers share: an id counter and, for the
+// one-statement baselines, the database or Redis they write to.
 type orders struct {
 	seq atomic.Int64
 	db  *gorm.DB // nil: no INSERT
+	// insert is the INSERT on db, into the baseline's own table.
+	insert string
+	rdb    redis.UniversalClient // nil: no SET NX
+	// prefix begins the baseline's Redis keys; ttl is their expiry.
+	prefix string
+	ttl    time.Duration
 }
 
-const insertOrder = "INSERT INTO orders (item, quantity, customer, note, created) VALUES (?, ?, ?, ?, ?)"
+// ordersColumns are the columns the baselines' INSERT writes.
+const ordersColumns = "(item, quantity, customer, note, created) VALUES (?, ?, ?, ?, ?)"
 
 // OrdersTable is the SQLite baseline's table.
 const OrdersTable = `CREATE TABLE IF NOT EXISTS orders (
 	id INTEGER PRIMARY KEY, item TEXT NOT NULL, quantity INTEGER NOT NULL,
 	customer TEXT NOT NULL, note TEXT NOT NULL, created INTEGER NOT NULL)`
 
+// errKeyTaken is a baseline's SET NX finding its key: every order ID is
+// new, so it means two servers share a prefix.
+var errKeyTaken = errors.New("servers: SET NX found the order's key taken")
+
 // create is the work of the endpoint once the framework decoded o: one
-// INSERT for the baseline, then the response.
+// INSERT or one SET NX for the baselines, then the response.
 func (s *orders) create(ctx context.Context, o *order) (created, error) {
 	now := time.Now().Unix()
+	id := "ord_" + strconv.FormatInt(1e12+s.seq.Add(1), 10)
 	if s.db != nil {
-		if err := s.db.WithContext(ctx).Exec(insertOrder, o.Item, o.Quantity, o.Customer, o.Note, now).Error; err != nil {
+		if err := s.db.WithContext(ctx).Exec(s.insert, o.Item, o.Quantity, o.Customer, o.Note, now).Error; err != nil {
 			return created{}, err
 		}
 	}
+	if s.rdb != nil {
+		// About a record's size: the order as the INSERT stores it.
+		v := o.Customer + " " + strconv.Itoa(o.Quantity) + " " + o.Item + " " + o.Note
+		ok, err := s.rdb.SetNX(ctx, s.prefix+id, v, s.ttl).Result()
+		if err != nil {
+			return created{}, err
+		}
+		if !ok {
+			return created{}, errKeyTaken
+		}
+	}
 	return created{
-		ID:       "ord_" + strconv.FormatInt(1e12+s.seq.Add(1), 10),
+		ID:       id,
 		Item:     o.Item,
 		Quantity: o.Quantity,
 		Customer: o.Customer,

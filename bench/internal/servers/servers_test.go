@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,12 +15,35 @@ import (
 
 func build(t *testing.T, framework, kind string) *Server {
 	t.Helper()
-	s, err := Build(Options{Framework: framework, Kind: kind, Dir: t.TempDir(), MaxRecords: 1 << 20})
+	o := Options{Framework: framework, Kind: kind, Dir: t.TempDir(), MaxRecords: 1 << 20, Pool: 4}
+	switch FleetEnv(kind) {
+	case PostgresEnv:
+		o.PostgresDSN = serverEnv(t, PostgresEnv)
+	case RedisEnv:
+		o.RedisAddr = serverEnv(t, RedisEnv)
+	}
+	s, err := Build(o)
 	if err != nil {
 		t.Fatalf("Build(%s, %s): %v", framework, kind, err)
 	}
 	t.Cleanup(s.Close)
 	return s
+}
+
+// serverEnv returns the value of env, which locates a test server
+// (scripts/test-all starts them). Without it the test fails, except under
+// -short, where it is skipped so that a quick run needs no server.
+func serverEnv(t *testing.T, env string) string {
+	t.Helper()
+	v := os.Getenv(env)
+	if v == "" {
+		if testing.Short() {
+			t.Skipf("%s is not set; -short skips the configurations that need its server", env)
+		}
+		t.Fatalf("%s is not set: run the tests with `make test` (scripts/test-all), which starts the servers, "+
+			"or `source scripts/servers.sh && start_servers` and `source scripts/redis-servers.sh && start_redis_servers` first", env)
+	}
+	return v
 }
 
 func each(t *testing.T, f func(t *testing.T, framework, kind string)) {
@@ -35,7 +60,8 @@ func each(t *testing.T, f func(t *testing.T, framework, kind string)) {
 // configuration serves the same endpoint with the same answers.
 func TestEveryServerAnswersAlike(t *testing.T) {
 	each(t, func(t *testing.T, fw, kind string) {
-		inv := build(t, fw, kind).Invoker()
+		s := build(t, fw, kind)
+		inv := s.Invoker()
 		key := make([]byte, httpwire.KeyLen)
 		httpwire.FormatKey(key, 1, 0, 0)
 		if got := inv.Do(key); got != http.StatusCreated {
@@ -45,7 +71,7 @@ func TestEveryServerAnswersAlike(t *testing.T) {
 			t.Errorf("same key again: %d, want 201 (a replay, or the bare handler again)", got)
 		}
 		want := http.StatusCreated
-		if kind == Mem || kind == SQLite {
+		if s.Engine != nil {
 			want = http.StatusBadRequest // idemkit requires the key
 		}
 		if got := inv.Do(nil); got != want {
@@ -55,9 +81,23 @@ func TestEveryServerAnswersAlike(t *testing.T) {
 }
 
 func TestValid(t *testing.T) {
-	if Valid("gin", Builtin) || Valid("echov5", Builtin) || Valid("nethttp", "redis") || Valid("chi", Bare) ||
+	if Valid("gin", Builtin) || Valid("echov5", Builtin) || Valid("nethttp", "memcached") || Valid("chi", Bare) ||
 		!Valid("fiber", Builtin) || !Valid("fiberv3", Builtin) {
 		t.Error("Valid accepts a configuration that does not exist, or refuses Fiber's built-in")
+	}
+	for _, kind := range []string{Postgres, PGInsert, Redis, SetNX} {
+		if !Valid("nethttp", kind) || Valid("gin", kind) || Valid("fiber", kind) || !Fleet(kind) {
+			t.Errorf("%s: a fleet kind is built on net/http alone", kind)
+		}
+	}
+	if Fleet(SQLite) || Fleet(Bare) {
+		t.Error("a kind without a server of its own counted as a fleet kind")
+	}
+	if _, err := Build(Options{Framework: "nethttp", Kind: Redis}); err == nil || !strings.Contains(err.Error(), RedisEnv) {
+		t.Errorf("Build without a Redis address: %v, want an error naming %s", err, RedisEnv)
+	}
+	if _, err := Build(Options{Framework: "nethttp", Kind: PGInsert}); err == nil || !strings.Contains(err.Error(), PostgresEnv) {
+		t.Errorf("Build without a PostgreSQL DSN: %v, want an error naming %s", err, PostgresEnv)
 	}
 	if _, err := Build(Options{Framework: "echo", Kind: Builtin}); err == nil {
 		t.Error("Build accepted Echo with Fiber's built-in middleware")
@@ -190,4 +230,74 @@ func TestFillAndCopy(t *testing.T) {
 	if _, err := mem.CopyRecords(1, false); err != ErrNoStore {
 		t.Errorf("CopyRecords on the memory store: %v, want ErrNoStore", err)
 	}
+}
+
+// TestFleetServersStartEmptyAndCleanUp: each fleet server writes in a
+// table or under a key prefix of its own, so that no run sees another's
+// keys, one write per new order for the baselines and a record per key for
+// idemkit, and Close removes what it wrote.
+func TestFleetServersStartEmptyAndCleanUp(t *testing.T) {
+	for _, kind := range []string{Postgres, PGInsert, Redis, SetNX} {
+		t.Run(kind, func(t *testing.T) {
+			a, b := build(t, "nethttp", kind), build(t, "nethttp", kind)
+			if a.Namespace == "" || a.Namespace == b.Namespace {
+				t.Fatalf("namespaces %q and %q, want two of their own", a.Namespace, b.Namespace)
+			}
+			key := make([]byte, httpwire.KeyLen)
+			for i := range 3 {
+				httpwire.FormatKey(key, 5, 0, uint64(i))
+				if got := a.Invoker().Do(key); got != http.StatusCreated {
+					t.Fatalf("request %d: %d, want 201", i, got)
+				}
+			}
+			httpwire.FormatKey(key, 5, 0, 0) // the same key on the other server
+			if got := b.Invoker().Do(key); got != http.StatusCreated {
+				t.Fatalf("other server: %d, want 201", got)
+			}
+			if n := written(t, b, a.Namespace); n != 3 {
+				t.Errorf("%d rows or keys after 3 requests, want 3", n)
+			}
+			if n := written(t, a, b.Namespace); n != 1 {
+				t.Errorf("the other server holds %d rows or keys, want its 1", n)
+			}
+			if kind == SetNX {
+				ttl, err := a.Redis.PTTL(t.Context(), a.Namespace+"ord_1000000000001").Result()
+				want := build(t, "nethttp", Redis).Engine.Config().TTL
+				if err != nil || ttl <= want-time.Minute || ttl > want {
+					t.Errorf("the baseline's key expires in %v (%v), want about %v, as the store's records", ttl, err, want)
+				}
+			}
+			a.Close()
+			if n := written(t, b, a.Namespace); n != 0 {
+				t.Errorf("%d rows or keys left after Close, want none", n)
+			}
+			if n := written(t, b, b.Namespace); n != 1 {
+				t.Errorf("closing one server left the other %d rows or keys, want its 1", n)
+			}
+		})
+	}
+}
+
+// written counts, through s's connections, the rows of table ns (0 if it
+// is gone) or the keys under prefix ns.
+func written(t *testing.T, s *Server, ns string) int64 {
+	t.Helper()
+	if s.Redis != nil {
+		keys, err := s.Redis.Keys(t.Context(), ns+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int64(len(keys))
+	}
+	var exists bool
+	if err := s.DB.Raw("SELECT to_regclass(?) IS NOT NULL", `"`+ns+`"`).Scan(&exists).Error; err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	if exists {
+		if err := s.DB.Raw(`SELECT count(*) FROM "` + ns + `"`).Scan(&n).Error; err != nil {
+			t.Fatal(err)
+		}
+	}
+	return n
 }
