@@ -14,6 +14,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/acquireorder"
 	"github.com/idemkit/idemkit/core/purge"
 	"gorm.io/gorm"
 )
@@ -40,6 +41,9 @@ type Store struct {
 	// local is the store's share of its SQLite file: the records in
 	// flight and the writer (see local.go). nil on a database server.
 	local *localState
+	// order says whether Acquire on a database server reads before it
+	// inserts (see acquire).
+	order acquireorder.Order
 
 	stopPurge context.CancelFunc
 	purgeDone chan struct{}
@@ -260,14 +264,15 @@ func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 // lapsed lease is taken in memory, where records in flight live (see
 // local.go): a new key writes nothing until it completes.
 //
-// On PostgreSQL and MySQL it reads first, and creates a record only if
-// there is none, with an INSERT that does nothing (PostgreSQL) or fails
-// (MySQL) if the key was taken meanwhile. A replay or a conflict, which
-// come in storms when clients retry, is then one indexed read that takes
-// no lock and writes nothing, where an INSERT ... ON CONFLICT would cost a
-// transaction ID, a commit record and a row lock even when it changes
-// nothing; a new key costs the read more. An expired record or a lapsed
-// lease is taken by an UPDATE whose WHERE clause repeats the condition.
+// On PostgreSQL and MySQL a new key is taken by an INSERT that does
+// nothing (PostgreSQL) or fails (MySQL) if the key is taken already, and a
+// live record is found by an indexed read that takes no lock and writes
+// nothing. Which comes first follows the traffic (package acquireorder):
+// while new keys are the more common, the INSERT, so that a new key is
+// one statement and a replay two; in a storm of retries, the read, so
+// that a replay or a conflict is one and a new key two. An expired record
+// or a lapsed lease is taken by an UPDATE whose WHERE clause repeats the
+// condition.
 // Each write is one statement that writes only if the record is still as
 // expected; if another request wrote in between, it changes nothing, and
 // Acquire starts over.
@@ -370,6 +375,16 @@ func (s *Store) acquire(x session, a idem.Acquire) (idem.Record, idem.AcquireOut
 	now, lease, expires := nanos(a.Now), nanos(a.LeaseUntil), nanos(a.ExpiresAt)
 	scope, key := hashID(a.ID)
 	st := &s.sql.native
+	if !s.order.ReadFirst() {
+		created, err := s.insert(x, scope, key, fp, a.Token, lease, now, expires)
+		if err != nil {
+			return idem.Record{}, 0, err
+		}
+		if created {
+			s.order.Saw(false)
+			return idem.Record{}, idem.AcquireCreated, nil
+		}
+	}
 	for range maxAttempts {
 		rec, err := s.get(x, a.ID, scope, key)
 		if errors.Is(err, idem.ErrNotFound) {
@@ -378,6 +393,7 @@ func (s *Store) acquire(x session, a idem.Acquire) (idem.Record, idem.AcquireOut
 				return idem.Record{}, 0, err
 			}
 			if created {
+				s.order.Saw(false)
 				return idem.Record{}, idem.AcquireCreated, nil
 			}
 			continue // the key was taken meanwhile
@@ -397,6 +413,7 @@ func (s *Store) acquire(x session, a idem.Acquire) (idem.Record, idem.AcquireOut
 			outcome = idem.AcquireTookOver
 			stmt, args = st.takeOverLapsed, []any{a.Token, lease, now, expires, scope, key, now, now, fp}
 		default:
+			s.order.Saw(true)
 			return rec, idem.AcquireExisting, nil
 		}
 		n, err := x.exec(stmt, args...)
@@ -404,6 +421,7 @@ func (s *Store) acquire(x session, a idem.Acquire) (idem.Record, idem.AcquireOut
 			return idem.Record{}, 0, err
 		}
 		if n == 1 {
+			s.order.Saw(false)
 			return idem.Record{}, outcome, nil
 		}
 		// The record changed, was released or purged meanwhile.
