@@ -326,9 +326,10 @@ func writeFleet(b *strings.Builder, d *Data) {
 	b.WriteString("The stores a fleet runs on, on net/http, loopback, each against the same handler doing one statement on " +
 		"the same server: for the GORM store on PostgreSQL, one plain `INSERT` of the order through GORM; for the Redis " +
 		"store, one `SET NX` of a key per order with the expiry the store gives its records. A new key costs idemkit " +
-		"its acquire and its completion where the baseline writes once: on PostgreSQL three statements (the read that " +
-		"finds no record, the `INSERT` that takes the key, the `UPDATE` that completes it), on Redis two scripts; a " +
-		"replay costs one read (one script on Redis). The handler behind idemkit writes nothing of its own, so the ratio is the store's cost " +
+		"its acquire and its completion where the baseline writes once: on PostgreSQL two statements (the `INSERT` " +
+		"that takes the key, the `UPDATE` that completes it), on Redis two scripts; a replay costs one read (an " +
+		"indexed `SELECT`, one `HMGET` on Redis). Each store follows the traffic: while new keys are the more common " +
+		"it writes first, and in a storm of retries it reads first. The handler behind idemkit writes nothing of its own, so the ratio is the store's cost " +
 		"against one statement (an application that writes rows of its own can have the completion ride their " +
 		"transaction with `gormstore.Tx`; that is not measured here). ")
 	if f := d.Setup.Fleet; f != nil && f.Pool > 0 {
