@@ -55,8 +55,9 @@ func BenchmarkStore(b *testing.B) {
 		}
 	})
 
-	// A retry of a completed key: Acquire answers the record (one script
-	// returning the 1 KiB response), beside one HGETALL of as much.
+	// A retry of a completed key: Acquire answers the record (after the
+	// first retries, one HMGET returning the 1 KiB response, see
+	// Store.Acquire), beside one HGETALL of as much.
 	replayed := idem.ID{Scope: "bench", Key: "replayed"}
 	if _, _, err := s.Acquire(ctx, acquireAt(replayed, "tok", now)); err != nil {
 		b.Fatal(err)
