@@ -163,3 +163,40 @@ func (s *Store) completeOf(t *testing.T, ctx context.Context) func(idem.ID) {
 		}
 	}
 }
+
+// A Cluster client that may read from replicas never answers Acquire from
+// a read: a replica can still hold a record the master has replaced (a
+// forgotten key run again), and its response would be replayed.
+func TestAcquireNeverReadsFromReplicas(t *testing.T) {
+	for _, opt := range []struct {
+		name string
+		set  func(*redis.ClusterOptions)
+	}{
+		{"ReadOnly", func(o *redis.ClusterOptions) { o.ReadOnly = true }},
+		{"RouteByLatency", func(o *redis.ClusterOptions) { o.RouteByLatency = true }},
+		{"RouteRandomly", func(o *redis.ClusterOptions) { o.RouteRandomly = true }},
+	} {
+		t.Run(opt.name, func(t *testing.T) {
+			o := &redis.ClusterOptions{Addrs: strings.Split(serverEnv(t, clusterEnv), ","), ContextTimeoutEnabled: true}
+			opt.set(o)
+			c := redis.NewClusterClient(o)
+			t.Cleanup(func() { _ = c.Close() })
+			ping(t, c)
+			s := newStore(t, c)
+			h := &commandNames{}
+			c.AddHook(h)
+			ctx := testContext(t)
+			id := idem.ID{Key: "stormed"}
+			s.completeOf(t, ctx)(id)
+			h.take()
+			for i := range 2 * acquireorder.Bound {
+				if _, o, err := s.Acquire(ctx, acquireAt(id, fmt.Sprint("tok-", i), t0)); err != nil || o != idem.AcquireExisting {
+					t.Fatalf("retry %d: %v, %v; want existing", i, o, err)
+				}
+			}
+			if got := h.take(); strings.Contains(got, "hmget") {
+				t.Fatalf("retries sent %q: a read that a replica may answer", got)
+			}
+		})
+	}
+}

@@ -55,6 +55,11 @@ type deployment struct {
 	// no Cluster node (one script may hold keys of any slot), 2 it is one
 	// (each script holds one key). Set once it is known, never changed.
 	clusterNode atomic.Int32
+	// replicaReads: the client may send a read-only command to a replica
+	// (a Cluster client with ReadOnly, RouteByLatency or RouteRandomly),
+	// whose copy of a record can lag the master's. Acquire then never
+	// answers from a read of its own (see Store.Acquire).
+	replicaReads bool
 }
 
 // errUnknownClient is New's refusal of a client whose methods do not say
@@ -70,7 +75,9 @@ func classify(c redis.UniversalClient) (t *deployment, contextTimeouts bool, err
 	switch c := c.(type) {
 	case clusterClient:
 		t.cluster = c
-		return t, c.Options().ContextTimeoutEnabled, nil
+		o := c.Options()
+		t.replicaReads = o.ReadOnly || o.RouteByLatency || o.RouteRandomly
+		return t, o.ContextTimeoutEnabled, nil
 	case ringClient:
 		t.ring = c
 		return t, c.Options().ContextTimeoutEnabled, nil

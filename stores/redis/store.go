@@ -120,12 +120,16 @@ func (s *Store) Key(id idem.ID) string {
 // retries), it first reads the record with a plain HMGET, which costs
 // Redis a fraction of a script's run, and answers a live record from that
 // read alone; only a key it may take runs the script, which decides again.
-// Otherwise the script comes first, and a new key is one round trip.
+// Otherwise the script comes first, and a new key is one round trip. A
+// Cluster client that reads from replicas (ReadOnly, RouteByLatency,
+// RouteRandomly) always runs the script, on the master: a replica's copy
+// of a record may lag, and a replay must never come from a record the
+// master has already replaced.
 func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
 	if err := ctx.Err(); err != nil {
 		return idem.Record{}, 0, fmt.Errorf("redisstore: acquire: %w", err)
 	}
-	if s.order.ReadFirst() {
+	if !s.topo.replicaReads && s.order.ReadFirst() {
 		rec, err := s.Get(ctx, a.ID)
 		switch {
 		case err == nil && live(&rec, a):
