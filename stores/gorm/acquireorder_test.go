@@ -2,18 +2,19 @@ package gormstore
 
 import (
 	"fmt"
+	"sync"
 	"testing"
+	"time"
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/acquireorder"
 )
 
-// On a database server Acquire inserts first while new keys are the
-// common case, so that a new key is one statement, and reads first in a
-// storm of retries, so that each replay or 409 is one read that writes
-// nothing.
-func TestServerAcquireOrderFollowsTraffic(t *testing.T) {
-	for _, b := range backends[1:] {
+// On PostgreSQL Acquire inserts first while new keys are the common case,
+// so that a new key is one statement, and reads first in a storm of
+// retries, so that each replay or 409 is one read that writes nothing.
+func TestPostgresAcquireOrderFollowsTraffic(t *testing.T) {
+	for _, b := range []backend{backendNamed("postgres")} {
 		t.Run(b.name, func(t *testing.T) {
 			s := newStore(t, b.open(t))
 			seen := recordStatements(s)
@@ -46,6 +47,73 @@ func TestServerAcquireOrderFollowsTraffic(t *testing.T) {
 			}
 			if got[0] != "SELECT INSERT" || got[len(got)-1] != "INSERT" {
 				t.Fatalf("new keys after the storm ran %q, want a read and an INSERT at first, then the INSERT alone", got)
+			}
+		})
+	}
+}
+
+// On MySQL Acquire always reads first (see TestAcquireBesideADelete).
+func TestMySQLAcquireReadsFirst(t *testing.T) {
+	s := newStore(t, openMySQL(t))
+	seen := recordStatements(s)
+	ctx := testCtx(t)
+	for i := range 3 * acquireorder.Bound {
+		if _, o, err := s.Acquire(ctx, acquireAt(idem.ID{Scope: t.Name(), Key: fmt.Sprint("new-", i)}, "tok", t0)); err != nil || o != idem.AcquireCreated {
+			t.Fatalf("Acquire: %v, %v", o, err)
+		}
+		if got := seen(); got != "SELECT INSERT" {
+			t.Fatalf("new key %d ran %q, want SELECT INSERT", i, got)
+		}
+	}
+}
+
+// Retries of a key whose record is being deleted (a Release after a 5xx, a
+// purge, a forget) all get an answer when the delete commits: one takes
+// the key, the others find it. On MySQL, INSERTs sent first deadlocked
+// with each other there (InnoDB locks the row an INSERT finds taken), and
+// each deadlock became a 503.
+func TestAcquireBesideADelete(t *testing.T) {
+	for _, b := range backends[1:] {
+		t.Run(b.name, func(t *testing.T) {
+			db := b.open(t)
+			s := newStore(t, db)
+			ctx := testCtx(t)
+			id := idem.ID{Scope: t.Name(), Key: "deleted"}
+			if _, o, err := s.Acquire(ctx, acquireAt(id, "tok-holder", t0)); err != nil || o != idem.AcquireCreated {
+				t.Fatalf("first: %v, %v", o, err)
+			}
+			tx := db.Begin()
+			defer tx.Rollback()
+			if err := tx.Exec("DELETE FROM " + s.sql.quotedTableName).Error; err != nil {
+				t.Fatal(err)
+			}
+			const n = 4
+			var wg sync.WaitGroup
+			errs := make([]error, n)
+			outcomes := make([]idem.AcquireOutcome, n)
+			for i := range n {
+				wg.Go(func() {
+					_, outcomes[i], errs[i] = s.Acquire(ctx, acquireAt(id, fmt.Sprint("tok-", i), t0.Add(time.Second)))
+				})
+			}
+			// Let the acquisitions reach the deleted row's lock; if some
+			// have not yet, the test is only weaker.
+			time.Sleep(300 * time.Millisecond)
+			if err := tx.Commit().Error; err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			taken := 0
+			for i, err := range errs {
+				if err != nil {
+					t.Errorf("acquisition %d failed: %v", i, err)
+				}
+				if outcomes[i] != idem.AcquireExisting {
+					taken++
+				}
+			}
+			if taken > 1 {
+				t.Errorf("%d acquisitions took the key: %v", taken, outcomes)
 			}
 		})
 	}

@@ -41,8 +41,8 @@ type Store struct {
 	// local is the store's share of its SQLite file: the records in
 	// flight and the writer (see local.go). nil on a database server.
 	local *localState
-	// order says whether Acquire on a database server reads before it
-	// inserts (see acquire).
+	// order says whether Acquire on PostgreSQL reads before it inserts
+	// (see acquire).
 	order acquireorder.Order
 
 	stopPurge context.CancelFunc
@@ -267,12 +267,15 @@ func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 // On PostgreSQL and MySQL a new key is taken by an INSERT that does
 // nothing (PostgreSQL) or fails (MySQL) if the key is taken already, and a
 // live record is found by an indexed read that takes no lock and writes
-// nothing. Which comes first follows the traffic (package acquireorder):
-// while new keys are the more common, the INSERT, so that a new key is
-// one statement and a replay two; in a storm of retries, the read, so
-// that a replay or a conflict is one and a new key two. An expired record
-// or a lapsed lease is taken by an UPDATE whose WHERE clause repeats the
-// condition.
+// nothing. On PostgreSQL which comes first follows the traffic (package
+// acquireorder): while new keys are the more common, the INSERT, so that a
+// new key is one statement and a replay two; in a storm of retries, the
+// read, so that a replay or a conflict is one and a new key two. MySQL
+// always reads first: there an INSERT that meets a taken key locks the
+// row (shared), and several such INSERTs waiting on a row being deleted
+// (a Release, a purge) deadlock with each other once the delete commits,
+// which a read beforehand makes rare. An expired record or a lapsed lease
+// is taken by an UPDATE whose WHERE clause repeats the condition.
 // Each write is one statement that writes only if the record is still as
 // expected; if another request wrote in between, it changes nothing, and
 // Acquire starts over.
@@ -375,7 +378,7 @@ func (s *Store) acquire(x session, a idem.Acquire) (idem.Record, idem.AcquireOut
 	now, lease, expires := nanos(a.Now), nanos(a.LeaseUntil), nanos(a.ExpiresAt)
 	scope, key := hashID(a.ID)
 	st := &s.sql.native
-	if !s.order.ReadFirst() {
+	if s.dialect == dialectPostgres && !s.order.ReadFirst() {
 		created, err := s.insert(x, scope, key, fp, a.Token, lease, now, expires)
 		if err != nil {
 			return idem.Record{}, 0, err
