@@ -120,6 +120,8 @@ func TestAcquireReadFirstDecidesAsTheScript(t *testing.T) {
 				{"in flight, lapsed", s.holdOf(t, ctx), t0.Add(lease), fp, idem.AcquireTookOver, "tok-next"},
 				{"in flight, lapsed, another request", s.holdOf(t, ctx), t0.Add(lease), other, idem.AcquireExisting, "tok-first"},
 				{"in flight, lapsed and expired", s.holdOf(t, ctx), t0.Add(ttl), other, idem.AcquireCreated, "tok-next"},
+				// The same acquisition sent again: it holds the record already.
+				{"in flight, held by this token", s.holdAs(t, ctx, "tok-next"), t0.Add(time.Second), fp, idem.AcquireCreated, "tok-next"},
 			}
 			for _, tc := range cases {
 				id := idem.ID{Scope: "decide", Key: tc.name}
@@ -143,9 +145,14 @@ func TestAcquireReadFirstDecidesAsTheScript(t *testing.T) {
 
 // holdOf returns a setup leaving id in flight, held by tok-first from t0.
 func (s *Store) holdOf(t *testing.T, ctx context.Context) func(idem.ID) {
+	return s.holdAs(t, ctx, "tok-first")
+}
+
+// holdAs returns a setup leaving id in flight, held by token from t0.
+func (s *Store) holdAs(t *testing.T, ctx context.Context, token string) func(idem.ID) {
 	return func(id idem.ID) {
 		t.Helper()
-		if _, o, err := s.acquire(ctx, acquireAt(id, "tok-first", t0)); err != nil || o != idem.AcquireCreated {
+		if _, o, err := s.acquire(ctx, acquireAt(id, token, t0)); err != nil || o != idem.AcquireCreated {
 			t.Fatalf("acquire %v: %v, %v", id, o, err)
 		}
 	}

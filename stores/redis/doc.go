@@ -12,10 +12,12 @@
 //	engine := idem.New(idem.Config{Store: store})
 //
 // Each record is one Redis hash, named by the prefix and, as its Cluster
-// hash tag, the SHA-256 of its scope and key (see Store.Key). Every
-// operation is one atomic round trip: a Lua script that reads the record
-// and writes it in one step, or a single HMGET for Get; RenewBatch renews
-// many leases in one round trip per node, each lease atomically.
+// hash tag, the SHA-256 of its scope and key (see Store.Key). Every write
+// is one atomic round trip: a Lua script that reads the record and writes
+// it in one step. Get is a single HMGET, and so is Acquire's first step in
+// a storm of retries, which answers a live record without a script (see
+// Store.Acquire); RenewBatch renews many leases in one round trip per
+// node, each lease atomically.
 //
 // The scripts compare only times the Engine passes, never Redis's clock,
 // and a record's TTL is set from the difference of two such times, so

@@ -148,9 +148,11 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 
 // live reports whether rec is a record that a's acquisition cannot take,
 // as acquireScript decides: neither expired nor an in-flight record of the
-// same request whose lease has lapsed.
+// same request whose lease has lapsed. A record that a's own token holds
+// is left to the script too, which answers such an acquisition run again
+// with what the first run did.
 func live(rec *idem.Record, a idem.Acquire) bool {
-	if rec.Expired(a.Now) {
+	if rec.Expired(a.Now) || rec.State == idem.InFlight && rec.Token == a.Token {
 		return false
 	}
 	lapsed := rec.State == idem.InFlight && !a.Now.Before(rec.LeaseUntil)
