@@ -378,18 +378,13 @@ func (s *Store) acquire(x session, a idem.Acquire) (idem.Record, idem.AcquireOut
 	now, lease, expires := nanos(a.Now), nanos(a.LeaseUntil), nanos(a.ExpiresAt)
 	scope, key := hashID(a.ID)
 	st := &s.sql.native
-	if s.dialect == dialectPostgres && !s.order.ReadFirst() {
-		created, err := s.insert(x, scope, key, fp, a.Token, lease, now, expires)
-		if err != nil {
-			return idem.Record{}, 0, err
-		}
-		if created {
-			s.order.Saw(false)
-			return idem.Record{}, idem.AcquireCreated, nil
-		}
-	}
+	insertFirst := s.dialect == dialectPostgres && !s.order.ReadFirst()
 	for range maxAttempts {
-		rec, err := s.get(x, a.ID, scope, key)
+		rec, err := idem.Record{}, idem.ErrNotFound
+		if !insertFirst {
+			rec, err = s.get(x, a.ID, scope, key)
+		}
+		insertFirst = false
 		if errors.Is(err, idem.ErrNotFound) {
 			created, err := s.insert(x, scope, key, fp, a.Token, lease, now, expires)
 			if err != nil {
@@ -399,7 +394,7 @@ func (s *Store) acquire(x session, a idem.Acquire) (idem.Record, idem.AcquireOut
 				s.order.Saw(false)
 				return idem.Record{}, idem.AcquireCreated, nil
 			}
-			continue // the key was taken meanwhile
+			continue // the key is taken, or was taken meanwhile: read it
 		}
 		if err != nil {
 			return idem.Record{}, 0, err
