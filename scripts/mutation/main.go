@@ -41,15 +41,23 @@ type mutant struct {
 	old, new                        string
 }
 
-func main() {
-	list := flag.String("list", "scripts/mutation/mutants.txt", "the mutants")
-	only := flag.String("only", "", "comma-separated ids to run (default all)")
-	timeout := flag.Duration("timeout", 5*time.Minute, "bound on the tests of one mutant (a mutant that hangs them is killed)")
-	short := flag.Bool("short", false, "run the tests with -short (no database servers: their tests are skipped)")
-	flag.Parse()
+func main() { os.Exit(run(os.Args[1:])) }
+
+// run is the command on args; it returns the exit status: 0 every mutant
+// killed (or equivalent), 1 one survived or is stale, 2 it could not run.
+// The worktree is removed whatever the outcome.
+func run(args []string) int {
+	fs := flag.NewFlagSet("mutation", flag.ContinueOnError)
+	list := fs.String("list", "scripts/mutation/mutants.txt", "the mutants")
+	only := fs.String("only", "", "comma-separated ids to run (default all)")
+	timeout := fs.Duration("timeout", 5*time.Minute, "bound on the tests of one mutant (a mutant that hangs them is killed)")
+	short := fs.Bool("short", false, "run the tests with -short (no database servers: their tests are skipped)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
 	mutants, err := parse(*list)
 	if err != nil {
-		fatal(err)
+		return fail(err)
 	}
 	if *only != "" {
 		keep := map[string]bool{}
@@ -66,7 +74,7 @@ func main() {
 	}
 	dir, cleanup, err := worktree()
 	if err != nil {
-		fatal(err)
+		return fail(err)
 	}
 	defer cleanup()
 
@@ -101,8 +109,9 @@ func main() {
 		fmt.Printf("survivor: %s\n", id)
 	}
 	if stale > 0 || survived > 0 {
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
 
 // try plants m in the worktree at dir, runs its tests, and restores the file.
@@ -188,6 +197,7 @@ func worktree() (string, func(), error) {
 	}
 	wt := filepath.Join(dir, "repo")
 	if out, err := exec.Command("git", "worktree", "add", "--detach", wt, "HEAD").CombinedOutput(); err != nil {
+		_ = os.RemoveAll(dir)
 		return "", nil, fmt.Errorf("git worktree add: %v: %s", err, out)
 	}
 	return wt, func() {
@@ -260,7 +270,8 @@ func parse(path string) ([]mutant, error) {
 	return ms, sc.Err()
 }
 
-func fatal(err error) {
+// fail reports why the command could not run, and returns its status.
+func fail(err error) int {
 	fmt.Fprintln(os.Stderr, "mutation:", err)
-	os.Exit(2)
+	return 2
 }
