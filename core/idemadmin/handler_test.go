@@ -20,7 +20,13 @@ import (
 func TestHandlerOnMemstore(t *testing.T) {
 	store := memstore.New(memstore.WithPurgeInterval(0))
 	defer store.Close()
-	now := time.Now()
+	// A time without a monotonic reading, as a time sent over the wire is:
+	// the store reckons it by the wall clock, so the times it reports come
+	// back exact. With time.Now's monotonic reading the store keeps the
+	// monotonic offset from its start, and the wall time it reports back
+	// can differ from the caller's by however far the wall clock was
+	// slewed meanwhile (a few hundred nanoseconds failed this test).
+	now := time.Now().Round(0)
 	var paths []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		paths = append(paths, r.URL.String())
