@@ -130,13 +130,13 @@ func (s *Store) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.
 		return idem.Record{}, 0, fmt.Errorf("redisstore: acquire: %w", err)
 	}
 	if !s.topo.replicaReads && s.order.ReadFirst() {
-		rec, err := s.Get(ctx, a.ID)
+		rec, err := s.read(ctx, "acquire", a.ID)
 		switch {
 		case err == nil && live(&rec, a):
 			s.order.Saw(true)
 			return rec, idem.AcquireExisting, nil
 		case err != nil && !errors.Is(err, idem.ErrNotFound):
-			return idem.Record{}, 0, fmt.Errorf("redisstore: acquire: %w", err)
+			return idem.Record{}, 0, err
 		}
 	}
 	rec, outcome, err := s.acquire(ctx, a)
@@ -261,9 +261,14 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return idem.Record{}, fmt.Errorf("redisstore: get: %w", err)
 	}
+	return s.read(ctx, "get", id)
+}
+
+// read is Get's HMGET, for the store call op.
+func (s *Store) read(ctx context.Context, op string, id idem.ID) (idem.Record, error) {
 	v, err := s.c.HMGet(ctx, s.Key(id), recordFields...).Result()
 	if err != nil {
-		return idem.Record{}, fmt.Errorf("redisstore: get: %w", err)
+		return idem.Record{}, fmt.Errorf("redisstore: %s: %w", op, err)
 	}
 	return decodeRecord(id, v)
 }
