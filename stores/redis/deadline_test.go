@@ -8,6 +8,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/acquireorder"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -25,6 +26,15 @@ func TestDeadlineOfHungRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The same store leaning to read first, as in a storm of retries:
+	// its Acquire starts with an HMGET.
+	reads, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range acquireorder.Bound + 1 {
+		reads.order.Saw(true)
+	}
 	ping(t, c)
 	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -34,7 +44,11 @@ func TestDeadlineOfHungRedis(t *testing.T) {
 	id := idem.ID{Key: "hung"}
 	calls := map[string]func(context.Context) error{
 		"Acquire": func(ctx context.Context) error { _, _, err := s.Acquire(ctx, acquireAt(id, "tok", t0)); return err },
-		"Renew":   func(ctx context.Context) error { return s.Renew(ctx, id, "tok", t0) },
+		"Acquire, reading first": func(ctx context.Context) error {
+			_, _, err := reads.Acquire(ctx, acquireAt(id, "tok", t0))
+			return err
+		},
+		"Renew": func(ctx context.Context) error { return s.Renew(ctx, id, "tok", t0) },
 		"Complete": func(ctx context.Context) error {
 			return s.Complete(ctx, id, "tok", idem.Completion{Response: idem.Response{Status: 200}, CompletedAt: t0, ExpiresAt: t0})
 		},
