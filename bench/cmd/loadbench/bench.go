@@ -48,7 +48,8 @@ func (b *bench) childDir() (string, error) {
 func (b *bench) serveArgs(spec, dir string, purge time.Duration) []string {
 	return []string{"-child", "serve", "-child-spec", spec, "-child-dir", dir,
 		"-child-max-records", strconv.Itoa(b.cfg.memMaxRecords),
-		"-child-purge-interval", purge.String(), "-child-pool", strconv.Itoa(b.cfg.fleetPool)}
+		"-child-purge-interval", purge.String(), "-child-pool", strconv.Itoa(b.cfg.fleetPool),
+		"-child-ablate", string(b.cfg.ablation)}
 }
 
 type addrReply struct{ Addr string }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"github.com/idemkit/idemkit/internal/costfloor"
 	"net"
 	"os"
 	"path/filepath"
@@ -23,6 +24,7 @@ type childOptions struct {
 	maxRecords    int
 	purgeInterval time.Duration
 	pool          int // fleet servers' connection pools
+	ablation      costfloor.Ablation
 	// inproc mode only
 	workloads  string
 	duration   time.Duration
@@ -33,7 +35,7 @@ type childOptions struct {
 func (o childOptions) build(dir string) (*servers.Server, error) {
 	fw, kind, _ := strings.Cut(o.spec, "/")
 	return servers.Build(servers.Options{Framework: fw, Kind: kind, Dir: dir, MaxRecords: o.maxRecords,
-		PurgeInterval: o.purgeInterval, Pool: o.pool,
+		PurgeInterval: o.purgeInterval, Pool: o.pool, Ablation: o.ablation,
 		PostgresDSN: os.Getenv(servers.PostgresEnv), RedisAddr: os.Getenv(servers.RedisEnv)})
 }
 

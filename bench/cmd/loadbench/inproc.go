@@ -66,7 +66,7 @@ func (b *bench) inprocChild(spec string, workloads []string, d time.Duration, pr
 	}
 	args := []string{"-child", "inproc", "-child-spec", spec, "-child-dir", dir,
 		"-child-max-records", strconv.Itoa(b.cfg.memMaxRecords), "-child-purge-interval", "0s",
-		"-child-pool", strconv.Itoa(b.cfg.fleetPool),
+		"-child-pool", strconv.Itoa(b.cfg.fleetPool), "-child-ablate", string(b.cfg.ablation),
 		"-child-workloads", strings.Join(workloads, ","), "-child-duration", d.String(),
 		"-child-prefix", strconv.FormatUint(uint64(prefix()), 10)}
 	if profileDir != "" {

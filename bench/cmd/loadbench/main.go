@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/idemkit/idemkit/internal/costfloor"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -58,6 +59,7 @@ type config struct {
 	purgeRate                   float64
 	purgeBase, purgeCap         time.Duration
 	memMaxRecords               int
+	ablation                    costfloor.Ablation
 	profileDir                  string
 	profileConfigs              []string
 	profileDuration             time.Duration
@@ -75,6 +77,7 @@ func main() {
 	flag.IntVar(&child.maxRecords, "child-max-records", 0, "internal: memory store bound")
 	flag.DurationVar(&child.purgeInterval, "child-purge-interval", 0, "internal: GORM store purge interval (<0: none)")
 	flag.IntVar(&child.pool, "child-pool", 0, "internal: connection pool of the fleet servers")
+	childAblation := flag.String("child-ablate", "", "internal: what is taken out of the memory-store configuration")
 	flag.StringVar(&child.workloads, "child-workloads", "", "internal: in-process workloads")
 	flag.DurationVar(&child.duration, "child-duration", 0, "internal: in-process duration per workload")
 	childPrefix := flag.Uint64("child-prefix", 1, "internal: key prefix")
@@ -114,6 +117,9 @@ func main() {
 	flag.DurationVar(&c.purgeBase, "purge-base", 0, "measurement without a purge (default 3s quick, 10s full)")
 	flag.DurationVar(&c.purgeCap, "purge-cap", 0, "longest measurement during a purge (default 60s quick, 5m full)")
 	flag.IntVar(&c.memMaxRecords, "mem-max-records", 8_000_000, "memory store bound (high enough that no run fills it)")
+	ablation := flag.String("ablate", "none", "for analysis: what to take out of the memory-store configuration (none, "+
+		string(costfloor.RawFingerprint)+", "+string(costfloor.NoStore)+", "+string(costfloor.NoStoreNoFingerprint)+
+		"); the pages then say so")
 	flag.StringVar(&c.profileDir, "profile", "", "write CPU and allocation profiles of First (or -profile-workload) here")
 	profileConfigs := flag.String("profile-configs", "nethttp/bare,nethttp/mem,fiber/bare,fiber/mem,fiber/builtin,nethttp/sqlite,nethttp/insert",
 		"configurations profiled with -profile")
@@ -122,6 +128,15 @@ func main() {
 	flag.DurationVar(&c.timeout, "timeout", 0, "bound on the whole command (default 10m quick, 60m full)")
 	flag.BoolVar(&c.verbose, "v", true, "print each run's figures to stderr")
 	flag.Parse()
+
+	var err error
+	if child.ablation, err = costfloor.Parse(*childAblation); err == nil {
+		c.ablation, err = costfloor.Parse(*ablation)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "loadbench:", err)
+		os.Exit(2)
+	}
 
 	switch childMode {
 	case "serve":
@@ -244,7 +259,7 @@ func run(c config) error {
 		Mode: pick(c.quick, "quick", "full"), Reps: c.reps, Warmup: c.warmup, Duration: c.duration,
 		Conns: c.conns, TargetConns: targetConns(c.conns), InProcDuration: c.inprocDuration,
 		ScaleSmall: c.scaleSmall, ScaleBig: c.scaleBig, ScaleDuration: c.scaleDuration,
-		MemMaxRecords: c.memMaxRecords,
+		MemMaxRecords: c.memMaxRecords, Ablation: string(c.ablation),
 	}
 	if len(fleet) > 0 {
 		b.data.Setup.Fleet = &report.Fleet{Servers: fleet, Conns: c.fleetConns, TargetConns: targetConns(c.fleetConns),

@@ -62,6 +62,10 @@ type Setup struct {
 	ScaleBig         int
 	ScaleDuration    time.Duration
 	MemMaxRecords    int
+	// Ablation names what was taken out of the memory-store
+	// configuration ("idemkit, memory"), for analysis: see
+	// internal/costfloor. Empty for idemkit as shipped.
+	Ablation string `json:",omitempty"`
 	// Fleet is set when the run measured the stores on a database server;
 	// runs before them have none.
 	Fleet *Fleet `json:",omitempty"`

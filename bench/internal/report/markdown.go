@@ -197,6 +197,9 @@ func writeMachine(b *strings.Builder, d *Data) {
 		fmt.Fprintf(b, "| database servers | %s, on loopback, started as the store tests start them (no fsync) |\n",
 			strings.Join(f.Servers, ", "))
 	}
+	if a := d.Setup.Ablation; a != "" {
+		fmt.Fprintf(b, "| ablation | %s |\n", ablationNote(a))
+	}
 	b.WriteString("\n")
 	b.WriteString("To reproduce it, run from a clone of the repository, on an otherwise idle machine:\n\n")
 	b.WriteString("```sh\nmake bench-full   # about 35 minutes: this page, its chart, and bench/TARGETS.md\n" +
@@ -633,4 +636,11 @@ func sig3(x float64) string {
 	default:
 		return strconv.FormatFloat(x, 'f', 2, 64)
 	}
+}
+
+// ablationNote says that the memory-store rows of a run are not idemkit as
+// shipped.
+func ablationNote(a string) string {
+	return fmt.Sprintf("`%s`: the rows \"%s\" measure idemkit with that part taken out "+
+		"(internal/costfloor), not idemkit as shipped", a, KindNames["mem"])
 }

@@ -346,3 +346,20 @@ func TestBeforeAndAfterKeepsConcurrenciesApart(t *testing.T) {
 		}
 	}
 }
+
+// A run with parts of idemkit taken out says so on both pages, and a run of
+// idemkit as shipped says nothing of it.
+func TestAblationIsStated(t *testing.T) {
+	d := sample()
+	for _, md := range []string{Markdown(d, "c.svg"), TargetsMarkdown(d)} {
+		if strings.Contains(md, "ablation") {
+			t.Errorf("a run of idemkit as shipped mentions an ablation")
+		}
+	}
+	d.Setup.Ablation = "no-store"
+	for name, md := range map[string]string{"user's page": Markdown(d, "c.svg"), "targets page": TargetsMarkdown(d)} {
+		if !strings.Contains(md, "| ablation | `no-store`: the rows \"idemkit, memory\" measure idemkit with that part taken out") {
+			t.Errorf("the %s does not say the memory-store rows were ablated", name)
+		}
+	}
+}

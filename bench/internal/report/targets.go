@@ -246,7 +246,11 @@ func TargetsMarkdown(d *Data) string {
 		"`bench/cmd/loadbench -targets`; the figures, and how they are measured, are on that page.\n\n")
 	fmt.Fprintf(&b, "| | |\n| --- | --- |\n| command | `%s` |\n| mode | %s, %d repetitions |\n| started | %s, took %s |\n",
 		m.Command, d.Setup.Mode, d.Setup.Reps, m.Started.UTC().Format("2006-01-02 15:04 MST"), m.Took.Round(time.Second))
-	fmt.Fprintf(&b, "| machine | %s, %d cores, %s, %s |\n\n", m.CPU, m.CPUs, m.GoVersion, m.OS)
+	fmt.Fprintf(&b, "| machine | %s, %d cores, %s, %s |\n", m.CPU, m.CPUs, m.GoVersion, m.OS)
+	if a := d.Setup.Ablation; a != "" {
+		fmt.Fprintf(&b, "| ablation | %s |\n", ablationNote(a))
+	}
+	b.WriteString("\n")
 	b.WriteString("## Targets\n\n")
 	writeTargets(&b, Targets(d))
 	b.WriteString("\n")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/idemkit/idemkit/internal/costfloor"
 	"io"
 	"net"
 	"net/http"
@@ -87,6 +88,10 @@ type Options struct {
 	// DefaultPool).
 	PostgresDSN, RedisAddr string
 	Pool                   int
+	// Ablation takes parts out of the memory-store configuration's
+	// Engine, for analysis (see internal/costfloor); the other
+	// configurations ignore it.
+	Ablation costfloor.Ablation
 }
 
 // Server is a built server, ready to serve on a listener or to be called
@@ -131,7 +136,7 @@ func Build(o Options) (*Server, error) {
 	case Mem:
 		s.Mem = memstore.New(memstore.WithMaxRecords(o.MaxRecords))
 		s.closers = append(s.closers, func() { s.Mem.Close() })
-		s.Engine = idem.New(idem.Config{Store: s.Mem})
+		s.Engine = idem.New(o.Ablation.Apply(idem.Config{Store: s.Mem}))
 	case SQLite:
 		if err := s.buildGORM(o); err != nil {
 			s.Close()

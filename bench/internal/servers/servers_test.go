@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/bench/internal/httpwire"
+	"github.com/idemkit/idemkit/internal/costfloor"
 )
 
 func build(t *testing.T, framework, kind string) *Server {
@@ -300,4 +301,38 @@ func written(t *testing.T, s *Server, ns string) int64 {
 		}
 	}
 	return n
+}
+
+// TestAblation: an ablated memory-store configuration keeps nothing in the
+// store, and the other configurations ignore the option.
+func TestAblation(t *testing.T) {
+	for _, fw := range []string{"nethttp", "fiber"} {
+		s, err := Build(Options{Framework: fw, Kind: Mem, MaxRecords: 1 << 20, Ablation: costfloor.NoStore})
+		if err != nil {
+			t.Fatal(err)
+		}
+		inv := s.Invoker()
+		key := make([]byte, httpwire.KeyLen)
+		httpwire.FormatKey(key, 1, 0, 0)
+		for range 2 {
+			if got := inv.Do(key); got != http.StatusCreated {
+				t.Errorf("%s: %d, want 201", fw, got)
+			}
+		}
+		if n := s.Mem.Stats().Records; n != 0 {
+			t.Errorf("%s: the memory store holds %d records with the store taken out", fw, n)
+		}
+		s.Close()
+	}
+	s, err := Build(Options{Framework: "nethttp", Kind: Mem, MaxRecords: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	key := make([]byte, httpwire.KeyLen)
+	httpwire.FormatKey(key, 1, 0, 0)
+	s.Invoker().Do(key)
+	if n := s.Mem.Stats().Records; n != 1 {
+		t.Errorf("idemkit as shipped: the memory store holds %d records, want 1", n)
+	}
 }
