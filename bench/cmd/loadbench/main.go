@@ -105,7 +105,7 @@ func main() {
 	fleetConns := flag.String("fleet-conns", "", "loopback concurrencies of postgres, pginsert, redis and setnx (default 16 quick, 16,64 full)")
 	flag.IntVar(&c.fleetPool, "fleet-pool", servers.DefaultPool, "connections in the pool of each of postgres, pginsert, redis and setnx")
 	flag.IntVar(&c.reps, "reps", 0, "repetitions (default 3 quick, 4 full)")
-	flag.DurationVar(&c.warmup, "warmup", 0, "warm-up per loopback run (default 150ms quick, 250ms full)")
+	flag.DurationVar(&c.warmup, "warmup", 0, "warm-up per loopback run (default 100ms quick, 250ms full)")
 	flag.DurationVar(&c.duration, "duration", 0, "measured window per loopback run (default 400ms quick, 1s full)")
 	flag.IntVar(&c.maxRequests, "max-requests", 2_000_000, "bound on the requests measured per run")
 	flag.DurationVar(&c.inprocDuration, "inproc-duration", 0, "per in-process figure (default 300ms quick, 1s full)")
@@ -173,7 +173,7 @@ func main() {
 			*d = pick(c.quick, quick, full)
 		}
 	}
-	def(&c.warmup, 150*time.Millisecond, 250*time.Millisecond)
+	def(&c.warmup, 100*time.Millisecond, 250*time.Millisecond)
 	def(&c.duration, 400*time.Millisecond, time.Second)
 	def(&c.inprocDuration, 300*time.Millisecond, time.Second)
 	def(&c.scaleDuration, time.Second, 2*time.Second)
