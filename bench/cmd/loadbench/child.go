@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"github.com/idemkit/idemkit/internal/costfloor"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/bench/internal/servers"
+	"github.com/idemkit/idemkit/internal/costfloor"
 )
 
 // childOptions are what the parent passes a child on its command line.

@@ -23,7 +23,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"github.com/idemkit/idemkit/internal/costfloor"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -33,6 +32,7 @@ import (
 
 	"github.com/idemkit/idemkit/bench/internal/report"
 	"github.com/idemkit/idemkit/bench/internal/servers"
+	"github.com/idemkit/idemkit/internal/costfloor"
 )
 
 // config is the parent's configuration, from flags.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/idemkit/idemkit/internal/costfloor"
 	"io"
 	"net"
 	"net/http"
@@ -32,6 +31,7 @@ import (
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemhttp"
 	"github.com/idemkit/idemkit/core/memstore"
+	"github.com/idemkit/idemkit/internal/costfloor"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 	"github.com/idemkit/idemkit/stores/gorm/sqlitedb"
 )
