@@ -191,7 +191,7 @@ func waitFor(t *testing.T, d time.Duration, check func() string) {
 // headless Chromium (see picturesEnv).
 func TestPrometheusScrapesTheDemo(t *testing.T) {
 	if testing.Short() {
-		t.Skip("starts Prometheus, the demo and its storm: make test runs it")
+		t.Skip("-short skips it: it starts Prometheus, the demo and its storm (make test runs it)")
 	}
 	prometheus := lookPath(t, "prometheus", "prometheus", "the demo's metrics are scraped by a real Prometheus")
 	chromium := lookPath(t, orDefault(os.Getenv("IDEMKIT_CHROMIUM"), "chromium"), "chromium", "Prometheus's graph is photographed in it")
