@@ -12,24 +12,15 @@ import (
 	"testing"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/internal/costfloor"
 )
-
-// createdStore answers every Acquire as a new key and stores nothing, so
-// that counting allocations counts the Engine's alone.
-type createdStore struct{ idem.Store }
-
-func (createdStore) Acquire(_ context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
-	return idem.Record{}, idem.AcquireCreated, nil
-}
-func (createdStore) Complete(context.Context, idem.ID, string, idem.Completion) error { return nil }
-func (createdStore) Local()                                                           {}
 
 // A handler that never looks at its context's cancellation costs nothing
 // for it: the request's context (cancellable, as net/http's is) gets no
 // child registered, and the first request allocates no more than with a
 // context that cannot be cancelled.
 func TestUnwatchedLockContextAllocs(t *testing.T) {
-	e := idem.New(quietConfig(createdStore{}))
+	e := idem.New(quietConfig(costfloor.NothingStored()))
 	req := charge(`"k"`, `{"amount":100}`)
 	run := func(ctx context.Context) float64 {
 		return testing.AllocsPerRun(200, func() {
@@ -71,7 +62,7 @@ func TestUnwatchedLockContextAllocs(t *testing.T) {
 // headers, whether the adapter hands over an http.Header or a
 // headerAppender.
 func TestFinishHeaderAllocs(t *testing.T) {
-	e := idem.New(quietConfig(createdStore{}))
+	e := idem.New(quietConfig(costfloor.NothingStored()))
 	req := charge(`"k"`, `{"amount":100}`)
 	run := func(h idem.HeaderReader) float64 {
 		return testing.AllocsPerRun(200, func() {

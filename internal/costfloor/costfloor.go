@@ -55,9 +55,9 @@ func (a Ablation) Apply(cfg idem.Config) idem.Config {
 	case RawFingerprint:
 		cfg.Fingerprint = rawFingerprint
 	case NoStore:
-		cfg.Store = nothingStored{}
+		cfg.Store = NothingStored()
 	case NoStoreNoFingerprint:
-		cfg.Store = nothingStored{}
+		cfg.Store = NothingStored()
 		cfg.Fingerprint = func(idem.Request) idem.Fingerprint { return idem.Fingerprint{} }
 	}
 	return cfg
@@ -74,6 +74,10 @@ func rawFingerprint(r idem.Request) idem.Fingerprint {
 	h.Sum(fp[:0])
 	return fp
 }
+
+// NothingStored returns the store of NoStore: a local store that keeps
+// nothing, for measuring (or counting the allocations of) the Engine alone.
+func NothingStored() idem.Store { return nothingStored{} }
 
 // nothingStored is a local store that keeps nothing: Acquire always takes
 // a new key, and every other call succeeds without effect.
