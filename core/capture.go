@@ -115,7 +115,11 @@ func (c *ResponseCapture) Status() int { return c.status }
 // FinishHTTP). ctx is the request's context as the adapter received it.
 func (c *ResponseCapture) End(ctx context.Context, status int) {
 	if c.streamed {
-		_ = c.lock.Abandon(ctx, ReasonStreamed)
+		if c.lock.Abandon(ctx, ReasonStreamed).Withhold() {
+			// What was flushed is gone; cut the connection before the rest
+			// goes, if it can still be reached (a hijacked one cannot).
+			_ = http.NewResponseController(c.ResponseWriter).SetWriteDeadline(pastDeadline)
+		}
 		return
 	}
 	c.lock.FinishHTTP(ctx, c.ResponseWriter, status, c.ResponseWriter.Header())

@@ -339,13 +339,16 @@ func (e *Engine) timeoutContext(ctx context.Context, d time.Duration) (context.C
 }
 
 // WithheldResponse is what an adapter that can still replace the handler's
-// response sends instead of one whose work was rolled back (Lock.Finish
-// returned ErrRolledBack): a 503 store-unavailable problem with
-// Retry-After, which the client retries with its key. Adapters whose
-// response may already be under way abort it instead (abortResponse).
+// response sends instead of one that must be withheld (Finished.Withhold:
+// its work was rolled back, or another request holds its key now): a 503
+// store-unavailable problem with Retry-After, which the client retries
+// with its key, to get the key's outcome or run the request again.
+// Adapters whose response may already be under way abort it instead
+// (abortResponse).
 func (e *Engine) WithheldResponse() Response {
 	return e.problem(ProblemStoreUnavailable,
-		"The request's work could not be recorded, so it was undone. Retry with the same key.")
+		"The request's outcome could not be recorded (its work was undone, or another request holds its key now), "+
+			"so it is not sent. Retry with the same key.")
 }
 
 // BodyTooLarge is the 413 payload-too-large problem for a request body over

@@ -49,7 +49,20 @@ func header(kv ...string) http.Header {
 func finish(t *testing.T, l *idem.Lock, body string) error {
 	t.Helper()
 	l.Write([]byte(body))
-	return l.Finish(context.Background(), 201, header("Content-Type", "application/json"))
+	return recorded(l.Finish(context.Background(), 201, header("Content-Type", "application/json")))
+}
+
+// recorded is nil for a Lock's end that recorded its response, and an
+// error saying what became of it otherwise (wrapping ErrLockLost for
+// LockLost).
+func recorded(f idem.Finished) error {
+	switch f.Outcome {
+	case idem.Recorded:
+		return nil
+	case idem.LockLost:
+		return fmt.Errorf("%v (%s): %w", f.Outcome, f.Reason, idem.ErrLockLost)
+	}
+	return fmt.Errorf("%v (%s): %w", f.Outcome, f.Reason, f.Err)
 }
 
 func TestRenewalKeepsSlowHandlerLocked(t *testing.T) {
@@ -236,7 +249,7 @@ func TestFinishStoresAfterClientLeft(t *testing.T) {
 	d := e.Begin(ctx, charge("k", `{}`))
 	cancel() // the client disconnects while the handler runs
 	d.Lock.Write([]byte("done"))
-	if err := d.Lock.Finish(ctx, 200, nil); err != nil {
+	if err := recorded(d.Lock.Finish(ctx, 200, nil)); err != nil {
 		t.Fatal(err)
 	}
 	if r := e.Begin(context.Background(), charge("k", `{}`)); !r.Replayed || string(r.Response.Body) != "done" {
@@ -251,8 +264,8 @@ func TestResponseOverLimitIsReleased(t *testing.T) {
 	d := e.Begin(context.Background(), charge("k", `{}`))
 	d.Lock.Write([]byte("0123456"))
 	d.Lock.Write([]byte("789A"))
-	if err := d.Lock.Finish(context.Background(), 200, nil); err != nil {
-		t.Fatal(err)
+	if f := d.Lock.Finish(context.Background(), 200, nil); f.Outcome != idem.NotRecorded || f.Reason != idem.ReasonTooLarge || f.Err != nil {
+		t.Fatalf("Finish of a response over the limit: %+v, want it not recorded as too large", f)
 	}
 	if r := e.Begin(context.Background(), charge("k", `{}`)); r.Lock == nil {
 		t.Fatalf("retry after an oversized response: %+v, want to run again", r)

@@ -46,8 +46,8 @@ func ExampleEngine_Begin() {
 			charges++
 			fmt.Fprintf(d.Lock, `{"id":"ch_%d"}`, charges)
 			header := http.Header{"Content-Type": {"application/json"}}
-			if err := d.Lock.Finish(ctx, http.StatusCreated, header); err != nil {
-				fmt.Println("not recorded:", err)
+			if f := d.Lock.Finish(ctx, http.StatusCreated, header); f.Outcome != idem.Recorded {
+				fmt.Println("not recorded:", f.Outcome, f.Reason, f.Err)
 			}
 			fmt.Println("ran the handler, charge", charges)
 		}

@@ -137,11 +137,14 @@ type headerAppender interface {
 // gone; its retry still deserves the replay), within Config.StoreTimeout,
 // and the lease is renewed until the store has answered, so that a slow
 // completion never lets a retry run the handler again.
-// It returns the store's error, if any, for callers that care; adapters
-// may ignore it, as it is also reported through the Engine's events.
-func (l *Lock) Finish(ctx context.Context, status int, header HeaderReader) error {
+//
+// It reports what became of the response (see Outcome): the adapter must
+// act on it, and withhold a response whose work was rolled back or whose
+// key another request holds (Finished.Withhold). A Lock's second end
+// reports the zero Finished.
+func (l *Lock) Finish(ctx context.Context, status int, header HeaderReader) Finished {
 	if !l.finishing() {
-		return nil
+		return Finished{}
 	}
 	defer l.end()
 	detached := l.detach(ctx)
@@ -162,7 +165,7 @@ func (l *Lock) Finish(ctx context.Context, status int, header HeaderReader) erro
 // captured body and headers are lent to it and recycled once Complete
 // returns. A completion that failed releases the key (detached is the
 // context for that second call).
-func (l *Lock) complete(ctx, detached context.Context, status int, header HeaderReader) error {
+func (l *Lock) complete(ctx, detached context.Context, status int, header HeaderReader) Finished {
 	hs := l.sent
 	var stored []HeaderField
 	if hs != nil {
@@ -186,16 +189,17 @@ func (l *Lock) complete(ctx, detached context.Context, status int, header Header
 	l.recycleBody()
 	hs.recycle()
 	done := elapsed(start)
+	f := finished(err, "", true)
 	ev := l.e.event(EventStored, l.method, l.path, l.id.Key, l.began, done)
 	ev.Status, ev.StoreCall, ev.StoreLatency = status, "complete", done.Sub(start)
 	switch {
-	case err == nil:
+	case f.Outcome == Recorded:
 		l.e.emit(ctx, &ev, slog.LevelDebug)
-	case errors.Is(err, ErrLockLost):
+	case f.Outcome == LockLost:
 		ev.Kind, ev.Reason = EventNotStored, ReasonLockLost
 		l.e.emit(ctx, &ev, slog.LevelWarn)
 	default:
-		ev.Kind, ev.Reason, ev.Err = EventNotStored, ReasonStore, err
+		ev.Kind, ev.Reason, ev.Err = EventNotStored, f.Reason, err
 		l.e.emit(ctx, &ev, slog.LevelError)
 		// The record may still be in flight: free it now rather than after
 		// its lease. If the store is down this fails too, and the lease
@@ -205,7 +209,7 @@ func (l *Lock) complete(ctx, detached context.Context, status int, header Header
 		_ = l.e.cfg.Store.Release(rctx, l.id, l.token)
 		cancel()
 	}
-	return err
+	return f
 }
 
 // wholeBody reports whether the captured body can be the whole response:
@@ -229,10 +233,12 @@ func (l *Lock) wholeBody(header HeaderReader) bool {
 
 // Abandon ends the Lock without storing anything: the handler panicked, or
 // its response was streamed, hijacked or otherwise not captured whole. The
-// key is released at once so a retry runs the handler again.
-func (l *Lock) Abandon(ctx context.Context, reason Reason) error {
+// key is released at once so a retry runs the handler again. It reports
+// what became of the response, as Finish does: NotRecorded, or RolledBack
+// and LockLost, which the adapter acts on as for Finish.
+func (l *Lock) Abandon(ctx context.Context, reason Reason) Finished {
 	if !l.finishing() {
-		return nil
+		return Finished{}
 	}
 	defer l.end()
 	ctx, cancel := l.e.storeContext(l.detach(ctx))
@@ -310,22 +316,22 @@ func (*detachedCtx) Err() error                  { return nil }
 func (c *detachedCtx) Value(key any) any         { return c.parent.Value(key) }
 func (c *detachedCtx) String() string            { return "idem.Lock.detached" }
 
-func (l *Lock) release(ctx context.Context, reason Reason, status int) error {
+// release frees the key for a response not recorded for reason. A
+// transactional store rolls the handler's writes back with it, and says so.
+func (l *Lock) release(ctx context.Context, reason Reason, status int) Finished {
 	l.recycleBody()
 	start := time.Now()
 	err := l.e.cfg.Store.Release(ctx, l.id, l.token)
 	done := elapsed(start)
+	f := finished(err, reason, false)
 	ev := l.e.event(EventNotStored, l.method, l.path, l.id.Key, l.began, done)
 	ev.Status, ev.Reason, ev.StoreCall, ev.StoreLatency = status, reason, "release", done.Sub(start)
 	level := slog.LevelDebug
-	if err != nil && !errors.Is(err, ErrLockLost) {
+	if err != nil && !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrRolledBack) {
 		ev.Err, level = err, slog.LevelError
 	}
 	l.e.emit(ctx, &ev, level)
-	if errors.Is(err, ErrLockLost) {
-		return nil // someone else holds or finished the key: nothing of ours to free
-	}
-	return err
+	return f
 }
 
 var captureBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}

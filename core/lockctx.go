@@ -15,13 +15,19 @@ type heldKey struct{}
 // token: it changes with every holder of the key, so a handler may pass it
 // (or the scoped key) downstream, to a payment provider's own idempotency
 // key or a conditional write, and the receiver can tell a stale holder from
-// the current one. It reports false outside a guarded handler.
+// the current one. It reports false outside a guarded handler. Within a
+// job's function (Engine.Do), the ID is the job's scope and key as given,
+// not the JobID its record is stored under.
 func HeldKey(ctx context.Context) (Held, bool) {
 	l, ok := ctx.Value(heldKey{}).(*Lock)
 	if !ok {
 		return Held{}, false
 	}
-	return Held{ID: l.id, Token: l.token}, true
+	id := l.id
+	if l.method == jobMethod {
+		id.Key = id.Key[len(jobKeyPrefix):]
+	}
+	return Held{ID: id, Token: l.token}, true
 }
 
 // lockCtx is a running handler's context: the request's, made cancellable

@@ -76,8 +76,8 @@ func (d *Decision) WriteTo(w http.ResponseWriter) {
 
 // FinishHTTP is Lock.Finish for adapters built on net/http: it records the
 // response the handler wrote to w, and withholds that response (see
-// abortResponse) when the store rolled the handler's writes back with a
-// failed completion (ErrRolledBack).
+// abortResponse) when Finish says it must (Finished.Withhold): the store
+// rolled the handler's writes back, or another request holds the key.
 //
 // One response is neither stored nor released: the answer of a timeout
 // middleware registered inside idemkit that gave up on the handler
@@ -93,15 +93,21 @@ func (l *Lock) FinishHTTP(ctx context.Context, w http.ResponseWriter, status int
 		l.LeaveRunning(ctx, status, strings.TrimSuffix(l.timeoutInside, "."))
 		return
 	}
-	if err := l.Finish(ctx, status, header); errors.Is(err, ErrRolledBack) {
-		abortResponse(w) // a success for work that was rolled back must not reach the client
+	withholdHTTP(w, l.Finish(ctx, status, header))
+}
+
+// withholdHTTP breaks off the response written to w when f says it must
+// not reach the client (see abortResponse).
+func withholdHTTP(w http.ResponseWriter, f Finished) {
+	if f.Withhold() {
+		abortResponse(w) // a success for work undone, or not the key's outcome, must not reach the client
 	}
 }
 
 // abortResponse withholds the response written to w so far and ends the
-// connection, for a Finish that returned ErrRolledBack: the client then
-// sees a broken connection, not a success for work that was rolled back,
-// and retries with its key. It sets a write deadline in the past through
+// connection, for a Finish whose outcome must be withheld: the client then
+// sees a broken connection, not a success for work that was rolled back
+// (or that is not the key's outcome), and retries with its key. It sets a write deadline in the past through
 // http.ResponseController, so that net/http's buffered response (the
 // status line included, for a body of up to about 4 KB) never leaves the
 // process, whatever recovery middleware runs around the handler. Limits:
@@ -111,11 +117,15 @@ func (l *Lock) FinishHTTP(ctx context.Context, w http.ResponseWriter, status int
 // panic with http.ErrAbortHandler, which a recovery middleware that
 // swallows it (gin.Recovery does) turns back into delivery.
 func abortResponse(w http.ResponseWriter) {
-	if http.NewResponseController(w).SetWriteDeadline(time.Unix(1, 0)) == nil {
+	if http.NewResponseController(w).SetWriteDeadline(pastDeadline) == nil {
 		return
 	}
 	panic(http.ErrAbortHandler)
 }
+
+// pastDeadline is a write deadline that has passed: set on a connection, it
+// stops whatever is still buffered for it from being sent.
+var pastDeadline = time.Unix(1, 0)
 
 // delivery carries a guarded handler's response body to the client for an
 // adapter built on net/http, while the Lock keeps every byte the handler

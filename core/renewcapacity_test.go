@@ -54,7 +54,7 @@ func TestRenewalsKeepPaceWithTheStore(t *testing.T) {
 		t.Fatalf("%d of %d handlers were told their lease is lost, on a store that answers at once", lost, handlers)
 	}
 	for i, l := range locks {
-		if err := l.Finish(context.Background(), 201, nil); err != nil {
+		if err := recorded(l.Finish(context.Background(), 201, nil)); err != nil {
 			t.Fatalf("key %d: Finish: %v", i, err)
 		}
 	}

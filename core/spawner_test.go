@@ -58,7 +58,7 @@ func TestSpawnerStartsRenewals(t *testing.T) {
 	if n := store.renewals.Load(); n != 1 {
 		t.Fatalf("%d renewals once Advance returned, want 1", n)
 	}
-	if err := d.Lock.Finish(context.Background(), 201, nil); err != nil {
+	if err := recorded(d.Lock.Finish(context.Background(), 201, nil)); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -58,7 +58,11 @@ type Store interface {
 
 	// Release deletes the in-flight record held by token so that a retry runs
 	// the handler again. It returns ErrLockLost, and deletes nothing, when no
-	// in-flight record for id holds token.
+	// in-flight record for id holds token. A store whose completion commits
+	// the handler's own writes (the GORM store's transaction slot) rolls
+	// them back here, and then says so: its error wraps ErrRolledBack,
+	// alone if the record was deleted, so that the Engine withholds a
+	// response that reports work now undone.
 	Release(ctx context.Context, id ID, token string) error
 
 	// Get returns the record stored for id, expired or not, or ErrNotFound.

@@ -23,7 +23,6 @@ package idemfiber
 
 import (
 	"bytes"
-	"errors"
 	"strings"
 	"sync"
 
@@ -117,16 +116,14 @@ func run(c *fiber.Ctx, e *idem.Engine, lock *idem.Lock) error {
 	}
 	resp := c.Response()
 	if resp.IsBodyStream() || c.Context().Hijacked() {
-		_ = lock.Abandon(ctx, idem.ReasonStreamed)
+		if lock.Abandon(ctx, idem.ReasonStreamed).Withhold() && !c.Context().Hijacked() {
+			withhold(e, resp)
+		}
 		return nil
 	}
 	_, _ = lock.Write(resp.Body()) // Write copies
-	if err := lock.Finish(ctx, resp.StatusCode(), (*responseHeader)(resp)); errors.Is(err, idem.ErrRolledBack) {
-		// A success for work that was rolled back must not reach the client.
-		// Nothing is sent yet: answer what happened instead.
-		withheld := e.WithheldResponse()
-		resp.Reset()
-		respond(resp, &withheld, false)
+	if lock.Finish(ctx, resp.StatusCode(), (*responseHeader)(resp)).Withhold() {
+		withhold(e, resp)
 	}
 	return nil
 }
@@ -267,3 +264,13 @@ func sendsContentType(resp *fasthttp.Response) bool {
 // scratchHeaders keeps the headers sendsContentType copies into, so that
 // a 204 costs no allocation once the pool is warm.
 var scratchHeaders = sync.Pool{New: func() any { return new(fasthttp.ResponseHeader) }}
+
+// withhold replaces the response in resp, which describes work that was
+// rolled back or is not the key's outcome (idem.Finished.Withhold), with
+// the Engine's answer for it. Nothing is sent yet: fasthttp writes the
+// response once the handler chain returns.
+func withhold(e *idem.Engine, resp *fasthttp.Response) {
+	withheld := e.WithheldResponse()
+	resp.Reset()
+	respond(resp, &withheld, false)
+}

@@ -116,3 +116,30 @@ func TestDocsRecordedCodes(t *testing.T) {
 		}
 	}
 }
+
+// TestDocsOtherAnswers checks the table of the interceptor's answers that
+// are no problem of the Engine's against the reasons and codes it sends.
+func TestDocsOtherAnswers(t *testing.T) {
+	want := map[string]codes.Code{reasonHandlerTimeout: codes.Unavailable, reasonLeaseLost: codes.Unavailable,
+		reasonKeyNotAccepted: codes.FailedPrecondition}
+	for _, doc := range statusDocs {
+		rows := docTable(t, doc, "grpc-other-answers")
+		if len(rows) != len(want) {
+			t.Errorf("%s: %d rows, want %d", doc, len(rows), len(want))
+		}
+		for _, row := range rows {
+			reason := strings.Trim(row[2], "`")
+			code, ok := want[reason]
+			if !ok {
+				t.Errorf("%s: no answer has the reason %s", doc, row[2])
+				continue
+			}
+			if cs := docCodes(t, doc, row[1]); len(cs) != 1 || cs[0] != code {
+				t.Errorf("%s, %s: the table says %s, the code answers %v", doc, reason, row[1], code)
+			}
+			if retry := strings.HasPrefix(row[3], "`RetryInfo`"); retry != (code == codes.Unavailable) {
+				t.Errorf("%s, %s: the table says %q about retrying", doc, reason, row[3])
+			}
+		}
+	}
+}

@@ -16,7 +16,9 @@
 // or its status with message and details; a retry gets them back, with
 // idempotent-replayed: true in the response header metadata. The call's
 // fingerprint is its full method name and its request message in
-// deterministic protobuf encoding. The policy's other outcomes are gRPC
+// deterministic protobuf encoding, made canonical where two sendings of one
+// message differ (the order of fields the server does not know, the
+// encoding inside a google.protobuf.Any). The policy's other outcomes are gRPC
 // codes with a google.rpc.ErrorInfo detail, and RetryInfo where a retry
 // should wait (see the README's table). Streaming RPCs are not guarded:
 // there is no stream interceptor, and none is needed, since no unary
@@ -34,6 +36,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	idem "github.com/idemkit/idemkit/core"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -88,7 +91,7 @@ func UnaryServerInterceptor(e *idem.Engine, opts ...Option) grpc.UnaryServerInte
 		scope:    o.scope,
 		key:      o.key,
 		methods:  &methods{guard: o.guard, replies: o.replies},
-		refuser:  newRefuser(cfg, keyName),
+		refuser:  newRefuser(cfg, keyName, o.key != nil),
 		replayed: metadata.Pairs(ReplayedMetadata, "true"),
 	}
 	return s.intercept
@@ -114,6 +117,11 @@ var (
 func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 	m := s.methods.lookup(info.FullMethod)
 	if !m.guarded {
+		if m.keyRefused && len(metadata.ValueFromIncomingContext(ctx, s.keyName)) > 0 {
+			// The caller counts on its key, which nothing here honours: a
+			// retry would run the method again. Say so rather than ignore it.
+			return nil, s.refuser.notAccepted
+		}
 		return handler(ctx, req)
 	}
 	msg, ok := message(req)
@@ -125,7 +133,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 			"replayed: register its file descriptor (generated code does) or give idemgrpc.WithReplyTypes", info.FullMethod)
 	}
 	bp := marshalBufs.Get().(*[]byte)
-	body, err := deterministic.MarshalAppend((*bp)[:0], msg)
+	body, err := deterministic.MarshalAppend((*bp)[:0], canonical(msg))
 	if err != nil {
 		marshalBufs.Put(bp)
 		return nil, status.Errorf(codes.InvalidArgument, "idemgrpc: the request message cannot be encoded: %v", err)
@@ -150,7 +158,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	}
 	switch {
 	case d.Action == idem.ActionRun:
-		return s.run(ctx, req, handler, d.Lock)
+		return s.run(ctx, req, handler, d.Lock, m)
 	case d.Action == idem.ActionRespond && d.Replayed:
 		return s.replay(ctx, m, d.Response)
 	case d.Action == idem.ActionRespond:
@@ -171,24 +179,72 @@ func message(v any) (proto.Message, bool) {
 	return nil, false
 }
 
-// run runs the handler under lock and records its outcome. The reply or
-// status it returns goes to the client as the handler made it, unless
-// recording it rolled back the handler's own writes (a transactional
-// store's commit failed): the client then gets UNAVAILABLE, and its retry
-// runs the handler again.
-func (s *server) run(ctx context.Context, req any, handler grpc.UnaryHandler, lock *idem.Lock) (any, error) {
+// run runs the handler under lock, records its outcome and answers with
+// it. The reply or status goes to the client as the handler made it
+// (normalised by outcome, so that the first caller gets what every retry
+// will be replayed), unless the Lock's end says it must be withheld: the
+// handler's writes were rolled back with its record (a transactional
+// store's commit failed, or its outcome could not be recorded), or another
+// call holds the key now. The client then gets UNAVAILABLE, and its retry
+// runs the handler again or gets the other call's outcome.
+func (s *server) run(ctx context.Context, req any, handler grpc.UnaryHandler, lock *idem.Lock, m *method) (any, error) {
 	defer lock.AbandonOnPanic(ctx)
 	reply, err := handler(lock.Context(), req)
-	if errors.Is(finish(ctx, lock, reply, err), idem.ErrRolledBack) {
+	reply, err = s.outcome(ctx, lock.Context(), m, reply, err)
+	if finish(ctx, lock, reply, err).Withhold() {
 		return nil, s.refuser.refuse(ctx, s.e.WithheldResponse())
 	}
 	return reply, err
 }
 
-// finish ends lock with the handler's outcome: its reply message, or its
-// status (converted as the gRPC server converts it for the client). What
-// cannot be encoded is not recorded.
-func finish(ctx context.Context, lock *idem.Lock, reply any, err error) error {
+// outcome is the handler's answer as gRPC would send it, made so that it
+// can be recorded and replayed alike:
+//   - a nil reply with no error is the method's empty reply, which is what
+//     gRPC sends for it;
+//   - an error whose status has code OK (which gRPC cannot send: its
+//     client gets an error, not a reply) is UNKNOWN;
+//   - a status message that is not valid UTF-8 (which cannot be encoded)
+//     has its invalid bytes replaced;
+//   - a handler stopped by the Engine (Config.HandlerTimeout, or a lost
+//     lease) that answered with its context's CANCELLED or
+//     DEADLINE_EXCEEDED, while its caller cancelled nothing, is UNAVAILABLE
+//     with a RetryInfo: the caller may retry at once with its key.
+func (s *server) outcome(ctx, lctx context.Context, m *method, reply any, err error) (any, error) {
+	if err == nil {
+		if reply == nil {
+			return m.reply.New().Interface(), nil
+		}
+		return reply, nil
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		st = status.FromContextError(err)
+	}
+	switch code := st.Code(); {
+	case code == codes.OK:
+		return nil, status.Errorf(codes.Unknown, "idemgrpc: the handler returned an error with code OK, which is no answer: %s", st.Message())
+	case (code == codes.Canceled || code == codes.DeadlineExceeded) && ctx.Err() == nil && stoppedByEngine(lctx):
+		return nil, s.refuser.stopped(ctx, context.Cause(lctx))
+	case !utf8.ValidString(st.Message()):
+		p := st.Proto()
+		p.Message = strings.ToValidUTF8(p.Message, "\uFFFD")
+		return nil, status.ErrorProto(p)
+	}
+	return nil, err
+}
+
+// stoppedByEngine reports whether the Engine cancelled the handler's
+// context lctx: its HandlerTimeout, or a lost lease.
+func stoppedByEngine(lctx context.Context) bool {
+	cause := context.Cause(lctx)
+	return errors.Is(cause, idem.ErrHandlerTimeout) || errors.Is(cause, idem.ErrLeaseLost)
+}
+
+// finish ends lock with the handler's outcome (see outcome): its reply
+// message, or its status (converted as the gRPC server converts it for the
+// client), and reports what became of it. What cannot be encoded is not
+// recorded.
+func finish(ctx context.Context, lock *idem.Lock, reply any, err error) idem.Finished {
 	var out proto.Message
 	code := codes.OK
 	if err != nil {

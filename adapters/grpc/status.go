@@ -3,6 +3,7 @@ package idemgrpc
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -38,16 +39,18 @@ const (
 // Recorded reports whether a call that ended with code c is recorded and
 // replayed to its retries. Not recorded, so that a retry runs the handler
 // again: the codes that say the same call may succeed later (UNAVAILABLE,
-// RESOURCE_EXHAUSTED, ABORTED, DEADLINE_EXCEEDED, INTERNAL, UNKNOWN), and
-// CANCELLED, which reports what became of one call (its client went away,
-// or the handler gave up when its context was cancelled), not of the
-// operation: a retry must not be told "cancelled" for as long as the record
-// lives. Codes beyond UNAUTHENTICATED, which gRPC does not define, are not
-// recorded either.
+// RESOURCE_EXHAUSTED, ABORTED, DEADLINE_EXCEEDED, INTERNAL, UNKNOWN); the
+// server's faults, which HTTP answers with a 5xx that is never recorded
+// either (UNIMPLEMENTED is HTTP's 501, DATA_LOSS its 500: a deployment or
+// a repair may cure them); and CANCELLED, which reports what became of one
+// call (its client went away, or the handler gave up when its context was
+// cancelled), not of the operation: a retry must not be told "cancelled"
+// for as long as the record lives. Codes beyond UNAUTHENTICATED, which gRPC
+// does not define, are not recorded either.
 func Recorded(c codes.Code) bool {
 	switch c {
 	case codes.Canceled, codes.Unknown, codes.DeadlineExceeded, codes.ResourceExhausted,
-		codes.Aborted, codes.Internal, codes.Unavailable:
+		codes.Aborted, codes.Internal, codes.Unavailable, codes.Unimplemented, codes.DataLoss:
 		return false
 	}
 	return c <= codes.Unauthenticated
@@ -134,20 +137,66 @@ type refuser struct {
 	byName   map[string]*preparedRefusal
 	pushback metadata.MD
 	canceled error
+	// keyWords rewrites the key parser's words, which speak of an HTTP
+	// header, into the words of where this server takes the key from.
+	keyWords *strings.Replacer
+	// stoppedDetails are the details of the answer for a handler the
+	// Engine stopped, by cause (see stopped).
+	timeoutDetails, leaseDetails []*anypb.Any
+	// notAccepted refuses a key sent to a method that is not guarded.
+	notAccepted error
 }
 
-func newRefuser(cfg idem.Config, keyName string) *refuser {
+// Where the key comes from, in the key parser's words and in the words of
+// a gRPC server: its metadata (%s is the entry's name), or the request
+// (WithKey).
+var (
+	keyHTTPWords     = []string{"more than one Idempotency-Key field line", "empty Idempotency-Key field"}
+	keyMetadataWords = []string{"more than one %s metadata value", "empty %s metadata value"}
+	keyRequestWords  = []string{"more than one key", "empty key"}
+)
+
+// The reasons of the ErrorInfo of the answers that are no problem of the
+// Engine's: a handler the Engine stopped, and a key sent where none is
+// taken.
+const (
+	reasonHandlerTimeout = "HANDLER_TIMEOUT"
+	reasonLeaseLost      = "LEASE_LOST"
+	reasonKeyNotAccepted = "KEY_NOT_ACCEPTED"
+)
+
+func newRefuser(cfg idem.Config, keyName string, keyFromRequest bool) *refuser {
 	r := &refuser{
 		base:     cfg.ProblemBase,
 		byName:   map[string]*preparedRefusal{},
 		pushback: metadata.Pairs("grpc-retry-pushback-ms", strconv.FormatInt(cfg.RetryAfter.Milliseconds(), 10)),
 		canceled: status.Error(codes.Canceled, "The client went away before its idempotency key was taken."),
 	}
+	words := make([]string, 0, 2*len(keyHTTPWords))
+	for i, w := range keyHTTPWords {
+		if keyFromRequest {
+			words = append(words, w, keyRequestWords[i])
+		} else {
+			words = append(words, w, fmt.Sprintf(keyMetadataWords[i], keyName))
+		}
+	}
+	r.keyWords = strings.NewReplacer(words...)
 	retryInfo := mustAny(&errdetails.RetryInfo{RetryDelay: durationpb.New(cfg.RetryAfter)})
+	info := func(reason string) *anypb.Any {
+		return mustAny(&errdetails.ErrorInfo{Reason: reason, Domain: ErrorDomain})
+	}
+	r.timeoutDetails = []*anypb.Any{info(reasonHandlerTimeout), retryInfo}
+	r.leaseDetails = []*anypb.Any{info(reasonLeaseLost), retryInfo}
+	r.notAccepted = status.ErrorProto(&spb.Status{Code: int32(codes.FailedPrecondition), Details: []*anypb.Any{info(reasonKeyNotAccepted)},
+		Message: fmt.Sprintf("This method is not guarded, so a retry would run it again: the server does not accept an %s on it. "+
+			"Send the call without one, or have the server guard the method.", keyName)})
 	for _, f := range refusals {
 		p := &preparedRefusal{refusal: f}
 		if f.message != "" {
 			p.message = fmt.Sprintf(f.message, keyName)
+		}
+		if f.problem == idem.ProblemKeyMissing && keyFromRequest {
+			p.message = "This call carries no idempotency key: this server takes it from the request message."
 		}
 		if f.problem == idem.ProblemPayloadTooLarge {
 			p.message = fmt.Sprintf("The request message exceeds the limit of %d bytes.", cfg.MaxRequestBody)
@@ -197,6 +246,9 @@ func (r *refuser) refuse(ctx context.Context, resp idem.Response) error {
 	if msg == "" {
 		msg = problemMember(resp.Body, detailMember)
 	}
+	if p.problem == idem.ProblemKeyInvalid {
+		msg = r.keyWords.Replace(msg)
+	}
 	if stream := grpc.ServerTransportStreamFromContext(ctx); p.retry && stream != nil { // none outside a gRPC server
 		_ = stream.SetTrailer(r.pushback)
 	}
@@ -240,4 +292,22 @@ func problemMember(body, member []byte) string {
 		}
 	}
 	return ""
+}
+
+// stopped is the answer to a call whose handler the Engine stopped, for
+// cause (its HandlerTimeout, or a lost lease), and that answered with its
+// context's error: nothing was recorded, and the caller, who cancelled
+// nothing, may retry with its key. UNAVAILABLE, which clients retry, with
+// a RetryInfo and the pushback trailer; not CANCELLED, which says the
+// caller gave up and which no client retries.
+func (r *refuser) stopped(ctx context.Context, cause error) error {
+	details, what := r.timeoutDetails, "ran out of time"
+	if errors.Is(cause, idem.ErrLeaseLost) {
+		details, what = r.leaseDetails, "lost its hold on the key"
+	}
+	if stream := grpc.ServerTransportStreamFromContext(ctx); stream != nil {
+		_ = stream.SetTrailer(r.pushback)
+	}
+	return status.ErrorProto(&spb.Status{Code: int32(codes.Unavailable), Details: details,
+		Message: fmt.Sprintf("The call's handler %s and was stopped (%v); nothing was recorded. Retry with the same key.", what, cause)})
 }

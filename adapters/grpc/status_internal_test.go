@@ -64,7 +64,7 @@ func TestProblemMember(t *testing.T) {
 
 func TestRefuseOthers(t *testing.T) {
 	e := idem.New(idem.Config{Store: memstore.New(memstore.WithPurgeInterval(0))})
-	r := newRefuser(e.Config(), KeyMetadata)
+	r := newRefuser(e.Config(), KeyMetadata, false)
 	// A client gone before its key was taken.
 	if err := r.refuse(context.Background(), idem.Response{Status: statusClientGone, Body: []byte{}}); status.Code(err) != codes.Canceled {
 		t.Errorf("client gone: %v, want CANCELLED", err)

@@ -119,6 +119,10 @@ func (f *faultStore) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, 
 	if att != nil {
 		att.token = a.Token
 		m.checkFingerprint(att, a.Fingerprint)
+		if a.ID != att.id {
+			f.w.violate(invPolicy, "%s (%s) takes %s, not its own record %s", att.name, att.what, idName(a.ID), idName(att.id))
+		}
+		m.checkKeySpace(att, a.ID)
 	}
 	m.newToken(a.Token, f.n, a.ID, att)
 	m.leaseAsked(a.Token, a.LeaseUntil)
@@ -209,6 +213,7 @@ func (f *faultStore) Complete(ctx context.Context, id idem.ID, token string, c i
 		if err != nil && !errors.Is(err, idem.ErrRolledBack) && !errors.Is(err, idem.ErrLockLost) {
 			err = fmt.Errorf("%w: %w", idem.ErrRolledBack, err)
 		}
+		m.completionAnswered(token, err)
 		return err
 	}
 	if f.w.remote {
@@ -221,15 +226,23 @@ func (f *faultStore) Complete(ctx context.Context, id idem.ID, token string, c i
 			m.observeComplete(id, token, c2, f.w.store.Complete(context.Background(), id, token, c2))
 		}
 	}
-	return f.call(ctx, "complete "+idName(id)+" "+m.label(token), apply, ghost)
+	err := f.call(ctx, "complete "+idName(id)+" "+m.label(token), apply, ghost)
+	m.completionAnswered(token, err)
+	return err
 }
 
 // Release implements idem.Store.
 func (f *faultStore) Release(ctx context.Context, id idem.ID, token string) error {
 	m := f.w.m
 	f.fromRequest("Release")
+	// A release after a completion that failed is the Engine's cleanup,
+	// whose answer it ignores; any other ends the lock, and its answer
+	// decides what the Engine does with the response (see
+	// completionAnswered).
+	ends := true
 	if t := m.tokens[token]; t != nil {
 		t.released = true
+		ends = !t.recorded
 	}
 	apply := func(ctx context.Context) error {
 		err := f.w.store.Release(ctx, id, token)
@@ -239,7 +252,18 @@ func (f *faultStore) Release(ctx context.Context, id idem.ID, token string) erro
 	ghost := func() {
 		m.observeRelease(id, token, f.w.store.Release(context.Background(), id, token))
 	}
-	return f.call(ctx, "release "+idName(id)+" "+m.label(token), apply, ghost)
+	err := f.call(ctx, "release "+idName(id)+" "+m.label(token), apply, ghost)
+	if f.w.effects != nil && err != nil && !errors.Is(err, idem.ErrRolledBack) {
+		// The request's transaction is rolled back whatever keeps the
+		// release from answering (the store rolls it back before its
+		// DELETE; the slot's cleanup, if the call never got there): the
+		// store says so with idem.ErrRolledBack.
+		err = fmt.Errorf("%w: %w", idem.ErrRolledBack, err)
+	}
+	if ends {
+		m.completionAnswered(token, err)
+	}
+	return err
 }
 
 // Get implements idem.Store. The Engine does not call it.

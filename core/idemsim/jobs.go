@@ -139,7 +139,8 @@ func (w *world) planJobs() {
 func (w *world) newDelivery(lr *logical, deviant bool) *attempt {
 	lr.sent++
 	w.deliveries++
-	a := &attempt{name: fmt.Sprintf("%s.%d", lr.name, lr.sent), idx: -1, lr: lr, id: lr.id, deviant: deviant}
+	// The job's record is under its JobID, apart from the requests' keys.
+	a := &attempt{name: fmt.Sprintf("%s.%d", lr.name, lr.sent), idx: -1, lr: lr, id: idem.JobID(lr.id.Scope, lr.id.Key), deviant: deviant}
 	a.msg, a.what = lr.msg.deliver(w.rng, deviant)
 	return a
 }
@@ -297,7 +298,7 @@ func (w *world) do(n *node, ctx context.Context, dv *delivery) {
 		}
 	}()
 	att := dv.att
-	job := idem.Job{Scope: att.id.Scope, Key: att.id.Key, Name: att.msg.name, Payload: att.msg.payload}
+	job := idem.Job{Scope: att.lr.id.Scope, Key: att.lr.id.Key, Name: att.msg.name, Payload: att.msg.payload}
 	dv.result, dv.err = n.engine.Do(ctx, job, func(ctx context.Context) ([]byte, error) {
 		return w.runJob(n, dv, ctx)
 	})
@@ -315,7 +316,7 @@ func (w *world) runJob(n *node, dv *delivery, ctx context.Context) ([]byte, erro
 		return nil, errNotRun
 	}
 	w.m.checkJobStart(att, held)
-	x := w.m.startExec(held.ID, held.Token, n, att)
+	x := w.m.startExec(idem.JobID(held.ID.Scope, held.ID.Key), held.Token, n, att)
 	pl := w.planJob()
 	what := fateNames[pl.fate]
 	if pl.fate == fateResult {

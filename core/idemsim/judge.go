@@ -34,6 +34,15 @@ func (m *model) checkAnswer(att *attempt, res result) {
 			w.violate(invReplay, "%s ran its handler (X%d), yet got %d with %d bytes (%s), not what X%d wrote (%d with %d bytes)",
 				att.name, x.n, r.status, len(r.body), excerpt(r.body), x.n, x.resp.status, len(x.resp.body))
 		}
+		whole := x.resp != nil && policyStores(r.status) && bytes.Equal(r.body, x.resp.body) && !x.resp.flushed && !x.resp.hijacked
+		switch {
+		case whole && x.withheld:
+			w.violate(invPolicy, "%s got X%d's whole %d, whose completion the store refused (another holder, or its work undone): "+
+				"a response that is not the key's outcome must be withheld", att.name, x.n, r.status)
+		case whole && w.effects != nil && x.wrote && !x.committed:
+			w.violate(invPolicy, "%s got X%d's whole %d, whose work in the request's transaction was rolled back, "+
+				"as its completion never committed: a success for work undone must be withheld", att.name, x.n, r.status)
+		}
 		return
 	}
 	problem := problemOf(r)

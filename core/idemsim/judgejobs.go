@@ -51,8 +51,9 @@ func (m *model) jobEnds(x *exec, fate jobFate, err error) ([]byte, error) {
 // over, never one the store found held or completed.
 func (m *model) checkJobStart(att *attempt, held idem.Held) {
 	w := m.w
-	if held.ID != att.id {
-		w.violate(invOneAtATime, "%s: the job holds %s, not its own key %s", att.name, idName(held.ID), idName(att.id))
+	if held.ID != att.lr.id {
+		w.violate(invOneAtATime, "%s: the job holds %s, not its own key %s (HeldKey gives a job's scope and key as given)",
+			att.name, idName(held.ID), idName(att.lr.id))
 	}
 	a := att.acquired
 	switch {
@@ -102,22 +103,40 @@ func (m *model) checkDelivery(dv *delivery) {
 
 // checkJobRun judges what Do returned for a delivery whose job ran: what
 // the job returned, or its panic; a failure that is not permanent
-// releases the key.
+// releases the key. Do reports success (the result, or the permanent
+// failure) only for an outcome whose completion committed; otherwise it
+// says why: ErrNotRecorded with the result in hand (the work stands),
+// ErrRolledBack (the work was undone with the completion), or ErrLockLost
+// (another run holds the key, so the result is not returned).
 func (m *model) checkJobRun(dv *delivery, x *exec) {
 	w, att := m.w, dv.att
 	rolledBack := w.effects != nil && errors.Is(dv.err, idem.ErrRolledBack)
+	lockLost := errors.Is(dv.err, idem.ErrLockLost)
+	notRecorded := errors.Is(dv.err, idem.ErrNotRecorded)
 	switch x.fate {
 	case fateResult:
-		if (dv.err != nil || dv.panicked || !bytes.Equal(dv.result, x.result)) && !rolledBack {
+		switch {
+		case dv.panicked || rolledBack || lockLost && dv.result == nil:
+		case dv.err == nil && !x.committed:
+			w.violate(invPolicy, "%s ran X%d, whose result was not recorded, yet Do reported success", att.name, x.n)
+		case (dv.err != nil && !notRecorded) || !bytes.Equal(dv.result, x.result):
 			w.violate(invReplay, "%s ran X%d, which returned %d bytes, yet Do returned %s", att.name, x.n, len(x.result), dv)
+		}
+		if dv.panicked {
+			w.violate(invReplay, "%s ran X%d, which returned %d bytes, yet Do panicked", att.name, x.n, len(x.result))
 		}
 		if len(x.result) <= w.p.maxBody {
 			m.checkRecorded(x)
 		}
 	case fatePermanent:
 		var perm *idem.PermanentError
-		if !(errors.Is(dv.err, x.ferr) && errors.As(dv.err, &perm) && perm.Msg == x.msg) && !rolledBack {
+		permanent := errors.Is(dv.err, x.ferr) && errors.As(dv.err, &perm) && perm.Msg == x.msg
+		switch {
+		case rolledBack || lockLost && !permanent:
+		case !permanent:
 			w.violate(invPolicy, "%s ran X%d, which failed permanently (%q), yet Do returned %s", att.name, x.n, x.msg, dv)
+		case !notRecorded && !x.committed:
+			w.violate(invPolicy, "%s ran X%d, whose permanent failure was not recorded, yet Do reported it as recorded (%s)", att.name, x.n, dv)
 		}
 		m.checkRecorded(x)
 	case fateFailed:

@@ -61,6 +61,7 @@ type model struct {
 	tokenSeq int
 	ids      []idem.ID // every ID used, in order of first use
 	idSeen   map[idem.ID]bool
+	jobIDs   map[idem.ID]bool // for each ID a request or job acquired: whether it was a job
 
 	// The Engine's fingerprints, against the policy's rule: the first
 	// attempt that carried each, and one attempt per request the policy
@@ -97,6 +98,10 @@ type exec struct {
 	resp      *response // the whole response it wrote, if it wrote one
 	wrote     bool      // it did its work (Effects)
 	committed bool      // its completion committed
+	// withheld: the Engine was told its completion found another holder
+	// (ErrLockLost) or undid its work (ErrRolledBack), so its response
+	// must not reach its client as the key's outcome.
+	withheld bool
 	// exempt: invariant 1 cannot hold for this run, which is documented:
 	// its handler ignores its context, or its process froze while it ran
 	// (a frozen process cannot be told to stop). Only fencing protects
@@ -141,6 +146,7 @@ func newModel(w *world, contract bool) *model {
 		tokens:   map[string]*tokenInfo{},
 		execOf:   map[string]*exec{},
 		idSeen:   map[idem.ID]bool{},
+		jobIDs:   map[idem.ID]bool{},
 	}
 }
 
@@ -160,6 +166,18 @@ func (m *model) newToken(token string, n *node, id idem.ID, att *attempt) {
 	m.tokenSeq++
 	m.tokens[token] = &tokenInfo{label: fmt.Sprintf("T%d", m.tokenSeq), node: n, id: id, att: att}
 	m.order = append(m.order, token)
+}
+
+// checkKeySpace judges the record att's Acquire names: requests and jobs
+// never share one, whatever their scopes and keys (a job's record is under
+// its JobID), so no request blocks a job, nor a job a request.
+func (m *model) checkKeySpace(att *attempt, id idem.ID) {
+	job := att.msg != nil
+	if was, seen := m.jobIDs[id]; seen && was != job {
+		m.w.violate(invPolicy, "%s (%s) takes the record %s, which a %s took before: requests and jobs must never share a record",
+			att.name, att.what, idName(id), map[bool]string{true: "job", false: "request"}[was])
+	}
+	m.jobIDs[id] = job
 }
 
 func (m *model) useID(id idem.ID) {
@@ -406,7 +424,38 @@ func (m *model) observeComplete(id idem.ID, token string, c idem.Completion, err
 	}
 }
 
+// errWithoutRollback is what a store's Release error says of the release
+// itself once its word on the rolled-back transaction is set aside:
+// ErrLockLost, nil, or a system error.
+func errWithoutRollback(err error) error {
+	if errors.Is(err, idem.ErrLockLost) {
+		return idem.ErrLockLost
+	}
+	var joined interface{ Unwrap() []error }
+	if errors.As(err, &joined) {
+		for _, e := range joined.Unwrap() {
+			if !errors.Is(e, idem.ErrRolledBack) {
+				return e
+			}
+		}
+	}
+	return nil
+}
+
+// completionAnswered notes what the Engine was told of token's
+// completion or release.
+func (m *model) completionAnswered(token string, err error) {
+	if x := m.execOf[token]; x != nil && (errors.Is(err, idem.ErrLockLost) || errors.Is(err, idem.ErrRolledBack)) {
+		x.withheld = true
+	}
+}
+
 func (m *model) observeRelease(id idem.ID, token string, err error) {
+	if errors.Is(err, idem.ErrRolledBack) {
+		// The store rolled the request's transaction back with the
+		// release, and says so: the release itself is what the rest says.
+		err = errWithoutRollback(err)
+	}
 	s, ok := m.fenced("Release", id, token, err)
 	m.w.tracef("release %s %s → %v", idName(id), m.label(token), errName(err))
 	if ok && s != nil {

@@ -740,10 +740,15 @@ var httpCases = []httpCase{
 		waitEntered(t, e)
 		e.app.releaseSlow()
 		old, taken := recv(t, done, "the first holder's response"), recv(t, second, "the new holder's response")
-		if old.err != nil || taken.err != nil || old.status != 201 || taken.status != 201 {
-			t.Fatalf("responses %d (%v) and %d (%v)", old.status, old.err, taken.status, taken.err)
+		if taken.err != nil || taken.status != 201 {
+			t.Fatalf("the new holder's response: %d (%v)", taken.status, taken.err)
 		}
-		// Whatever order they finished in, the stored response is the new holder's.
+		// Whatever order they finished in, the stored response is the new
+		// holder's, and the old holder's is withheld: it is not the key's
+		// outcome, so its client must not take it for one.
+		if old.err == nil {
+			wantProblem(t, old, 503, idem.ProblemStoreUnavailable)
+		}
 		wantReplay(t, taken, e.must(t, call{key: "k1", path: "/slow", body: `{}`}, 201))
 		e.wantCalls(t, 2)
 	}},
@@ -796,6 +801,32 @@ var httpCases = []httpCase{
 		}
 		e.wantCalls(t, 1)
 		e.must(t, call{key: "k1", body: `{"a":1}`}, 201)
+		e.wantCalls(t, 2)
+	}},
+	{name: "Store/LockLostNotDelivered", config: func(c *idem.Config) { c.Store = &losesLockOnce{Store: c.Store} }, run: func(t *testing.T, e *env) {
+		// By the time the response is recorded another request holds the
+		// key (an operator forgot the record, or the lease ran out and a
+		// retry took over): the response is not the key's outcome, so the
+		// client must not receive it as one. Its retry runs again here, as
+		// the record was forgotten.
+		if r := e.send(call{key: "k1", body: `{"a":1}`}); r.err == nil {
+			wantProblem(t, r, 503, idem.ProblemStoreUnavailable)
+		}
+		e.wantCalls(t, 1)
+		e.must(t, call{key: "k1", body: `{"a":1}`}, 201)
+		e.wantCalls(t, 2)
+	}},
+	{name: "Store/RolledBackWithRelease", config: func(c *idem.Config) { c.Store = rollsBackReleases{Store: c.Store} }, run: func(t *testing.T, e *env) {
+		// A transactional store undoes the handler's writes with a response
+		// it does not record (here, one over MaxResponseBody): a 200 for
+		// work undone must not reach the client whole.
+		c := call{key: "k1", path: fmt.Sprintf("/big?size=%d", maxResponseBody+1)}
+		if r := e.send(c); r.err == nil {
+			wantProblem(t, r, 503, idem.ProblemStoreUnavailable)
+		}
+		// A response the policy does not record and whose work is undone
+		// anyway (a 5xx) goes out as it is: it reports no success.
+		e.must(t, call{key: "k2", path: "/status?code=500"}, 500)
 		e.wantCalls(t, 2)
 	}},
 	{name: "Store/FailOpen", config: func(c *idem.Config) { c.Store, c.FailOpen = failingStore{}, true }, run: func(t *testing.T, e *env) {
@@ -860,6 +891,36 @@ func (s *rollsBackOnce) Complete(ctx context.Context, id idem.ID, token string, 
 		return fmt.Errorf("idemtest: commit failed: %w", idem.ErrRolledBack)
 	}
 	return s.Store.Complete(ctx, id, token, c)
+}
+
+// losesLockOnce forgets the record of its first Complete before it
+// lands, as an operator's forced forget does: the completion finds no
+// record its token holds.
+type losesLockOnce struct {
+	idem.Store
+	lost atomic.Bool
+}
+
+func (s *losesLockOnce) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
+	if s.lost.CompareAndSwap(false, true) {
+		if err := s.Store.Release(ctx, id, token); err != nil {
+			return err
+		}
+		return idem.ErrLockLost
+	}
+	return s.Store.Complete(ctx, id, token, c)
+}
+
+// rollsBackReleases releases as a transactional store does when the
+// handler wrote through its transaction: the writes are undone, and
+// Release says so.
+type rollsBackReleases struct{ idem.Store }
+
+func (s rollsBackReleases) Release(ctx context.Context, id idem.ID, token string) error {
+	if err := s.Store.Release(ctx, id, token); err != nil {
+		return err
+	}
+	return fmt.Errorf("idemtest: the handler's transaction was rolled back: %w", idem.ErrRolledBack)
 }
 
 // failingStore is a store that cannot be reached.

@@ -35,8 +35,8 @@ func runs(t *testing.T, e *idem.Engine, bodies ...string) []bool {
 		d := e.Begin(context.Background(), &r)
 		ran = append(ran, d.Lock != nil)
 		if d.Lock != nil {
-			if err := d.Lock.Finish(context.Background(), 201, nil); err != nil {
-				t.Fatal(err)
+			if f := d.Lock.Finish(context.Background(), 201, nil); f.Outcome != idem.Recorded {
+				t.Fatalf("Finish: %+v", f)
 			}
 		}
 	}

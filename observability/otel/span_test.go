@@ -133,8 +133,8 @@ func TestSpanEvents(t *testing.T) {
 				d := engine.Begin(ctx, &req)
 				if d.Action == idem.ActionRun {
 					d.Lock.Write([]byte(`{"ok":true}`))
-					if err := d.Lock.Finish(ctx, s.finish, http.Header{}); err != nil {
-						t.Fatal(err)
+					if f := d.Lock.Finish(ctx, s.finish, http.Header{}); f.Err != nil {
+						t.Fatal(f.Err)
 					}
 				}
 				span.End()

@@ -603,11 +603,37 @@ func (s *Store) completeInTx(ctx context.Context, tx *gorm.DB, exec func(db *gor
 
 // Release implements idem.Store with one conditional DELETE; on SQLite it
 // drops the record in flight from memory. A transaction begun with Tx for
-// the request is rolled back first.
+// the request is rolled back first, and then the error wraps
+// idem.ErrRolledBack (alone if the record was released): the handler's
+// writes are undone, so the Engine withholds a response that reports them.
 func (s *Store) Release(ctx context.Context, id idem.ID, token string) error {
-	if tx, _ := takeTx(ctx, token); tx != nil {
-		tx.Rollback()
+	undone := undoTx(ctx, token)
+	err := s.release(ctx, id, token)
+	switch {
+	case undone == nil:
+		return err
+	case err != nil:
+		return fmt.Errorf("%w; %w", undone, err)
 	}
+	return undone
+}
+
+// undoTx rolls back the transaction begun with Tx for the lock token
+// holds, if any, and returns an error wrapping idem.ErrRolledBack if the
+// handler's writes were undone, now or by the slot's cleanup before.
+func undoTx(ctx context.Context, token string) error {
+	tx, err := takeTx(ctx, token)
+	if tx != nil {
+		tx.Rollback()
+		return errTxUndone
+	}
+	return err // ErrTxAborted, or nil
+}
+
+// errTxUndone says that Release rolled the request's transaction back.
+var errTxUndone = fmt.Errorf("gormstore: release: the request's transaction was rolled back: %w", idem.ErrRolledBack)
+
+func (s *Store) release(ctx context.Context, id idem.ID, token string) error {
 	if err := s.calls.begin(); err != nil {
 		return err
 	}

@@ -262,7 +262,11 @@ func TestTxSlot(t *testing.T) {
 					return s.Complete(ctx, id, "tok", idem.Completion{Response: idem.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)})
 				}, 1},
 				{"Release rolls back", func(ctx context.Context, id idem.ID) error {
-					return s.Release(ctx, id, "tok")
+					// and says so: the handler's writes are undone.
+					if err := s.Release(ctx, id, "tok"); !errors.Is(err, idem.ErrRolledBack) || errors.Is(err, idem.ErrLockLost) {
+						return fmt.Errorf("Release: %w, want ErrRolledBack alone", err)
+					}
+					return nil
 				}, 0},
 			} {
 				t.Run(c.name, func(t *testing.T) {
@@ -346,8 +350,12 @@ func TestTxErrors(t *testing.T) {
 	if rec, err := s.Get(ctx, idem.ID{Key: "k"}); err != nil || rec.State != idem.InFlight {
 		t.Fatalf("record after the refused Complete: %v, %v", rec.State, err)
 	}
-	if err := s.Release(ctx, idem.ID{Key: "k"}, "tok"); err != nil {
-		t.Fatalf("Release after the refused Complete: %v", err)
+	// Release frees the record, and says the handler's writes are undone.
+	if err := s.Release(ctx, idem.ID{Key: "k"}, "tok"); !errors.Is(err, idem.ErrRolledBack) || errors.Is(err, idem.ErrLockLost) {
+		t.Fatalf("Release after the refused Complete: %v, want ErrRolledBack alone", err)
+	}
+	if _, err := s.Get(ctx, idem.ID{Key: "k"}); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("record after the Release: %v, want none", err)
 	}
 	// A slot only serves the lock it was armed for: another lock completes
 	// without a transaction.
@@ -426,8 +434,8 @@ func TestTxAbortedBeforeComplete(t *testing.T) {
 			}
 			done() // the request is over before its response is recorded
 			d.Lock.Write([]byte(`{"charged":true}`))
-			if err := d.Lock.Finish(ctx, 201, nil); !errors.Is(err, ErrTxAborted) {
-				t.Fatalf("Finish = %v, want ErrTxAborted", err)
+			if f := d.Lock.Finish(ctx, 201, nil); f.Outcome != idem.RolledBack || !f.Withhold() || !errors.Is(f.Err, ErrTxAborted) {
+				t.Fatalf("Finish = %+v, want it rolled back with ErrTxAborted, and withheld", f)
 			}
 			if n := countCharges(t, db, charges); n != 0 {
 				t.Fatalf("%d charges after the rollback", n)
@@ -436,6 +444,58 @@ func TestTxAbortedBeforeComplete(t *testing.T) {
 				t.Fatalf("retry: %+v, want the handler to run again (no false replay)", d)
 			} else {
 				d.Lock.Abandon(testCtx(t), idem.ReasonPanic)
+			}
+		})
+	}
+}
+
+// Defect: a response the policy does not record (here, one over
+// MaxResponseBody) released the key and rolled back the handler's
+// transaction without saying so, so every entry point reported success for
+// work that was undone. Finish now reports it rolled back, and withheld.
+func TestTxReleasedIsUndone(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			db := b.open(t)
+			s := newStore(t, db)
+			charges := createCharges(t, db)
+			e := idem.New(idem.Config{Store: s, Logger: discardLogger, MaxResponseBody: 16})
+			ctx, done := WithTxSlot(testCtx(t))
+			defer done()
+			d := e.Begin(ctx, &idem.Request{Method: http.MethodPost, Path: "/charges", KeyLines: []string{`"big"`}, Body: []byte(`{}`)})
+			if d.Action != idem.ActionRun {
+				t.Fatalf("first request: %+v", d)
+			}
+			tx, err := Tx(d.Lock.Context(), db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.Exec("INSERT INTO " + charges + " (charge_key, amount) VALUES ('big', 1)").Error; err != nil {
+				t.Fatal(err)
+			}
+			d.Lock.Write([]byte(`{"charged":true,"receipt":"a receipt longer than the limit"}`))
+			if f := d.Lock.Finish(ctx, 201, nil); f.Outcome != idem.RolledBack || f.Reason != idem.ReasonTooLarge || !f.Withhold() {
+				t.Fatalf("Finish = %+v, want it rolled back (too large) and withheld", f)
+			}
+			if n := countCharges(t, db, charges); n != 0 {
+				t.Fatalf("%d charges after the rollback", n)
+			}
+			// A 5xx rolls back too, and goes out as it is: it reports no success.
+			ctx2, done2 := WithTxSlot(testCtx(t))
+			defer done2()
+			d = e.Begin(ctx2, &idem.Request{Method: http.MethodPost, Path: "/charges", KeyLines: []string{`"fails"`}, Body: []byte(`{}`)})
+			if _, err := Tx(d.Lock.Context(), db); err != nil {
+				t.Fatal(err)
+			}
+			if f := d.Lock.Finish(ctx2, 503, nil); f.Outcome != idem.RolledBack || f.Withhold() {
+				t.Fatalf("Finish of a 503 = %+v, want it rolled back, not withheld", f)
+			}
+			// Without a transaction, a release is no rollback.
+			d = e.Begin(testCtx(t), &idem.Request{Method: http.MethodPost, Path: "/charges", KeyLines: []string{`"plain"`}, Body: []byte(`{}`)})
+			d.Lock.Write([]byte(`{"charged":true,"receipt":"a receipt longer than the limit"}`))
+			if f := d.Lock.Finish(testCtx(t), 201, nil); f.Outcome != idem.NotRecorded || f.Withhold() {
+				t.Fatalf("Finish without a transaction = %+v, want it not recorded, not withheld", f)
 			}
 		})
 	}

@@ -52,10 +52,10 @@ func (h *commandNames) take() string {
 func TestAcquireOrderFollowsTraffic(t *testing.T) {
 	for _, top := range topologies {
 		t.Run(top.name, func(t *testing.T) {
-			c := top.dial(t)
-			s := newStore(t, c)
 			h := &commandNames{}
-			c.AddHook(h)
+			c := top.dial(t, h)
+			s := newStore(t, c)
+			h.take()
 			ctx := testContext(t)
 			calls := 0
 			acquire := func(key string, want idem.AcquireOutcome) string {
@@ -188,10 +188,13 @@ func TestAcquireNeverReadsFromReplicas(t *testing.T) {
 			opt.set(o)
 			c := redis.NewClusterClient(o)
 			t.Cleanup(func() { _ = c.Close() })
-			ping(t, c)
-			s := newStore(t, c)
+			// The hook goes in before the first command: once the client
+			// has begun to load the cluster's state in the background,
+			// AddHook races with it.
 			h := &commandNames{}
 			c.AddHook(h)
+			ping(t, c)
+			s := newStore(t, c)
 			ctx := testContext(t)
 			id := idem.ID{Key: "stormed"}
 			s.completeOf(t, ctx)(id)

@@ -25,8 +25,11 @@ const (
 // topology is a kind of Redis deployment the tests run against.
 type topology struct {
 	name string
-	// dial returns a new client, closed when tb ends.
-	dial func(testing.TB) redis.UniversalClient
+	// dial returns a new client with hooks, closed when tb ends. The
+	// hooks go in before the client's first command: a Cluster client
+	// loads the cluster's state in the background from then on, and
+	// AddHook races with it.
+	dial func(tb testing.TB, hooks ...redis.Hook) redis.UniversalClient
 }
 
 var topologies = []topology{
@@ -48,19 +51,25 @@ func serverEnv(tb testing.TB, env string) string {
 	return v
 }
 
-func dialSingle(tb testing.TB) redis.UniversalClient {
+func dialSingle(tb testing.TB, hooks ...redis.Hook) redis.UniversalClient {
 	tb.Helper()
 	c := redis.NewClient(&redis.Options{Addr: serverEnv(tb, singleEnv), ContextTimeoutEnabled: true})
 	tb.Cleanup(func() { _ = c.Close() })
+	for _, h := range hooks {
+		c.AddHook(h)
+	}
 	ping(tb, c)
 	return c
 }
 
-func dialCluster(tb testing.TB) redis.UniversalClient {
+func dialCluster(tb testing.TB, hooks ...redis.Hook) redis.UniversalClient {
 	tb.Helper()
 	addrs := strings.Split(serverEnv(tb, clusterEnv), ",")
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 	tb.Cleanup(func() { _ = c.Close() })
+	for _, h := range hooks {
+		c.AddHook(h)
+	}
 	ping(tb, c)
 	return c
 }

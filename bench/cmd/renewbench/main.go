@@ -22,7 +22,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -171,7 +170,7 @@ func run(store idem.Store, n int, lease, hold time.Duration) result {
 	for range 16 {
 		wg.Go(func() {
 			for l := range next {
-				if err := l.Finish(ctx, 201, nil); errors.Is(err, idem.ErrLockLost) {
+				if l.Finish(ctx, 201, nil).Outcome == idem.LockLost {
 					refused.Add(1)
 				}
 			}

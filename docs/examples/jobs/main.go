@@ -70,6 +70,10 @@ func (c *Consumer) Apply(ctx context.Context, m Message) (outcome string, ack bo
 		return "refused for good: " + err.Error(), true
 	case errors.Is(err, idem.ErrInProgress):
 		return "being applied by another delivery: not acknowledged", false
+	case errors.Is(err, idem.ErrNotRecorded):
+		// Applied, but nothing guards the id now: delivering it again would
+		// apply it again. Acknowledge, and alert.
+		return "applied, not recorded: " + err.Error(), true
 	}
 	return "failed, to be delivered again: " + err.Error(), false
 }

@@ -1,31 +1,41 @@
 package grpcsuite
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	idemgrpc "github.com/idemkit/idemkit/adapters/grpc"
 	idem "github.com/idemkit/idemkit/core"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // The codes a handler's status is recorded with, and those it is not.
 var (
 	recordedCodes = []codes.Code{codes.InvalidArgument, codes.NotFound, codes.AlreadyExists, codes.PermissionDenied,
-		codes.FailedPrecondition, codes.OutOfRange, codes.Unimplemented, codes.DataLoss, codes.Unauthenticated}
+		codes.FailedPrecondition, codes.OutOfRange, codes.Unauthenticated}
+	// UNIMPLEMENTED and DATA_LOSS are HTTP's 501 and 500, which are never
+	// recorded either.
 	notRecordedCodes = []codes.Code{codes.Canceled, codes.Unknown, codes.DeadlineExceeded, codes.ResourceExhausted,
-		codes.Aborted, codes.Internal, codes.Unavailable}
+		codes.Aborted, codes.Internal, codes.Unavailable, codes.Unimplemented, codes.DataLoss}
 )
 
 var cases = []suiteCase{
@@ -259,10 +269,12 @@ var cases = []suiteCase{
 		e.WaitEntered(t)
 		e.App.ReleaseSlow()
 		old, taken := recv(t, done, "answer of the first holder"), recv(t, second, "answer of the new holder")
-		if old.Err != nil || taken.Err != nil {
-			t.Fatalf("answers %v and %v", old.Err, taken.Err)
+		if taken.Err != nil {
+			t.Fatalf("the new holder's answer: %v", taken.Err)
 		}
-		// Whatever order they finished in, the recorded reply is the new holder's.
+		// The old holder's reply is not the key's outcome: it is withheld,
+		// and its caller's retry gets the new holder's.
+		e.WantRefusal(t, old, codes.Unavailable, idem.ProblemStoreUnavailable, true)
 		WantReplay(t, taken, e.Send(Call{Method: Slow, Key: "k1"}))
 		e.WantCalls(t, 2)
 	}},
@@ -321,6 +333,160 @@ var cases = []suiteCase{
 		}
 		WantReplay(t, second, e.Send(Call{Key: "k1"}))
 		e.WantCalls(t, 2)
+	}},
+	{name: "Store/LockLostWithheld", config: func(c *idem.Config) { c.Store = &losesLockOnce{Store: c.Store} }, run: func(t *testing.T, e *Env) {
+		// Another call holds the key by the time the reply is recorded (an
+		// operator forgot the record): the reply is not the key's outcome.
+		e.WantRefusal(t, e.Send(Call{Key: "k1"}), codes.Unavailable, idem.ProblemStoreUnavailable, true)
+		if r := e.Must(t, Call{Key: "k1"}); r.Replayed() {
+			t.Fatal("the retry was replayed")
+		}
+		e.WantCalls(t, 2)
+	}},
+	{name: "Store/RolledBackWithRelease", config: func(c *idem.Config) { c.Store = rollsBackReleases{c.Store} }, run: func(t *testing.T, e *Env) {
+		// A transactional store undoes the handler's writes with a reply it
+		// does not record (here, one over MaxResponseBody): an OK for work
+		// undone must not reach the client.
+		big := map[string]any{"amount": strings.Repeat("x", MaxResponseBody)}
+		e.WantRefusal(t, e.Send(Call{Key: "k1", Req: big}), codes.Unavailable, idem.ProblemStoreUnavailable, true)
+		// A code the policy does not record reports no success: it goes
+		// out as it is.
+		if r := e.Send(Call{Method: Fail, Key: "k2", Req: map[string]any{"code": int(codes.Internal), "message": "m"}}); r.Code() != codes.Internal {
+			t.Fatalf("a code not recorded, its work undone: %v, want the handler's own INTERNAL", r.Err)
+		}
+		e.WantCalls(t, 2)
+	}},
+	{name: "Replay/NilReply", run: func(t *testing.T, e *Env) {
+		// (nil, nil) is sent by gRPC as an empty reply: so it is recorded.
+		first := e.Must(t, Call{Method: Empty, Key: "k1"})
+		if !proto.Equal(first.Reply, new(structpb.Struct)) {
+			t.Fatalf("the first call got %v, want an empty reply", first.Reply)
+		}
+		WantReplay(t, first, e.Send(Call{Method: Empty, Key: "k1"}))
+		e.WantCalls(t, 1)
+	}},
+	{name: "Replay/InvalidUTF8Message", run: func(t *testing.T, e *Env) {
+		req := map[string]any{"code": int(codes.NotFound), "message": "no such card", "invalid_utf8": true}
+		first := e.Send(Call{Method: Fail, Key: "k1", Req: req})
+		if first.Code() != codes.NotFound || !utf8.ValidString(status.Convert(first.Err).Message()) {
+			t.Fatalf("the first call got %v, want NOT_FOUND with its message made valid UTF-8", first.Err)
+		}
+		for range 2 {
+			WantReplay(t, first, e.Send(Call{Method: Fail, Key: "k1", Req: req}))
+		}
+		e.WantCalls(t, 1)
+	}},
+	{name: "NotStored/ErrorWithCodeOK", run: func(t *testing.T, e *Env) {
+		// An error whose status says OK is no reply: gRPC's client gets an
+		// error for it. It is UNKNOWN, and not recorded.
+		req := map[string]any{"ok_error": true}
+		for i := range 2 {
+			if r := e.Send(Call{Method: Fail, Key: "k1", Req: req}); r.Code() != codes.Unknown || r.Replayed() {
+				t.Fatalf("call %d: %v (replayed %v), want UNKNOWN, run again", i+1, r.Err, r.Replayed())
+			}
+		}
+		e.WantCalls(t, 2)
+	}},
+	{name: "Context/StoppedIsRetryable/LeaseLost", config: cutOffRenewals, run: func(t *testing.T, e *Env) {
+		wantStopped(t, e, e.lease, "LEASE_LOST")
+	}},
+	{name: "Context/StoppedIsRetryable/HandlerTimeout", config: func(c *idem.Config) { c.HandlerTimeout = time.Minute }, run: func(t *testing.T, e *Env) {
+		wantStopped(t, e, time.Minute, "HANDLER_TIMEOUT")
+	}},
+	{name: "PassThrough/Infrastructure", run: func(t *testing.T, e *Env) {
+		// gRPC's health checks (Kubernetes' probes) need no key.
+		for range 2 {
+			resp, err := healthpb.NewHealthClient(e.Conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+			if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+				t.Fatalf("health check: %v, %v", resp, err)
+			}
+		}
+	}},
+	{name: "PassThrough/KeyNotAccepted", opts: []idemgrpc.Option{idemgrpc.WithMethods(func(m string) bool { return m == Create })},
+		run: func(t *testing.T, e *Env) {
+			// Held is left unguarded by the server's choice, though it may
+			// have side effects: a caller that sends it a key counts on a
+			// protection it would not get, so it is refused, not run.
+			r := e.Send(Call{Method: Held, Key: "k1"})
+			st := status.Convert(r.Err)
+			if st.Code() != codes.FailedPrecondition || len(st.Details()) != 1 ||
+				st.Details()[0].(*errdetails.ErrorInfo).GetReason() != "KEY_NOT_ACCEPTED" {
+				t.Fatalf("a key sent to a method the server does not guard: %v, want FAILED_PRECONDITION KEY_NOT_ACCEPTED", r.Err)
+			}
+			e.WantCalls(t, 0)
+			e.Must(t, Call{Method: Held, NoKey: true})
+			// A method whose proto says a repetition is harmless ignores it.
+			e.Must(t, Call{Method: Get, Key: "k1"})
+			e.WantCalls(t, 2)
+		}},
+	{name: "Key/GRPCWords", run: func(t *testing.T, e *Env) {
+		// The key's refusals speak of metadata, not of HTTP header lines.
+		for _, keys := range [][]string{{"k1", "k2"}, {""}} {
+			r := e.Send(Call{Keys: keys})
+			e.WantRefusal(t, r, codes.InvalidArgument, idem.ProblemKeyInvalid, false)
+			msg := status.Convert(r.Err).Message()
+			if strings.Contains(msg, "Idempotency-Key") || strings.Contains(msg, "field") || !strings.Contains(msg, idemgrpc.KeyMetadata+" metadata") {
+				t.Fatalf("%q: %q, want it in gRPC's words", keys, msg)
+			}
+		}
+	}},
+	{name: "Key/FromRequest", opts: []idemgrpc.Option{idemgrpc.WithKey(func(_ context.Context, req any) (string, bool) {
+		v, ok := req.(*structpb.Struct).GetFields()["request_id"]
+		return v.GetStringValue(), ok
+	})}, run: func(t *testing.T, e *Env) {
+		r := e.Send(Call{Key: "k1"}) // a metadata key is not where this server looks
+		e.WantRefusal(t, r, codes.InvalidArgument, idem.ProblemKeyMissing, false)
+		if msg := status.Convert(r.Err).Message(); strings.Contains(msg, "metadata") || !strings.Contains(msg, "request") {
+			t.Fatalf("missing key: %q, want it to say the key comes from the request", msg)
+		}
+		r = e.Send(Call{Req: map[string]any{"request_id": ""}})
+		e.WantRefusal(t, r, codes.InvalidArgument, idem.ProblemKeyInvalid, false)
+		if msg := status.Convert(r.Err).Message(); strings.Contains(msg, "metadata") || strings.Contains(msg, "Idempotency-Key") {
+			t.Fatalf("empty key: %q, want no words of metadata or headers", msg)
+		}
+		first := e.Must(t, Call{NoKey: true, Req: map[string]any{"request_id": "r-1"}})
+		WantReplay(t, first, e.Send(Call{NoKey: true, Req: map[string]any{"request_id": "r-1"}}))
+		e.WantCalls(t, 1)
+	}},
+	{name: "Fingerprint/UnknownFieldsInAnyOrder", run: func(t *testing.T, e *Env) {
+		// A client one schema version ahead sends a map field this server
+		// does not know, its entries in any order: a retry is the same call.
+		entries := unknownMap(99, 12)
+		first := e.Must(t, Call{Key: "k1", Unknown: bytes.Join(entries, nil)})
+		for i := range 5 {
+			shuffled := slices.Clone(entries)
+			rand.New(rand.NewPCG(uint64(i), 7)).Shuffle(len(shuffled), func(a, b int) { shuffled[a], shuffled[b] = shuffled[b], shuffled[a] })
+			slices.Reverse(shuffled[:i+1])
+			WantReplay(t, first, e.Send(Call{Key: "k1", Unknown: bytes.Join(shuffled, nil)}))
+		}
+		// Unknown fields count: another value is another call.
+		other := slices.Clone(entries)
+		other[0] = unknownMap(99, 13)[12]
+		e.WantRefusal(t, e.Send(Call{Key: "k1", Unknown: bytes.Join(other, nil)}), codes.FailedPrecondition, idem.ProblemKeyReused, false)
+		e.WantRefusal(t, e.Send(Call{Key: "k1"}), codes.FailedPrecondition, idem.ProblemKeyReused, false)
+		e.WantCalls(t, 1)
+	}},
+	{name: "Fingerprint/AnyPackedAnew", run: func(t *testing.T, e *Env) {
+		// anypb.New encodes its message as the sender's encoder does, a
+		// map's entries in any order: an equal message packed anew is the
+		// same call.
+		pack := func(amount float64) *anypb.Any {
+			fields := map[string]any{"amount": amount}
+			for i := range 16 {
+				fields[fmt.Sprintf("meta_%02d", i)] = fmt.Sprint(i)
+			}
+			a, err := anypb.New(Request(fields))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return a
+		}
+		first := e.Must(t, Call{Method: Pack, Key: "k1", Msg: pack(1999)})
+		for range 8 {
+			WantReplay(t, first, e.Send(Call{Method: Pack, Key: "k1", Msg: pack(1999)}))
+		}
+		e.WantRefusal(t, e.Send(Call{Method: Pack, Key: "k1", Msg: pack(2000)}), codes.FailedPrecondition, idem.ProblemKeyReused, false)
+		e.WantCalls(t, 1)
 	}},
 	{name: "Store/FailOpen", config: func(c *idem.Config) { StoreUnreachable(c); c.FailOpen = true }, run: func(t *testing.T, e *Env) {
 		e.Must(t, Call{Key: "k1"})
@@ -389,6 +555,80 @@ type fullStore struct{ idem.Store }
 
 func (fullStore) Acquire(context.Context, idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
 	return idem.Record{}, 0, idem.ErrStoreFull
+}
+
+// wantStopped runs a handler that answers with its context's error, as
+// most do, moves the clock by advance so that the Engine stops it, and
+// checks the answer: gRPC would say CANCELLED to a caller that cancelled
+// nothing, which no client retries; it must be UNAVAILABLE with a
+// RetryInfo, the retry trailer and an ErrorInfo saying why (reason).
+func wantStopped(t *testing.T, e *Env, advance time.Duration, reason string) {
+	t.Helper()
+	done := make(chan *Result, 1)
+	go func() { done <- e.Send(Call{Method: Wait, Key: "k1", Req: map[string]any{"return": "ctx"}}) }()
+	e.WaitEntered(t)
+	e.Clock.Advance(advance)
+	r := recv(t, done, "answer of the handler")
+	st := status.Convert(r.Err)
+	var info *errdetails.ErrorInfo
+	var delay *errdetails.RetryInfo
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.ErrorInfo:
+			info = d
+		case *errdetails.RetryInfo:
+			delay = d
+		}
+	}
+	if st.Code() != codes.Unavailable || info.GetReason() != reason || info.GetDomain() != idemgrpc.ErrorDomain ||
+		delay.GetRetryDelay().AsDuration() != e.retryAfter || len(r.Trailer.Get("grpc-retry-pushback-ms")) != 1 {
+		t.Fatalf("a handler stopped for %s answered %v (details %v, trailer %v), want UNAVAILABLE with RetryInfo and its reason",
+			reason, r.Err, st.Details(), r.Trailer)
+	}
+}
+
+// unknownMap returns n entries of a map<string, string> field num, each
+// encoded as a client encodes it, for a server that does not know the field.
+func unknownMap(num protowire.Number, n int) [][]byte {
+	entries := make([][]byte, n)
+	for i := range entries {
+		var entry []byte
+		entry = protowire.AppendTag(entry, 1, protowire.BytesType)
+		entry = protowire.AppendString(entry, fmt.Sprintf("key-%02d", i))
+		entry = protowire.AppendTag(entry, 2, protowire.BytesType)
+		entry = protowire.AppendString(entry, fmt.Sprintf("value-%02d", i))
+		entries[i] = protowire.AppendBytes(protowire.AppendTag(nil, num, protowire.BytesType), entry)
+	}
+	return entries
+}
+
+// losesLockOnce forgets the record of its first Complete before it lands,
+// as an operator's forced forget does.
+type losesLockOnce struct {
+	idem.Store
+	lost atomic.Bool
+}
+
+func (s *losesLockOnce) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
+	if s.lost.CompareAndSwap(false, true) {
+		if err := s.Store.Release(ctx, id, token); err != nil {
+			return err
+		}
+		return idem.ErrLockLost
+	}
+	return s.Store.Complete(ctx, id, token, c)
+}
+
+// rollsBackReleases releases as a transactional store does when the
+// handler wrote through its transaction: the writes are undone, and
+// Release says so.
+type rollsBackReleases struct{ idem.Store }
+
+func (s rollsBackReleases) Release(ctx context.Context, id idem.ID, token string) error {
+	if err := s.Store.Release(ctx, id, token); err != nil {
+		return err
+	}
+	return fmt.Errorf("grpcsuite: the handler's transaction was rolled back: %w", idem.ErrRolledBack)
 }
 
 // rollsBackOnce fails its first Complete as a transactional store does

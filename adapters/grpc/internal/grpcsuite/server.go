@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
@@ -56,6 +58,7 @@ func NewServer(e *idem.Engine, a *App, opts ...idemgrpc.Option) *grpc.Server {
 	opts = append([]idemgrpc.Option{idemgrpc.WithScope(TenantScope)}, opts...)
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(Recover, idemgrpc.UnaryServerInterceptor(e, opts...)))
 	Register(srv, a)
+	healthpb.RegisterHealthServer(srv, health.NewServer()) // gRPC's own health service, as probes call it
 	return srv
 }
 

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/reflect/protodesc"
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/descriptorpb"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/structpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -55,6 +56,12 @@ const (
 	Get = "/idemkit.grpcsuite.Charges/Get"
 	// Watch is server-streaming: it sends two Structs.
 	Watch = "/idemkit.grpcsuite.Charges/Watch"
+	// Empty answers no reply and no error (nil, nil), which gRPC sends as
+	// an empty Struct.
+	Empty = "/idemkit.grpcsuite.Charges/Empty"
+	// Pack takes a google.protobuf.Any and answers as Create does, with
+	// the Any's type URL as "type".
+	Pack = "/idemkit.grpcsuite.Charges/Pack"
 	// Post, the one method of idemkit.grpcsuite.Ledger, answers as Create
 	// does. Its service has no registered descriptor: its reply type is
 	// known only from idemgrpc.WithReplyTypes.
@@ -100,10 +107,17 @@ func (a *App) fail(req *structpb.Struct) (*wrapperspb.StringValue, error) {
 	n := a.calls.Add(1)
 	f := req.GetFields()
 	code := codes.Code(f["code"].GetNumberValue())
+	if f["ok_error"].GetBoolValue() {
+		return nil, okError{}
+	}
 	if code == codes.OK {
 		return wrapperspb.String(fmt.Sprintf("ok %d", n)), nil
 	}
-	st, err := status.New(code, fmt.Sprintf("%s (call %d)", f["message"].GetStringValue(), n)).
+	msg := fmt.Sprintf("%s (call %d)", f["message"].GetStringValue(), n)
+	if f["invalid_utf8"].GetBoolValue() {
+		msg += " \xff\xfe"
+	}
+	st, err := status.New(code, msg).
 		WithDetails(&errdetails.ErrorInfo{Reason: "TEST", Domain: "grpcsuite", Metadata: map[string]string{"call": fmt.Sprint(n)}})
 	if err != nil {
 		return nil, err
@@ -122,10 +136,19 @@ func (a *App) held(ctx context.Context) *structpb.Struct {
 	}}
 }
 
-func (a *App) wait(ctx context.Context) error {
+// okError is an error whose status has code OK, which gRPC cannot send.
+type okError struct{}
+
+func (okError) Error() string              { return "grpcsuite: an error with code OK" }
+func (okError) GRPCStatus() *status.Status { return status.New(codes.OK, "an error with code OK") }
+
+func (a *App) wait(ctx context.Context, req *structpb.Struct) error {
 	a.calls.Add(1)
 	a.enter()
 	<-ctx.Done()
+	if req.GetFields()["return"].GetStringValue() == "ctx" {
+		return ctx.Err() // as most handlers do
+	}
 	return status.Error(codes.Unavailable, context.Cause(ctx).Error())
 }
 
@@ -165,7 +188,7 @@ const (
 
 func (a *App) chargesDesc() *grpc.ServiceDesc {
 	charge := func(_ context.Context, req *structpb.Struct) (any, error) { return a.charge(req), nil }
-	return ServiceDesc(chargesService, map[string]Method{
+	desc := ServiceDesc(chargesService, map[string]Method{
 		"Create": charge,
 		"Fail":   func(_ context.Context, req *structpb.Struct) (any, error) { return a.fail(req) },
 		"Panic": func(context.Context, *structpb.Struct) (any, error) {
@@ -178,9 +201,32 @@ func (a *App) chargesDesc() *grpc.ServiceDesc {
 			return a.charge(req), nil
 		},
 		"Held": func(ctx context.Context, _ *structpb.Struct) (any, error) { return a.held(ctx), nil },
-		"Wait": func(ctx context.Context, _ *structpb.Struct) (any, error) { return nil, a.wait(ctx) },
+		"Wait": func(ctx context.Context, req *structpb.Struct) (any, error) { return nil, a.wait(ctx, req) },
 		"Get":  charge,
+		"Empty": func(context.Context, *structpb.Struct) (any, error) {
+			a.calls.Add(1)
+			return nil, nil
+		},
 	}, watchDesc)
+	desc.Methods = append(desc.Methods, grpc.MethodDesc{MethodName: "Pack", Handler: a.pack})
+	return desc
+}
+
+// pack serves Pack: its request is a google.protobuf.Any.
+func (a *App) pack(_ any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+	req := new(anypb.Any)
+	if err := dec(req); err != nil {
+		return nil, err
+	}
+	call := func(_ context.Context, req any) (any, error) {
+		reply := a.charge(&structpb.Struct{Fields: map[string]*structpb.Value{"amount": structpb.NewNumberValue(0)}})
+		reply.Fields["type"] = structpb.NewStringValue(req.(*anypb.Any).GetTypeUrl())
+		return reply, nil
+	}
+	if interceptor == nil {
+		return call(ctx, req)
+	}
+	return interceptor(ctx, req, &grpc.UnaryServerInfo{FullMethod: Pack}, call)
 }
 
 // watchDesc is the Watch stream's description, for NewStream.
@@ -214,10 +260,12 @@ func Register(s grpc.ServiceRegistrar, a *App) {
 }
 
 var registerDescriptor = sync.OnceFunc(func() {
-	structType, stringType, emptyType := ".google.protobuf.Struct", ".google.protobuf.StringValue", ".google.protobuf.Empty"
+	structType, stringType, emptyType, anyType := ".google.protobuf.Struct", ".google.protobuf.StringValue", ".google.protobuf.Empty", ".google.protobuf.Any"
 	m := func(name, out string) *descriptorpb.MethodDescriptorProto {
 		return &descriptorpb.MethodDescriptorProto{Name: &name, InputType: &structType, OutputType: &out}
 	}
+	pack := m("Pack", structType)
+	pack.InputType = &anyType
 	get := m("Get", structType)
 	get.Options = &descriptorpb.MethodOptions{IdempotencyLevel: descriptorpb.MethodOptions_NO_SIDE_EFFECTS.Enum()}
 	watch := m("Watch", structType)
@@ -227,12 +275,12 @@ var registerDescriptor = sync.OnceFunc(func() {
 		Package: proto.String("idemkit.grpcsuite"),
 		Syntax:  proto.String("proto3"),
 		Dependency: []string{"google/protobuf/struct.proto", "google/protobuf/wrappers.proto",
-			"google/protobuf/empty.proto"},
+			"google/protobuf/empty.proto", "google/protobuf/any.proto"},
 		Service: []*descriptorpb.ServiceDescriptorProto{{
 			Name: proto.String("Charges"),
 			Method: []*descriptorpb.MethodDescriptorProto{
 				m("Create", structType), m("Fail", stringType), m("Panic", emptyType), m("Slow", structType),
-				m("Held", structType), m("Wait", structType), get, watch,
+				m("Held", structType), m("Wait", structType), get, watch, m("Empty", structType), pack,
 			},
 		}},
 	}

@@ -37,7 +37,7 @@ func Run(t *testing.T, newStore func(testing.TB) idem.Store) {
 	t.Helper()
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			c.run(t, NewEnv(t, newStore(t), c.config))
+			c.run(t, NewEnv(t, newStore(t), c.config, c.opts...))
 		})
 	}
 }
@@ -45,6 +45,7 @@ func Run(t *testing.T, newStore func(testing.TB) idem.Store) {
 type suiteCase struct {
 	name   string
 	config func(*idem.Config) // nil: the suite's defaults
+	opts   []idemgrpc.Option  // the interceptor's, after the suite's scope
 	run    func(*testing.T, *Env)
 }
 
@@ -91,6 +92,11 @@ type Call struct {
 	NoKey  bool
 	Tenant string
 	Req    map[string]any // the request Struct; default {"amount": 1999}
+	// Msg, if set, is the request message instead of the Struct of Req.
+	Msg proto.Message
+	// Unknown is appended to the request message as fields the server
+	// does not know, as a client one schema version ahead sends them.
+	Unknown []byte
 }
 
 // Result is what a call got.
@@ -147,7 +153,14 @@ func Send(conn *grpc.ClientConn, c Call) *Result {
 		md.Set(TenantMetadata, c.Tenant)
 	}
 	r := &Result{Reply: NewReply(method)}
-	r.Err = conn.Invoke(metadata.NewOutgoingContext(ctx, md), method, Request(c.Req), r.Reply,
+	var req proto.Message = Request(c.Req)
+	if c.Msg != nil {
+		req = proto.Clone(c.Msg)
+	}
+	if c.Unknown != nil {
+		req.ProtoReflect().SetUnknown(c.Unknown)
+	}
+	r.Err = conn.Invoke(metadata.NewOutgoingContext(ctx, md), method, req, r.Reply,
 		grpc.Header(&r.Header), grpc.Trailer(&r.Trailer))
 	return r
 }
