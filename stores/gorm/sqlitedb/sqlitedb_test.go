@@ -2,7 +2,9 @@ package sqlitedb
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -80,7 +82,7 @@ func TestConcurrentWriters(t *testing.T) {
 }
 
 func TestOpenRejectsBadPaths(t *testing.T) {
-	for _, p := range []string{"", "a?b", "a#b"} {
+	for _, p := range []string{"", "a?b", "a#b", "a\x00b"} {
 		if _, err := Open(p); err == nil {
 			t.Errorf("Open(%q) succeeded", p)
 		}
@@ -140,5 +142,77 @@ func TestOpenErrorsSayWhatIsWrong(t *testing.T) {
 	_, err = Open("app:secret@tcp(127.0.0.1:3306)/payments")
 	if err == nil || !strings.Contains(err.Error(), "gorm.io/driver/mysql") {
 		t.Fatalf("Open of a MySQL DSN: %v, want an error saying it is a server DSN", err)
+	}
+}
+
+// Defect: the driver takes its DSN as an SQLite URI, which decodes %HH in
+// the path, so Open("x%41.db") created xA.db, and a file named
+// "50%25 a%20b.db" was never opened: "50% a b.db", a new empty database,
+// was. A path that begins with "//" named a URI's host. Open and
+// OpenReadOnly open the file named, and nothing else.
+func TestOpenOpensTheFileNamed(t *testing.T) {
+	quiet := &gorm.Config{Logger: logger.Discard}
+	dir := t.TempDir()
+	t.Chdir(dir)
+	names := []string{"x%41.db", "50%25 a%20b.db", "100%.db", "%zz%", "a%00b.db", "%2e%2e%2fup.db"}
+	for _, name := range names {
+		for _, path := range []string{name, filepath.Join(dir, name), "/" + filepath.Join(dir, name)} {
+			t.Run(path, func(t *testing.T) {
+				db, err := Open(path, quiet)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := db.Exec("CREATE TABLE IF NOT EXISTS t (path TEXT)").Error; err == nil {
+					err = db.Exec("INSERT INTO t VALUES (?)", path).Error
+				}
+				closeDB(t, db)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var files []string
+				entries, err := os.ReadDir(dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, e := range entries {
+					files = append(files, e.Name())
+				}
+				if !slices.Contains(files, name) {
+					t.Fatalf("Open(%q) made the files %q, not %q", path, files, name)
+				}
+				ro, err := OpenReadOnly(path, quiet)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer closeDB(t, ro)
+				var paths []string
+				if err := ro.Raw("SELECT path FROM t").Scan(&paths).Error; err != nil || !slices.Contains(paths, path) {
+					t.Fatalf("OpenReadOnly(%q) read %q, %v; want the row written through the same path", path, paths, err)
+				}
+			})
+		}
+	}
+	// Every file is one of the names, or its write-ahead log or shared
+	// memory: none was opened under another name.
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		base := strings.TrimSuffix(strings.TrimSuffix(e.Name(), "-wal"), "-shm")
+		if !slices.Contains(names, base) {
+			t.Errorf("a file no path named: %q", e.Name())
+		}
+	}
+}
+
+func closeDB(t *testing.T, db *gorm.DB) {
+	t.Helper()
+	sqlDB, err := db.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sqlDB.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
