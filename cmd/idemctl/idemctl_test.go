@@ -278,6 +278,10 @@ func TestSQLiteFileNameWithPercent(t *testing.T) {
 // printed.
 func TestBadInput(t *testing.T) {
 	missing := t.TempDir() + "/missing.db"
+	notSQLite := filepath.Join(t.TempDir(), "orders.csv")
+	if err := os.WriteFile(notSQLite, []byte("order,amount\n1,100\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -293,6 +297,8 @@ func TestBadInput(t *testing.T) {
 		{"unsupported scheme", []string{"get", "-store", "oracle://scott:tiger@db/x", "-key", "k"}, exitFailed, "unsupported database"},
 		{"missing SQLite file", []string{"get", "-store", missing, "-key", "k"}, exitFailed, "missing.db"},
 		{"missing SQLite file, forget", []string{"forget", "-store", missing, "-key", "k"}, exitFailed, "missing.db"},
+		{"not a SQLite file", []string{"get", "-store", notSQLite, "-key", "k"}, exitFailed, "orders.csv\" is not a valid SQLite database"},
+		{"not a SQLite file, purge", []string{"purge", "-store", notSQLite}, exitFailed, "orders.csv\" is not a valid SQLite database"},
 		{"unreachable PostgreSQL", []string{"get", "-store", "postgres://app:s3cretpw@127.0.0.1:1/none?connect_timeout=2", "-key", "k"}, exitFailed, "postgres://app@127.0.0.1:1/none"},
 		{"unreachable MySQL", []string{"stats", "-store", "mysql://app:s3cretpw@127.0.0.1:1/none?timeout=2s"}, exitFailed, "mysql://app@127.0.0.1:1/none"},
 		{"unreachable Redis", []string{"stats", "-store", "redis://:s3cretpw@127.0.0.1:1"}, exitFailed, "127.0.0.1:1"},

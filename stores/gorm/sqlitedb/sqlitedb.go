@@ -18,6 +18,7 @@ import (
 
 	"github.com/glebarez/sqlite"
 	"gorm.io/gorm"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 // BusyTimeoutMillis is how long a statement waits for another connection's
@@ -67,7 +68,7 @@ func Open(path string, opts ...gorm.Option) (*gorm.DB, error) {
 		"&_txlock=immediate"
 	db, err := gorm.Open(sqlite.Open(dsn), opts...)
 	if err != nil {
-		return nil, cannotOpen(path, err)
+		return nil, openError(path, false, err)
 	}
 	if err := db.Use(connPlugin{}); err != nil && !errors.Is(err, gorm.ErrRegistered) {
 		return nil, err
@@ -80,7 +81,7 @@ func Open(path string, opts ...gorm.Option) (*gorm.DB, error) {
 	// The driver opens the file with the first connection.
 	if err := sqlDB.Ping(); err != nil {
 		sqlDB.Close()
-		return nil, cannotOpen(path, err)
+		return nil, openError(path, false, err)
 	}
 	// Keep a few connections open between bursts: each new one re-runs the
 	// pragmas.
@@ -127,10 +128,27 @@ func fileURI(path string) string {
 
 var uriPath = strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
 
-// cannotOpen names the path where SQLite itself only says
-// "unable to open database file: out of memory (14)" (SQLITE_CANTOPEN).
-func cannotOpen(path string, err error) error {
-	return fmt.Errorf("sqlitedb: cannot open or create the SQLite file %q (does its directory exist, and may this process write there?): %w", path, err)
+// openError is the error of Open and OpenReadOnly (readOnly) when SQLite
+// cannot open path, naming it and saying, where SQLite's code tells, what
+// is wrong: a file that is not an SQLite database or whose header is
+// damaged (SQLITE_NOTADB, SQLITE_CORRUPT), or a file that cannot be
+// opened or written (SQLITE_CANTOPEN, where SQLite only says "unable to
+// open database file: out of memory (14)", or SQLITE_READONLY).
+func openError(path string, readOnly bool, err error) error {
+	code := -1
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) {
+		code = coded.Code() & 0xff // the primary code of an extended one
+	}
+	switch {
+	case code == sqlite3.SQLITE_NOTADB || code == sqlite3.SQLITE_CORRUPT:
+		return fmt.Errorf("sqlitedb: the file %q is not a valid SQLite database (it is another kind of file, or a damaged one): %w", path, err)
+	case readOnly:
+		return fmt.Errorf("sqlitedb: cannot open the SQLite file %q for reading: %w", path, err)
+	case code == sqlite3.SQLITE_CANTOPEN || code == sqlite3.SQLITE_READONLY:
+		return fmt.Errorf("sqlitedb: cannot open or create the SQLite file %q (does its directory exist, and may this process write there?): %w", path, err)
+	}
+	return fmt.Errorf("sqlitedb: cannot open the SQLite file %q: %w", path, err)
 }
 
 // OpenReadOnly opens the existing SQLite database file at path (taken as
@@ -152,16 +170,20 @@ func OpenReadOnly(path string, opts ...gorm.Option) (*gorm.DB, error) {
 	dsn := fileURI(path) + "?mode=ro&_pragma=busy_timeout(" + strconv.Itoa(BusyTimeoutMillis) + ")"
 	db, err := gorm.Open(sqlite.Open(dsn), opts...)
 	if err != nil {
-		return nil, fmt.Errorf("sqlitedb: cannot open the SQLite file %q for reading: %w", path, err)
+		return nil, openError(path, true, err)
 	}
 	sqlDB, err := db.DB()
 	if err != nil {
 		return nil, err
 	}
 	sqlDB.SetMaxOpenConns(MaxOpenConns)
-	if err := sqlDB.Ping(); err != nil {
+	// Opening reads nothing of the file: reading its schema tells a file
+	// that is not a database at once, rather than at the caller's first
+	// statement.
+	var tables int
+	if err := sqlDB.QueryRow("SELECT count(*) FROM sqlite_master").Scan(&tables); err != nil {
 		sqlDB.Close()
-		return nil, fmt.Errorf("sqlitedb: cannot open the SQLite file %q for reading: %w", path, err)
+		return nil, openError(path, true, err)
 	}
 	return db, nil
 }

@@ -1,6 +1,7 @@
 package sqlitedb
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -203,6 +204,65 @@ func TestOpenOpensTheFileNamed(t *testing.T) {
 		if !slices.Contains(names, base) {
 			t.Errorf("a file no path named: %q", e.Name())
 		}
+	}
+}
+
+// Defect: a file that is not an SQLite database (another kind of file, or
+// one whose header is damaged) failed to open with a message asking
+// whether its directory existed and was writable. The error says what is
+// wrong, names the file, and the file is left as it was.
+func TestOpenNotADatabase(t *testing.T) {
+	quiet := &gorm.Config{Logger: logger.Discard}
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.db")
+	db, err := Open(good, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Exec("CREATE TABLE t (n INTEGER)").Error; err != nil {
+		t.Fatal(err)
+	}
+	closeDB(t, db)
+	valid, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	damaged := func(from, to int) []byte {
+		b := bytes.Clone(valid)
+		for i := from; i < to; i++ {
+			b[i] = 0xa5
+		}
+		return b
+	}
+	for name, content := range map[string][]byte{
+		"text":       []byte("order,amount\n1,100\n"),
+		"binary":     bytes.Repeat([]byte{0x7f, 'E', 'L', 'F', 2, 1, 1, 0}, 1024),
+		"header":     damaged(0, 16),           // SQLite's "SQLite format 3" magic
+		"first page": damaged(100, len(valid)), // after the file header: the schema
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "records.db")
+			if err := os.WriteFile(path, content, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Open(path, quiet)
+			// Open leaves nothing beside the file (OpenReadOnly, like any
+			// reader of a database in WAL mode, may leave SQLite's -wal
+			// and -shm, empty).
+			if entries, _ := os.ReadDir(filepath.Dir(path)); len(entries) != 1 {
+				t.Errorf("Open left %d files beside the database, want none", len(entries)-1)
+			}
+			_, roErr := OpenReadOnly(path, quiet)
+			for _, err := range []error{err, roErr} {
+				if err == nil || !strings.Contains(err.Error(), "not a valid SQLite database") ||
+					!strings.Contains(err.Error(), path) || strings.Contains(err.Error(), "directory") {
+					t.Fatalf("Open and OpenReadOnly: %v; want an error naming the file, saying it is not a valid SQLite database", err)
+				}
+			}
+			if after, err := os.ReadFile(path); err != nil || !bytes.Equal(after, content) {
+				t.Fatalf("the file changed (%v)", err)
+			}
+		})
 	}
 }
 
