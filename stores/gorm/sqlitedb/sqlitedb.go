@@ -19,6 +19,8 @@ import (
 	"github.com/glebarez/sqlite"
 	"gorm.io/gorm"
 	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/idemkit/idemkit/stores/gorm/internal/sqlitefile"
 )
 
 // BusyTimeoutMillis is how long a statement waits for another connection's
@@ -41,7 +43,9 @@ const MaxOpenConns = 16
 // Open opens (creating if need be) the SQLite database file at path, the
 // file the path names as it is: a '%' in it is no escape. A path with '?'
 // or '#' (a DSN's parameters would be taken for a file name) or a NUL byte
-// is refused. Every connection of the pool gets:
+// is refused, and so is a file with more than one name (hard links), which
+// gormstore's one-process lock and SQLite's write-ahead log, both named
+// after the path, cannot tell apart. Every connection of the pool gets:
 //   - journal_mode=WAL: readers and the writer do not block each other;
 //   - busy_timeout: a writer waits for the lock instead of failing;
 //   - synchronous=NORMAL: durable across process crashes; a power loss may
@@ -60,6 +64,9 @@ func Open(path string, opts ...gorm.Option) (*gorm.DB, error) {
 	if looksLikeServerDSN(path) {
 		return nil, fmt.Errorf("sqlitedb: %q looks like a database server's DSN, not an SQLite file path; "+
 			"open MySQL with gorm.io/driver/mysql (user:pass@tcp(host:port)/db) and PostgreSQL with gorm.io/driver/postgres", path)
+	}
+	if err := sqlitefile.OneName(path); err != nil {
+		return nil, fmt.Errorf("sqlitedb: %w", err)
 	}
 	dsn := fileURI(path) +
 		"?_pragma=busy_timeout(" + strconv.Itoa(BusyTimeoutMillis) + ")" +
@@ -166,6 +173,9 @@ func OpenReadOnly(path string, opts ...gorm.Option) (*gorm.DB, error) {
 	}
 	if _, err := os.Stat(path); err != nil {
 		return nil, fmt.Errorf("sqlitedb: the SQLite file %q: %w", path, err)
+	}
+	if err := sqlitefile.OneName(path); err != nil {
+		return nil, fmt.Errorf("sqlitedb: %w", err)
 	}
 	dsn := fileURI(path) + "?mode=ro&_pragma=busy_timeout(" + strconv.Itoa(BusyTimeoutMillis) + ")"
 	db, err := gorm.Open(sqlite.Open(dsn), opts...)
