@@ -95,8 +95,12 @@ func mysqlURL(t *testing.T, dsn string) string {
 
 var quiet = &gorm.Config{Logger: logger.Discard}
 
-func sqliteTarget(t *testing.T) *target {
-	path := filepath.Join(t.TempDir(), "records.db")
+func sqliteTarget(t *testing.T) *target { return sqliteTargetNamed(t, "records.db") }
+
+// sqliteTargetNamed is sqliteTarget on a file of the given name, in a
+// directory of the test's own.
+func sqliteTargetNamed(t *testing.T, name string) *target {
+	path := filepath.Join(t.TempDir(), name)
 	tg := &target{name: "sqlite", args: []string{"-store", path}}
 	var db *gorm.DB
 	tg.reopen = func(t *testing.T) {
@@ -242,6 +246,18 @@ func newApp(store idem.Store) *app {
 	})
 	a.h = idemhttp.Middleware(engine, idemhttp.WithScope(func(r *http.Request) string { return r.Header.Get("Account") }))(handler)
 	return a
+}
+
+// firstRequest sends the order of a new key to a new app on tg's store,
+// and returns the app, the key's scope and the key.
+func firstRequest(t *testing.T, tg *target) (a *app, scope, key string) {
+	t.Helper()
+	scope, key = random("acct_"), random("order-")
+	a = newApp(tg.store)
+	if code, _ := a.post(t, scope, key); code != 201 {
+		t.Fatalf("first request: %d", code)
+	}
+	return a, scope, key
 }
 
 // post sends the order with key as scope's and returns the status and

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -26,11 +28,7 @@ func TestFindForgetRetry(t *testing.T) {
 			if tg.name == "sqlite" {
 				run = ctlBinary
 			}
-			scope, key := random("acct_"), random("order-")
-			a := newApp(tg.store)
-			if code, _ := a.post(t, scope, key); code != 201 {
-				t.Fatalf("first request: %d", code)
-			}
+			a, scope, key := firstRequest(t, tg)
 			if code, replayed := a.post(t, scope, key); code != 201 || !replayed || a.runs.Load() != 1 {
 				t.Fatalf("retry before forget: %d replayed=%v runs=%d; want the replay", code, replayed, a.runs.Load())
 			}
@@ -204,11 +202,7 @@ func TestPurge(t *testing.T) {
 // handler the forget works, and the retry runs anew.
 func TestSQLiteHeldByAnotherProcess(t *testing.T) {
 	tg := sqliteTarget(t)
-	scope, key := random("acct_"), random("order-")
-	a := newApp(tg.store)
-	if code, _ := a.post(t, scope, key); code != 201 {
-		t.Fatalf("first request: %d", code)
-	}
+	a, scope, key := firstRequest(t, tg)
 	ids := []string{"-scope", scope, "-key", key}
 
 	code, out, errOut := ctlBinary(t, "", append(append([]string{"get"}, tg.args...), ids...)...)
@@ -245,11 +239,49 @@ func TestSQLiteHeldByAnotherProcess(t *testing.T) {
 	}
 }
 
+// Defect: SQLite took the file's path as a URI, so that "%25" in a name
+// read as "%" and "%20" as a space: the application wrote "50% a b.db",
+// and idemctl, given the file's name, found it, then failed to open it
+// ("out of memory (14)"). Each opens the file named, and nothing else.
+func TestSQLiteFileNameWithPercent(t *testing.T) {
+	const name = "50%25 a%20b.db"
+	tg := sqliteTargetNamed(t, name)
+	a, scope, key := firstRequest(t, tg)
+	ids := []string{"-scope", scope, "-key", key}
+	code, out, errOut := ctlBinary(t, "", append(append([]string{"get"}, tg.args...), ids...)...)
+	if code != 0 || !strings.Contains(out, "completed") {
+		t.Fatalf("get: exit %d:\n%s%s", code, out, errOut)
+	}
+	tg.close(t)
+	code, out, errOut = ctlBinary(t, "", append(append([]string{"forget"}, tg.args...), ids...)...)
+	if code != 0 || !strings.Contains(out, "forgotten") {
+		t.Fatalf("forget: exit %d:\n%s%s", code, out, errOut)
+	}
+	tg.reopen(t)
+	a = newApp(tg.store)
+	if code, replayed := a.post(t, scope, key); code != 201 || replayed || a.runs.Load() != 1 {
+		t.Fatalf("retry after forget: %d replayed=%v runs=%d; want the handler run anew", code, replayed, a.runs.Load())
+	}
+	entries, err := os.ReadDir(filepath.Dir(tg.args[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), name) {
+			t.Errorf("a file of another name: %q", e.Name())
+		}
+	}
+}
+
 // TestBadInput: a bad command line or a store that cannot be reached is a
 // clear error and a non-zero exit, never a panic, and no password is
 // printed.
 func TestBadInput(t *testing.T) {
 	missing := t.TempDir() + "/missing.db"
+	notSQLite := filepath.Join(t.TempDir(), "orders.csv")
+	if err := os.WriteFile(notSQLite, []byte("order,amount\n1,100\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -265,6 +297,8 @@ func TestBadInput(t *testing.T) {
 		{"unsupported scheme", []string{"get", "-store", "oracle://scott:tiger@db/x", "-key", "k"}, exitFailed, "unsupported database"},
 		{"missing SQLite file", []string{"get", "-store", missing, "-key", "k"}, exitFailed, "missing.db"},
 		{"missing SQLite file, forget", []string{"forget", "-store", missing, "-key", "k"}, exitFailed, "missing.db"},
+		{"not a SQLite file", []string{"get", "-store", notSQLite, "-key", "k"}, exitFailed, "orders.csv\" is not a valid SQLite database"},
+		{"not a SQLite file, purge", []string{"purge", "-store", notSQLite}, exitFailed, "orders.csv\" is not a valid SQLite database"},
 		{"unreachable PostgreSQL", []string{"get", "-store", "postgres://app:s3cretpw@127.0.0.1:1/none?connect_timeout=2", "-key", "k"}, exitFailed, "postgres://app@127.0.0.1:1/none"},
 		{"unreachable MySQL", []string{"stats", "-store", "mysql://app:s3cretpw@127.0.0.1:1/none?timeout=2s"}, exitFailed, "mysql://app@127.0.0.1:1/none"},
 		{"unreachable Redis", []string{"stats", "-store", "redis://:s3cretpw@127.0.0.1:1"}, exitFailed, "127.0.0.1:1"},
