@@ -77,7 +77,10 @@ type ClientConfig struct {
 // full carry one), else an exponential backoff with full jitter: a random
 // duration below min(MaxBackoff, BaseBackoff·2^(n-1)) after the n-th
 // attempt. No wait is started that would end after the call's deadline;
-// the last status is then returned as it is.
+// the last status is then returned as it is. A call whose context ends
+// before its retry starts (the caller cancelled it, or its deadline
+// passed during the wait) returns the context's error as a status,
+// CANCELLED or DEADLINE_EXCEEDED, since that is what became of it.
 func UnaryClientInterceptor(cfg ClientConfig) grpc.UnaryClientInterceptor {
 	cfg.setDefaults()
 	c := &client{cfg: cfg, methods: &methods{guard: cfg.Methods}, retry: map[codes.Code]bool{}}
@@ -131,8 +134,23 @@ func (c *client) intercept(ctx context.Context, method string, req, reply any, c
 			return err
 		}
 		wait, ok := c.retryWait(err, attempt)
-		if !ok || !canWait(ctx, wait) || c.cfg.Sleep(ctx, wait) != nil {
+		if !ok {
 			return err
+		}
+		if ctx.Err() != nil {
+			// The caller gave up, or its deadline passed, before a retry
+			// could start: that, not the last attempt's status, is what
+			// became of its call.
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		if !canWait(ctx, wait) {
+			return err
+		}
+		if serr := c.cfg.Sleep(ctx, wait); serr != nil {
+			if ctx.Err() != nil {
+				serr = ctx.Err()
+			}
+			return status.FromContextError(serr).Err()
 		}
 	}
 }
@@ -182,13 +200,10 @@ func (c *client) backoff(attempt int) time.Duration {
 	return time.Duration(min(f, 1) * float64(ceiling))
 }
 
-// canWait reports whether a wait of d is worth starting: the call's
-// context must still be alive and, if it has a deadline, leave time after
-// the wait for another attempt.
+// canWait reports whether a wait of d is worth starting: if the call's
+// context has a deadline, it must leave time after the wait for another
+// attempt.
 func canWait(ctx context.Context, d time.Duration) bool {
-	if ctx.Err() != nil {
-		return false
-	}
 	dl, ok := ctx.Deadline()
 	return !ok || d < time.Until(dl)
 }
