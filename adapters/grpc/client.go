@@ -3,6 +3,7 @@ package idemgrpc
 import (
 	"context"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idemkit/core/idemclient"
@@ -65,8 +66,9 @@ type ClientConfig struct {
 
 // UnaryClientInterceptor returns a unary client interceptor that gives
 // every guarded call a key, unless its outgoing metadata already carries
-// one (set with metadata.AppendToOutgoingContext, for a key kept with a
-// pending operation, say), and retries the call with that same key.
+// one (set with WithOutgoingKey, for a key kept with a pending operation,
+// say), and retries the call with that same key. The KeyUsed call option
+// tells the caller which key that was.
 //
 // The key is a random UUID from idemclient.NewKey, made once per call, so
 // every attempt of the call carries it: this interceptor's own retries,
@@ -122,12 +124,17 @@ type client struct {
 }
 
 func (c *client) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	key := md.Get(c.cfg.KeyName)
 	if !c.methods.lookup(method).guarded {
+		reportKey(opts, key)
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	if md, _ := metadata.FromOutgoingContext(ctx); len(md.Get(c.cfg.KeyName)) == 0 {
-		ctx = metadata.AppendToOutgoingContext(ctx, c.cfg.KeyName, idemclient.NewKey())
+	if len(key) == 0 {
+		key = []string{idemclient.NewKey()}
+		ctx = metadata.AppendToOutgoingContext(ctx, c.cfg.KeyName, key[0])
 	}
+	reportKey(opts, key)
 	for attempt := 1; ; attempt++ {
 		err := invoker(ctx, method, req, reply, cc, opts...)
 		if err == nil || attempt >= c.cfg.MaxAttempts {
@@ -217,6 +224,57 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	case <-t.C:
 		return nil
+	}
+}
+
+// WithOutgoingKey returns a copy of ctx whose outgoing metadata carries
+// key as the call's idempotency key (the KeyMetadata entry), in place of
+// any key it carried. key is sent as it is: a value KeyUsed reported, one
+// from idemclient.NewKey, or a key of the caller's own that the server's
+// key syntax accepts. A client interceptor with another ClientConfig.KeyName
+// needs metadata.AppendToOutgoingContext with that name instead.
+//
+// Every call made with the copy carries key, and the client interceptor
+// sends it instead of a key of its own: the way to retry an operation
+// after its call returned (a DEADLINE_EXCEEDED, a process restart) so that
+// it still runs once.
+func WithOutgoingKey(ctx context.Context, key string) context.Context {
+	md, _ := metadata.FromOutgoingContext(ctx) // a copy, or nil
+	if md == nil {
+		md = metadata.MD{}
+	}
+	md.Set(KeyMetadata, key)
+	return metadata.NewOutgoingContext(ctx, md)
+}
+
+// KeyUsed returns a call option that makes the client interceptor store in
+// *key the idempotency key the call is sent with, before its first
+// attempt: the key of the call's outgoing metadata, or the one the
+// interceptor made for it, exactly as sent (a made key is a quoted
+// sf-string). A call sent without a key leaves "". Without the client
+// interceptor, the option does nothing.
+//
+// A caller that retries the call itself, after a status the interceptor
+// does not retry (DEADLINE_EXCEEDED) or after the interceptor gave up,
+// sends the same key again with WithOutgoingKey, so that the operation
+// runs once: a retry with a new key is a new operation.
+func KeyUsed(key *string) grpc.CallOption {
+	return keyUsed{key: key}
+}
+
+// keyUsed is the call option of KeyUsed: gRPC itself ignores it.
+type keyUsed struct {
+	grpc.EmptyCallOption
+	key *string
+}
+
+// reportKey stores the call's key (its metadata values, one if valid) in
+// every KeyUsed option among opts.
+func reportKey(opts []grpc.CallOption, key []string) {
+	for _, o := range opts {
+		if k, ok := o.(keyUsed); ok && k.key != nil {
+			*k.key = strings.Join(key, ", ")
+		}
 	}
 }
 

@@ -11,11 +11,13 @@ import (
 	idemgrpc "github.com/idemkit/idemkit/adapters/grpc"
 	"github.com/idemkit/idemkit/adapters/grpc/internal/grpcsuite"
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemtest"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // clientEnv is a server on loopback whose every call's key is noted, as it
@@ -385,5 +387,67 @@ func TestClientKeyNotAccepted(t *testing.T) {
 	if calls := c.app.Calls(); calls != 0 || len(c.waits) != 0 || len(c.keys.seen()) != 1 {
 		t.Fatalf("the method ran %d times, in %d attempts, after the waits %v: want one attempt, refused",
 			calls, len(c.keys.seen()), c.waits)
+	}
+}
+
+// TestClientCallerRetriesWithTheKeyUsed: a call's deadline passes while its
+// handler runs (DEADLINE_EXCEEDED, which the interceptor does not retry).
+// Its caller learnt the key the interceptor made for it (KeyUsed) and
+// retries with it (WithOutgoingKey): the handler, which went on and
+// finished, ran once, and the retry gets its reply, replayed.
+func TestClientCallerRetriesWithTheKeyUsed(t *testing.T) {
+	outcomes, events := idemtest.Outcomes()
+	c := newClientEnv(t, outcomes, idemgrpc.ClientConfig{}, nil)
+	ctx := newDeadlineContext()
+	var key string
+	done := make(chan *grpcsuite.Result, 1)
+	go func() { done <- c.invoke(ctx, grpcsuite.Slow, nil, idemgrpc.KeyUsed(&key)) }()
+	grpcsuite.WaitEntered(t, c.app)
+	ctx.pass()
+	if r := <-done; r.Code() != codes.DeadlineExceeded {
+		t.Fatalf("%v, want DEADLINE_EXCEEDED", r.Err)
+	}
+	if !uuidKey.MatchString(key) {
+		t.Fatalf("KeyUsed gave %q, want the key the interceptor made", key)
+	}
+	c.app.ReleaseSlow()
+	idemtest.WantOutcome(t, events, idem.EventStored, "")
+
+	var again string
+	retry, cancel := context.WithTimeout(idemgrpc.WithOutgoingKey(context.Background(), key), 10*time.Second)
+	defer cancel()
+	r := c.invoke(retry, grpcsuite.Slow, nil, idemgrpc.KeyUsed(&again))
+	if r.Err != nil || !r.Replayed() {
+		t.Fatalf("%v (replayed %v), want the first call's reply, replayed", r.Err, r.Replayed())
+	}
+	if id := r.Reply.(*structpb.Struct).GetFields()["id"].GetStringValue(); id != "ch_1" {
+		t.Fatalf("the retry got %q, want ch_1", id)
+	}
+	if keys := c.keys.seen(); again != key || !slices.Equal(keys, []string{key, key}) {
+		t.Fatalf("the server saw the keys %q; KeyUsed gave %q, then %q", keys, key, again)
+	}
+	if calls := c.app.Calls(); calls != 1 {
+		t.Fatalf("the handler ran %d times, want once", calls)
+	}
+}
+
+// TestClientWithOutgoingKey: the key WithOutgoingKey puts in a context
+// replaces any the context carried, and KeyUsed reports it, also for a
+// call the interceptor does not guard.
+func TestClientWithOutgoingKey(t *testing.T) {
+	c := newClientEnv(t, nil, idemgrpc.ClientConfig{}, nil)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), idemgrpc.KeyMetadata, "old", "x-other", "kept")
+	ctx = idemgrpc.WithOutgoingKey(idemgrpc.WithOutgoingKey(ctx, "order-7"), "order-8")
+	md, _ := metadata.FromOutgoingContext(ctx)
+	if !slices.Equal(md.Get(idemgrpc.KeyMetadata), []string{"order-8"}) || !slices.Equal(md.Get("x-other"), []string{"kept"}) {
+		t.Fatalf("outgoing metadata %v, want the last key alone and the other entries kept", md)
+	}
+	var key string
+	if r := c.invoke(ctx, grpcsuite.Create, nil, idemgrpc.KeyUsed(&key)); r.Err != nil || key != "order-8" {
+		t.Fatalf("%v; KeyUsed gave %q, want order-8", r.Err, key)
+	}
+	key = "unset"
+	if r := c.invoke(context.Background(), grpcsuite.Get, nil, idemgrpc.KeyUsed(&key)); r.Err != nil || key != "" {
+		t.Fatalf("%v; KeyUsed gave %q for a call sent without a key", r.Err, key)
 	}
 }
