@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/gofiber/fiber/v2 v2.52.15
 	github.com/idemkit/idemkit v0.0.0
+	github.com/idemkit/idemkit/adapters/internal/fasthttpcore v0.0.0
 	github.com/valyala/fasthttp v1.77.0
 )
 
@@ -20,4 +21,7 @@ require (
 	golang.org/x/sys v0.49.0 // indirect
 )
 
-replace github.com/idemkit/idemkit => ../..
+replace (
+	github.com/idemkit/idemkit => ../..
+	github.com/idemkit/idemkit/adapters/internal/fasthttpcore => ../internal/fasthttpcore
+)
