@@ -22,8 +22,5 @@ import (
 // too, so a handler returning fiber.ErrRequestEntityTooLarge gets the same
 // problem; an error of its own with status 413 (fiber.NewError) goes to next.
 func ErrorHandler(e *idem.Engine, next fiber.ErrorHandler) fiber.ErrorHandler {
-	if next == nil {
-		next = fiber.DefaultErrorHandler
-	}
 	return fasthttpcore.ErrorHandler(e, &fiberV3, next)
 }

@@ -6,7 +6,6 @@ require (
 	github.com/gofiber/fiber/v3 v3.1.0
 	github.com/idemkit/idemkit v0.0.0
 	github.com/idemkit/idemkit/adapters/internal/fasthttpcore v0.0.0
-	github.com/valyala/fasthttp v1.77.0
 )
 
 require (
@@ -20,6 +19,7 @@ require (
 	github.com/philhofer/fwd v1.2.0 // indirect
 	github.com/tinylib/msgp v1.6.3 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
+	github.com/valyala/fasthttp v1.77.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect

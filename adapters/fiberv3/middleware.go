@@ -39,11 +39,7 @@ import (
 // middleware then returns nil, and middleware registered before it sees the
 // rendered response rather than the error.
 func New(e *idem.Engine, opts ...Option) fiber.Handler {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
-	return fasthttpcore.Middleware(e, &fiberV3, fasthttpcore.Options[fiber.Ctx]{Scope: o.scope, Key: o.key, Next: o.next})
+	return fasthttpcore.Middleware(e, &fiberV3, fasthttpcore.Apply(opts).Options)
 }
 
 // fiberV3 is Fiber v3 for the middleware both Fiber adapters share.
@@ -54,20 +50,21 @@ var fiberV3 = fasthttpcore.Framework[fiber.Ctx]{
 	ErrorHandler: func(c fiber.Ctx, err error) error { return c.App().ErrorHandler(c, err) },
 	// Fiber v3's timeout middleware runs a route's handler on a goroutine
 	// of its own, and answers when time is up while the handler goes on.
-	Abandoned:    fiber.Ctx.IsAbandoned,
-	Handlers:     func(c fiber.Ctx) uint32 { return c.App().HandlersCount() },
-	Routes:       routes,
-	BodyLimit:    func(c fiber.Ctx) int { return c.App().Server().MaxRequestBodySize },
-	ErrBodyLimit: fiber.ErrRequestEntityTooLarge,
-}
-
-// routes lists the routes of c's app.
-func routes(c fiber.Ctx) fasthttpcore.Routes {
-	cfg := c.App().Config()
-	rs := fasthttpcore.Routes{CaseSensitive: cfg.CaseSensitive, StrictRouting: cfg.StrictRouting,
-		Match: func(path, pattern string) bool { return fiber.RoutePatternMatch(path, pattern, cfg) }}
-	for _, r := range c.App().GetRoutes(true) {
-		rs.Routes = append(rs.Routes, fasthttpcore.Route{Method: r.Method, Path: r.Path})
-	}
-	return rs
+	Abandoned: fiber.Ctx.IsAbandoned,
+	Handlers:  func(c fiber.Ctx) uint32 { return c.App().HandlersCount() },
+	Routes: func(c fiber.Ctx, add func(method, path string)) {
+		for _, r := range c.App().GetRoutes(true) {
+			add(r.Method, r.Path)
+		}
+	},
+	Routing: func(c fiber.Ctx) (caseSensitive, strict bool) {
+		cfg := c.App().Config()
+		return cfg.CaseSensitive, cfg.StrictRouting
+	},
+	Match: func(path, pattern string, caseSensitive, strict bool) bool {
+		return fiber.RoutePatternMatch(path, pattern, fiber.Config{CaseSensitive: caseSensitive, StrictRouting: strict})
+	},
+	BodyLimit:           func(c fiber.Ctx) int { return c.App().Server().MaxRequestBodySize },
+	ErrBodyLimit:        fiber.ErrRequestEntityTooLarge,
+	DefaultErrorHandler: fiber.DefaultErrorHandler,
 }

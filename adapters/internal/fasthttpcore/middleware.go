@@ -57,21 +57,41 @@ type Framework[C Ctx] struct {
 	// Handlers is the number of handlers of c's app (App.HandlersCount),
 	// which grows with every route added.
 	Handlers func(C) uint32
-	// Routes describes the routes of c's app.
-	Routes func(C) Routes
+	// Routes calls add with the method and path of every route of c's app
+	// that is not middleware (App.GetRoutes(true)).
+	Routes func(c C, add func(method, path string))
+	// Routing reports how c's app compares paths: whether case matters
+	// (fiber.Config.CaseSensitive) and whether a trailing slash does
+	// (StrictRouting).
+	Routing func(C) (caseSensitive, strict bool)
+	// Match reports whether path matches the pattern of a route with
+	// parameters or wildcards, under that routing
+	// (fiber.RoutePatternMatch).
+	Match func(path, pattern string, caseSensitive, strict bool) bool
 	// BodyLimit is the body limit fasthttp enforces for c's app
 	// (fiber.Config.BodyLimit), and ErrBodyLimit the error Fiber reports
 	// for a body over it (fiber.ErrRequestEntityTooLarge).
 	BodyLimit    func(C) int
 	ErrBodyLimit error
+	// DefaultErrorHandler is fiber.DefaultErrorHandler.
+	DefaultErrorHandler func(C, error) error
 }
 
-// Options are the adapter's options (WithScope, WithKey, WithNext); a nil
-// one is not set.
+// Options are what the adapter's options (WithScope, WithKey, WithNext)
+// set; a nil one is not set.
 type Options[C Ctx] struct {
 	Scope func(C) string
 	Key   func(C) (string, bool)
 	Next  func(C) bool
+}
+
+// Apply returns the options that opts, an adapter's Options, set.
+func Apply[T any, O ~func(*T)](opts []O) T {
+	var o T
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
 }
 
 // Middleware is the adapters' New: a Fiber handler that runs every request
@@ -170,8 +190,12 @@ func finish(ctx context.Context, e *idem.Engine, lock *idem.Lock, resp *fasthttp
 
 // ErrorHandler is the adapters' ErrorHandler: it answers f.ErrBodyLimit,
 // which Fiber reports for a body over its own limit, with e's 413
-// payload-too-large problem, and passes every other error to next.
+// payload-too-large problem, and passes every other error to next, or to
+// f.DefaultErrorHandler if next is nil.
 func ErrorHandler[C Ctx](e *idem.Engine, f *Framework[C], next func(C, error) error) func(C, error) error {
+	if next == nil {
+		next = f.DefaultErrorHandler
+	}
 	return func(c C, err error) error {
 		if !errors.Is(err, f.ErrBodyLimit) {
 			return next(c, err)

@@ -6,21 +6,6 @@ import (
 	"sync/atomic"
 )
 
-// Routes is what the middleware reads of an app's routes to tell whether a
-// request matches one.
-type Routes struct {
-	Routes        []Route // the app's routes that are not middleware (App.GetRoutes(true))
-	CaseSensitive bool    // fiber.Config.CaseSensitive
-	StrictRouting bool    // fiber.Config.StrictRouting
-	// Match reports whether path matches the pattern of a route with
-	// parameters or wildcards: fiber.RoutePatternMatch, with the app's
-	// configuration.
-	Match func(path, pattern string) bool
-}
-
-// Route is one route of an app.
-type Route struct{ Method, Path string }
-
 // routes tells whether a request matches a route of the app, for middleware
 // registered with app.Use, which Fiber also runs for requests that match
 // none (their 404 or 405 is not guarded). It is built from the app's routes
@@ -33,9 +18,10 @@ type routes[C Ctx] struct {
 }
 
 type routeTable struct {
-	static  map[string]map[string]bool // method -> paths of routes without parameters
-	dynamic map[string][]string        // method -> patterns with parameters or wildcards
-	Routes
+	static        map[string]map[string]bool // method -> paths of routes without parameters
+	dynamic       map[string][]string        // method -> patterns with parameters or wildcards
+	caseSensitive bool
+	strict        bool
 }
 
 // match reports whether c's method and path match a route that is not
@@ -51,7 +37,7 @@ func (rs *routes[C]) match(c C) bool {
 		return true
 	}
 	for _, pattern := range t.dynamic[method] {
-		if t.Match(c.Path(), pattern) {
+		if rs.f.Match(c.Path(), pattern, t.caseSensitive, t.strict) {
 			return true
 		}
 	}
@@ -62,10 +48,10 @@ func (rs *routes[C]) match(c C) bool {
 // is case sensitive, and without a trailing slash unless its routing is
 // strict.
 func (t *routeTable) normal(path string) string {
-	if !t.CaseSensitive {
+	if !t.caseSensitive {
 		path = strings.ToLower(path)
 	}
-	if !t.StrictRouting && len(path) > 1 {
+	if !t.strict && len(path) > 1 {
 		path = strings.TrimSuffix(path, "/")
 	}
 	return path
@@ -78,17 +64,18 @@ func (rs *routes[C]) build(c C) *routeTable {
 	if t := rs.table.Load(); t != nil && rs.handled.Load() == count {
 		return t
 	}
-	t := &routeTable{static: map[string]map[string]bool{}, dynamic: map[string][]string{}, Routes: rs.f.Routes(c)}
-	for _, r := range t.Routes.Routes {
-		if strings.ContainsAny(r.Path, ":*+") {
-			t.dynamic[r.Method] = append(t.dynamic[r.Method], r.Path)
-			continue
+	t := &routeTable{static: map[string]map[string]bool{}, dynamic: map[string][]string{}}
+	t.caseSensitive, t.strict = rs.f.Routing(c)
+	rs.f.Routes(c, func(method, path string) {
+		if strings.ContainsAny(path, ":*+") {
+			t.dynamic[method] = append(t.dynamic[method], path)
+			return
 		}
-		if t.static[r.Method] == nil {
-			t.static[r.Method] = map[string]bool{}
+		if t.static[method] == nil {
+			t.static[method] = map[string]bool{}
 		}
-		t.static[r.Method][t.normal(r.Path)] = true
-	}
+		t.static[method][t.normal(path)] = true
+	})
 	rs.table.Store(t)
 	rs.handled.Store(count)
 	return t
