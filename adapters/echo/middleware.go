@@ -30,7 +30,7 @@ import (
 
 // Middleware returns Echo middleware that runs every request through e.
 func Middleware(e *idem.Engine, opts ...Option) echo.MiddlewareFunc {
-	return echocore.Middleware[echo.Context, echo.HandlerFunc](e, &echoV4, echocore.Apply(opts).Options)
+	return echocore.Middleware[echo.Context, echo.HandlerFunc](e, &echoV4, echocore.Apply(opts).core)
 }
 
 // echoV4 is Echo v4 for the middleware both Echo adapters share.

@@ -32,7 +32,7 @@ import (
 
 // Middleware returns Echo middleware that runs every request through e.
 func Middleware(e *idem.Engine, opts ...Option) echo.MiddlewareFunc {
-	return echocore.Middleware[*echo.Context, echo.HandlerFunc](e, &echoV5, echocore.Apply(opts).Options)
+	return echocore.Middleware[*echo.Context, echo.HandlerFunc](e, &echoV5, echocore.Apply(opts).core)
 }
 
 // echoV5 is Echo v5 for the middleware both Echo adapters share.

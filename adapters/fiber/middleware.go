@@ -37,7 +37,7 @@ import (
 // middleware then returns nil, and middleware registered before it sees the
 // rendered response rather than the error.
 func New(e *idem.Engine, opts ...Option) fiber.Handler {
-	return fasthttpcore.Middleware(e, &fiberV2, fasthttpcore.Apply(opts).Options)
+	return fasthttpcore.Middleware(e, &fiberV2, fasthttpcore.Apply(opts).core)
 }
 
 // fiberV2 is Fiber v2 for the middleware both Fiber adapters share.

@@ -39,7 +39,7 @@ import (
 // middleware then returns nil, and middleware registered before it sees the
 // rendered response rather than the error.
 func New(e *idem.Engine, opts ...Option) fiber.Handler {
-	return fasthttpcore.Middleware(e, &fiberV3, fasthttpcore.Apply(opts).Options)
+	return fasthttpcore.Middleware(e, &fiberV3, fasthttpcore.Apply(opts).core)
 }
 
 // fiberV3 is Fiber v3 for the middleware both Fiber adapters share.
