@@ -34,7 +34,10 @@ var adapter = &echotest.Adapter[echo.Context, echo.HandlerFunc, echo.MiddlewareF
 	BodyLimit:   func(n int64) echo.MiddlewareFunc { return middleware.BodyLimit(fmt.Sprint(n)) },
 	WrapHandler: echo.WrapHandler,
 	// Echo v4's Timeout runs the handler on a goroutine of its own.
+	// Deprecated in Echo for that reason, it is still in use: the suite
+	// checks that the key stays locked under it.
 	TimeoutInside: func(d time.Duration, msg string) echo.MiddlewareFunc {
+		//lint:ignore SA1019 the deprecated middleware is what the test is about
 		return middleware.TimeoutWithConfig(middleware.TimeoutConfig{Timeout: d, ErrorMessage: msg})
 	},
 
