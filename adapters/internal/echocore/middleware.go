@@ -71,37 +71,49 @@ func Apply[T any, O ~func(*T)](opts []O) T {
 // Middleware is the adapters' Middleware: Echo middleware that runs every
 // request through e. H is the major's HandlerFunc.
 func Middleware[C Ctx, H ~func(C) error](e *idem.Engine, f *Framework[C], o Options[C]) func(next H) H {
+	m := &middleware[C, H]{e, f, o}
+	// Echo v4 wraps a handler in the middleware of e.Use for every request:
+	// the closure holds only m and next.
 	return func(next H) H {
-		return func(c C) error {
-			r := c.Request()
-			if !e.Guards(r.Method) || f.Unrouted(c) || o.Skip != nil && o.Skip(c) {
-				return next(c)
-			}
-			req := e.HTTPRequest(r)
-			if req.BodyReader != nil {
-				req.BodyReader = bodyLimitReader{req.BodyReader, f.StatusCode}
-			}
-			if o.Key != nil {
-				req.KeyLines = nil
-				if key, ok := o.Key(c); ok {
-					req.KeyLines = []string{key}
-				}
-			}
-			if o.Scope != nil {
-				req.Scope = o.Scope(c)
-			}
-			d := e.Begin(r.Context(), &req)
-			switch d.Action {
-			case idem.ActionRespond:
-				d.WriteTo(f.Response(c))
-				return nil
-			case idem.ActionRun:
-				return serveLocked(c, next, f, d)
-			default:
-				d.SetBody(r)
-				return next(c)
-			}
+		return func(c C) error { return m.serve(c, next) }
+	}
+}
+
+type middleware[C Ctx, H ~func(C) error] struct {
+	e *idem.Engine
+	f *Framework[C]
+	o Options[C]
+}
+
+func (m *middleware[C, H]) serve(c C, next H) error {
+	e, f, o := m.e, m.f, m.o
+	r := c.Request()
+	if !e.Guards(r.Method) || f.Unrouted(c) || o.Skip != nil && o.Skip(c) {
+		return next(c)
+	}
+	req := e.HTTPRequest(r)
+	if req.BodyReader != nil {
+		req.BodyReader = bodyLimitReader{req.BodyReader, f.StatusCode}
+	}
+	if o.Key != nil {
+		req.KeyLines = nil
+		if key, ok := o.Key(c); ok {
+			req.KeyLines = []string{key}
 		}
+	}
+	if o.Scope != nil {
+		req.Scope = o.Scope(c)
+	}
+	d := e.Begin(r.Context(), &req)
+	switch d.Action {
+	case idem.ActionRespond:
+		d.WriteTo(f.Response(c))
+		return nil
+	case idem.ActionRun:
+		return serveLocked(c, next, f, d)
+	default:
+		d.SetBody(r)
+		return next(c)
 	}
 }
 
