@@ -43,7 +43,7 @@ func open(ctx context.Context, cfg config) (backend, error) {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return backend{}, fmt.Errorf("-admin must be an http:// or https:// URL of a process's admin endpoint, such as http://127.0.0.1:9090/idemadmin")
 		}
-		c := idemadmin.NewClient(cfg.admin, &http.Client{})
+		c := idemadmin.NewClient(cfg.admin, "", &http.Client{})
 		return backend{reader: c, writer: c, close: func() {}}, nil
 	}
 	if strings.HasPrefix(cfg.store, "redis://") || strings.HasPrefix(cfg.store, "rediss://") {

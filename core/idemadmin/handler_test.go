@@ -33,7 +33,7 @@ func TestHandlerOnMemstore(t *testing.T) {
 		idemadmin.Handler(store, idemadmin.HandlerOptions{Now: func() time.Time { return now }}).ServeHTTP(w, r)
 	}))
 	defer srv.Close()
-	c := idemadmin.NewClient(srv.URL+"/idemadmin/", nil)
+	c := idemadmin.NewClient(srv.URL+"/idemadmin/", "", nil)
 	ctx := context.Background()
 
 	held := idem.ID{Scope: "tenant-a", Key: "k-held"}
@@ -125,7 +125,10 @@ func TestHandlerRefusesBadRequests(t *testing.T) {
 		{"POST", "/x/forget", `{"key":"missing"}`, 404, "not-found"},
 	} {
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body)))
+		r := httptest.NewRequest(tc.method, "http://localhost"+tc.path, strings.NewReader(tc.body))
+		r.RemoteAddr = "127.0.0.1:4000"
+		r.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(rec, r)
 		if rec.Code != tc.status || rec.Header().Get("Content-Type") != idem.ProblemContentType ||
 			!strings.Contains(rec.Body.String(), `"type":"`+idemadmin.ProblemBase+tc.typ+`"`) {
 			t.Errorf("%s %s %s: %d %s; want %d, problem %s", tc.method, tc.path, tc.body, rec.Code, rec.Body, tc.status, tc.typ)

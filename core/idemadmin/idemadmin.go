@@ -15,6 +15,7 @@ package idemadmin
 import (
 	"cmp"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -49,6 +50,39 @@ type Store interface {
 	// idem.Store.Purge.
 	Purge(ctx context.Context, now time.Time, limit int) (int, error)
 }
+
+// Locator is implemented by stores that can say where they keep, or would
+// keep, the record of an ID, by digests only (the table and its key
+// columns, the Redis key): what Info.Location says of a record found. A
+// search that finds nothing says where it looked (NotFoundError).
+type Locator interface {
+	Locate(id idem.ID) string
+}
+
+// Locate is s's Locate of id if s is a Locator, else "".
+func Locate(s any, id idem.ID) string {
+	if l, ok := s.(Locator); ok {
+		return l.Locate(id)
+	}
+	return ""
+}
+
+// NotFoundError is the Client's error for a record that does not exist,
+// with where the store looked for it, if it said. It matches
+// idem.ErrNotFound.
+type NotFoundError struct {
+	Location string
+}
+
+func (e *NotFoundError) Error() string {
+	if e.Location == "" {
+		return idem.ErrNotFound.Error()
+	}
+	return idem.ErrNotFound.Error() + " (looked up: " + e.Location + ")"
+}
+
+// Is makes errors.Is(err, idem.ErrNotFound) true.
+func (e *NotFoundError) Is(target error) bool { return target == idem.ErrNotFound }
 
 // ErrInFlight is Forget's refusal of a record in flight without force.
 var ErrInFlight = errors.New("idemadmin: the record is in flight: its handler may be running; forget it with force only if that holder is gone")
@@ -160,6 +194,36 @@ const UnknownScope = "unknown"
 func ScopeDigest(scope string) string {
 	sum := sha256.Sum256([]byte(scope))
 	return hex.EncodeToString(sum[:])
+}
+
+// ScopeLabel is how a scope is shown to operators, from its digest
+// (ScopeDigest, as a store's RecordStats gives it): the first 16 hex digits
+// of the HMAC-SHA256 of the digest's hex text under secret. The digest
+// alone would not do: whoever can guess a scope (acct_42) can hash the
+// guess and compare. Under the same secret a scope has the same label, so
+// labels tell scopes apart and match across outputs; UnknownScope stays
+// itself. In a shell:
+//
+//	printf %s "$(printf %s "$SCOPE" | sha256sum | cut -c1-64)" | openssl dgst -sha256 -hmac "$SECRET" | awk '{print $NF}' | cut -c1-16
+func ScopeLabel(secret []byte, scopeDigest string) string {
+	if scopeDigest == UnknownScope {
+		return UnknownScope
+	}
+	return hmacHex(secret, scopeDigest, 8)
+}
+
+// KeyHash is how a key is shown in the handler's audit lines: the first 12
+// hex digits of the HMAC-SHA256 of the key under secret, as the Engine's
+// log lines show it (idem.Event.KeyHash) when secret is its
+// Config.KeyHashSecret.
+func KeyHash(secret []byte, key string) string {
+	return hmacHex(secret, key, 6)
+}
+
+func hmacHex(secret []byte, data string, n int) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(data))
+	return hex.EncodeToString(m.Sum(nil)[:n])
 }
 
 // PurgeAll runs s.Purge in batches of batch records until one comes back

@@ -5,6 +5,7 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -38,10 +39,16 @@ import (
 type Config struct {
 	Addr string
 	// AdminAddr, if set, is the admin listener's address: GET /metrics and
-	// GET /debug/provider are served there, and no longer on Addr, and the
-	// records admin (idemctl's -admin) under server.RecordsAdminPath, never
-	// on Addr.
+	// GET /debug/provider are served there, and no longer on Addr.
 	AdminAddr string
+	// RecordsAdminAddr, if set, is the records admin's listener: idemkit's
+	// idemadmin.Handler (idemctl's -admin), under server.RecordsAdminPath,
+	// alone. It can make a charge run again, so it is never on Addr nor on
+	// AdminAddr, and it serves loopback peers only unless
+	// RecordsAdminToken is set (no flag: the command reads it from a file
+	// or the environment, never from its command line).
+	RecordsAdminAddr  string
+	RecordsAdminToken string
 	// GRPCAddr, if set, is the gRPC listener's address: it serves
 	// payments.v1.Charges/Create (api.ChargesCreate) on the same Engine
 	// and database as the HTTP API.
@@ -213,6 +220,9 @@ type App struct {
 	// Admin serves GET /metrics and GET /debug/provider when the Config has
 	// an AdminAddr; nil otherwise, and Server serves them.
 	Admin server.Server
+	// RecordsAdmin serves the records admin when the Config has a
+	// RecordsAdminAddr; nil otherwise, and none is served.
+	RecordsAdmin server.Server
 	// GRPC serves api.ChargesCreate when the Config has a GRPCAddr; nil
 	// otherwise.
 	GRPC   server.Server
@@ -299,12 +309,17 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 	if now == nil {
 		now = time.Now
 	}
+	// One secret keys the key hashes of the Engine's log lines and of the
+	// records admin's audit lines, so that they correlate.
+	keyHashSecret := make([]byte, 32)
+	rand.Read(keyHashSecret)
 	engine := idem.New(idem.Config{
-		Store:        rec.store,
-		TTL:          cfg.TTL,
-		Lease:        cfg.Lease,
-		StoreTimeout: storeTimeout,
-		Clock:        engineClock(cfg.Now),
+		KeyHashSecret: keyHashSecret,
+		Store:         rec.store,
+		TTL:           cfg.TTL,
+		Lease:         cfg.Lease,
+		StoreTimeout:  storeTimeout,
+		Clock:         engineClock(cfg.Now),
 		// A charge or refund that has run a whole lease is stuck (a
 		// provider that does not answer): it is abandoned, so that it never
 		// outlasts the shutdown grace.
@@ -344,10 +359,11 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 		Docs:          docs.Handler(docs.Policy{TTL: cfg.TTL, Lease: cfg.Lease, Path: api.DocsPath, NotFound: http.HandlerFunc(a.NotFound)}),
 		Debug:         a.ProviderDebug(provider),
 		SeparateAdmin: cfg.AdminAddr != "",
-		RecordsAdmin:  idemadmin.Handler(rec.admin, idemadmin.HandlerOptions{Now: now}),
-		Checkout:      checkout.Handler(http.HandlerFunc(a.NotFound), cfg.FaultInjection),
-		Network:       network,
-		Logger:        log,
+		RecordsAdmin: idemadmin.Handler(rec.admin, idemadmin.HandlerOptions{Now: now, Token: cfg.RecordsAdminToken,
+			Logger: log, Secret: keyHashSecret}),
+		Checkout: checkout.Handler(http.HandlerFunc(a.NotFound), cfg.FaultInjection),
+		Network:  network,
+		Logger:   log,
 	}
 	srv, err := server.New(scfg)
 	if err != nil {
@@ -360,6 +376,9 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 	if scfg.SeparateAdmin {
 		app.Admin = server.NewAdmin(scfg)
 	}
+	if cfg.RecordsAdminAddr != "" {
+		app.RecordsAdmin = server.NewRecordsAdmin(scfg)
+	}
 	if cfg.GRPCAddr != "" {
 		app.GRPC = server.NewGRPC(scfg)
 	}
@@ -371,9 +390,9 @@ type Listeners struct {
 	// API is the HTTP API's.
 	API net.Listener
 	// Admin is the admin server's, for an App with one (the Config's
-	// AdminAddr), and GRPC the gRPC server's, for an App with one (the
-	// Config's GRPCAddr); nil otherwise.
-	Admin, GRPC net.Listener
+	// AdminAddr), RecordsAdmin the records admin's (RecordsAdminAddr), and
+	// GRPC the gRPC server's (GRPCAddr); nil otherwise.
+	Admin, RecordsAdmin, GRPC net.Listener
 }
 
 // Serve serves the API on ls.API, and the admin endpoints and the gRPC
@@ -390,7 +409,7 @@ func (a *App) Serve(ctx context.Context, ls Listeners) error {
 		name string
 		err  error
 	}
-	done := make(chan served, 3)
+	done := make(chan served, 4)
 	webhooks := a.cfg.WebhookURL
 	if webhooks == "" {
 		webhooks = "http://" + ls.API.Addr().String() + api.WebhookPath
@@ -404,6 +423,9 @@ func (a *App) Serve(ctx context.Context, ls Listeners) error {
 	running := []listening{{"API", a.Server, ls.API}}
 	if a.Admin != nil {
 		running = append(running, listening{"admin", a.Admin, ls.Admin})
+	}
+	if a.RecordsAdmin != nil {
+		running = append(running, listening{"records admin", a.RecordsAdmin, ls.RecordsAdmin})
 	}
 	if a.GRPC != nil {
 		running = append(running, listening{"gRPC", a.GRPC, ls.GRPC})
