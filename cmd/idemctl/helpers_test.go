@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -276,6 +277,13 @@ var built struct {
 // its own.
 func ctlBinary(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return ctlBinaryWithin(t, 2*time.Minute, stdin, args...)
+}
+
+// ctlBinaryWithin is ctlBinary, killing idemctl if it runs longer than
+// limit: it then fails the test.
+func ctlBinaryWithin(t *testing.T, limit time.Duration, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	built.once.Do(func() {
 		dir, err := os.MkdirTemp("", "idemctl-bin")
 		if err != nil {
@@ -288,13 +296,16 @@ func ctlBinary(t *testing.T, stdin string, args ...string) (code int, stdout, st
 	if built.err != nil {
 		t.Fatalf("go build: %v\n%s", built.err, built.out)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, built.path, args...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
+	if ctx.Err() != nil && t.Context().Err() == nil {
+		t.Fatalf("idemctl %q still ran after %v; it was killed:\n%s%s", args, limit, out.String(), errOut.String())
+	}
 	if ee, ok := err.(*exec.ExitError); ok {
 		return ee.ExitCode(), out.String(), errOut.String()
 	}
@@ -310,4 +321,37 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(filepath.Dir(built.path))
 	}
 	os.Exit(code)
+}
+
+// silentServer is a listener that accepts connections and never answers,
+// as a server stopped with SIGSTOP looks to a client: the kernel completes
+// the TCP handshake, the process never reads.
+func silentServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
 }

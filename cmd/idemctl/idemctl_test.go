@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemadmin"
+	"github.com/idemkit/idemkit/core/memstore"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 )
 
@@ -271,6 +273,20 @@ func TestBadInput(t *testing.T) {
 		{"bad Redis URL", []string{"stats", "-store", "redis://127.0.0.1:1/notadb"}, exitFailed, "-store"},
 		{"unreachable admin", []string{"stats", "-admin", "http://127.0.0.1:1/idemadmin", "-timeout", "5s"}, exitFailed, "127.0.0.1:1"},
 		{"bad admin URL", []string{"stats", "-admin", "127.0.0.1:1"}, exitFailed, "http://"},
+		// Defect: each of these printed s3cretpw.
+		{"password in the query", []string{"get", "-store", "postgres://app@127.0.0.1:1/none?password=s3cretpw&connect_timeout=2", "-key", "k"}, exitFailed, "password=xxxxx"},
+		{"password in the query, forget", []string{"forget", "-store", "postgres://app@127.0.0.1:1/none?sslmode=disable&password=s3cretpw", "-key", "k"}, exitFailed, "postgres://app@127.0.0.1:1/none"},
+		{"key=value DSN", []string{"get", "-store", "host=127.0.0.1 port=1 user=app password=s3cretpw dbname=none connect_timeout=2", "-key", "k"}, exitFailed, "password=xxxxx"},
+		{"key=value DSN, forget", []string{"forget", "-store", "host=127.0.0.1 port=1 user=app password='s3cretpw' dbname=none", "-key", "k"}, exitFailed, "user=app"},
+		{"Go MySQL DSN", []string{"get", "-store", "app:s3cretpw@tcp(127.0.0.1:1)/none?timeout=2s", "-key", "k"}, exitFailed, "app:xxxxx@tcp(127.0.0.1:1)/none"},
+		{"Go MySQL DSN, forget", []string{"forget", "-store", "app:s3cretpw@tcp(127.0.0.1:1)/none", "-key", "k"}, exitFailed, "127.0.0.1:1"},
+		{"malformed mysql URL", []string{"get", "-store", "mysql://app:s3cretpw@[::1/none", "-key", "k"}, exitFailed, "mysql://"},
+		{"malformed mysql URL, forget", []string{"forget", "-store", "mysql://app:s3cretpw@127.0.0.1:port/none", "-key", "k"}, exitFailed, "mysql://"},
+		{"malformed redis URL", []string{"get", "-store", "redis://:s3cretpw@[::1", "-key", "k"}, exitFailed, "redis://"},
+		{"malformed redis URL, forget", []string{"forget", "-store", "redis://:s3cretpw@127.0.0.1:port/0", "-key", "k"}, exitFailed, "redis://"},
+		{"admin URL with a password", []string{"get", "-admin", "http://op:s3cretpw@127.0.0.1:1/idemadmin", "-key", "k"}, exitFailed, "IDEMCTL_ADMIN_TOKEN"},
+		{"admin URL with a password, forget", []string{"forget", "-admin", "http://op:s3cretpw@127.0.0.1:1/idemadmin", "-key", "k"}, exitFailed, "-admin"},
+		{"password as an extra argument", []string{"get", "-key", "k", "postgres://app:s3cretpw@db/x"}, exitUsage, "unexpected argument"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, errOut := ctlBinary(t, "", tc.args...)
@@ -279,5 +295,93 @@ func TestBadInput(t *testing.T) {
 				t.Fatalf("exit %d, stderr:\n%s\nwant exit %d and an error containing %q, without the password", code, errOut, tc.code, tc.want)
 			}
 		})
+	}
+}
+
+// Defect: a DSN could only be given on the command line, where the
+// process list shows it. -store-file and IDEMCTL_STORE give it instead,
+// and their passwords are not printed either.
+func TestStoreFromFileOrEnvironment(t *testing.T) {
+	tg := sqliteTarget(t)
+	a := newApp(tg.store)
+	if code, _ := a.post(t, "acct_1", "k-1"); code != 201 {
+		t.Fatalf("first request: %d", code)
+	}
+	tg.close(t)
+	file := t.TempDir() + "/dsn"
+	if err := os.WriteFile(file, []byte(tg.args[1]+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := ctlBinary(t, "", "get", "-store-file", file, "-scope", "acct_1", "-key", "k-1"); code != 0 || !strings.Contains(out, "completed") {
+		t.Fatalf("get -store-file: exit %d:\n%s%s", code, out, errOut)
+	}
+	t.Setenv(storeEnv, tg.args[1])
+	if code, out, errOut := ctlBinary(t, "", "get", "-scope", "acct_1", "-key", "k-1"); code != 0 || !strings.Contains(out, "completed") {
+		t.Fatalf("get with %s: exit %d:\n%s%s", storeEnv, code, out, errOut)
+	}
+	if code, _, errOut := ctlBinary(t, "", "get", "-store-file", file, "-store", tg.args[1], "-key", "k"); code != exitUsage {
+		t.Fatalf("-store and -store-file together: exit %d: %s", code, errOut)
+	}
+	t.Setenv(storeEnv, "postgres://app:s3cretpw@127.0.0.1:1/none?connect_timeout=2")
+	if code, out, errOut := ctlBinary(t, "", "stats"); code != exitFailed || strings.Contains(out+errOut, "s3cretpw") ||
+		!strings.Contains(errOut, "postgres://app@127.0.0.1:1/none") {
+		t.Fatalf("stats with %s of an unreachable PostgreSQL: exit %d:\n%s%s", storeEnv, code, out, errOut)
+	}
+	if err := os.WriteFile(file, []byte("mysql://app:s3cretpw@[::1/none\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := ctlBinary(t, "", "stats", "-store-file", file); code != exitFailed || strings.Contains(out+errOut, "s3cretpw") {
+		t.Fatalf("stats -store-file of a malformed URL: exit %d:\n%s%s", code, out, errOut)
+	}
+}
+
+// Defect: -timeout was ignored while connecting to PostgreSQL or MySQL: a
+// server that accepted and never answered (as a SIGSTOPped one does) held
+// idemctl -timeout 2s for over 130 s. Every way to a store gives up at
+// -timeout, with an error saying so, and no password.
+func TestTimeoutWhileConnecting(t *testing.T) {
+	addr := silentServer(t)
+	for _, store := range []string{
+		"postgres://app:s3cretpw@" + addr + "/payments?sslmode=disable",
+		"mysql://app:s3cretpw@" + addr + "/payments",
+		"app:s3cretpw@tcp(" + addr + ")/payments",
+		"host=" + strings.Split(addr, ":")[0] + " port=" + strings.Split(addr, ":")[1] + " user=app password=s3cretpw dbname=payments sslmode=disable",
+		"redis://:s3cretpw@" + addr + "/0",
+	} {
+		for _, op := range []string{"get", "forget"} {
+			args := []string{op, "-store", store, "-timeout", "1s", "-key", "k"}
+			code, out, errOut := ctlBinaryWithin(t, time.Minute, "", args...)
+			if code != exitFailed || !strings.Contains(errOut, "deadline exceeded") || strings.Contains(out+errOut, "s3cretpw") {
+				t.Errorf("%s on a server that never answers: exit %d:\n%s%s\nwant exit 1 and the deadline, without the password", op, code, out, errOut)
+			}
+		}
+	}
+	code, out, errOut := ctlBinaryWithin(t, time.Minute, "", "stats", "-admin", "http://"+addr+"/idemadmin", "-timeout", "1s")
+	if code != exitFailed || !strings.Contains(errOut, "deadline exceeded") {
+		t.Errorf("stats -admin on a server that never answers: exit %d:\n%s%s", code, out, errOut)
+	}
+}
+
+// TestAdminToken: through -admin, idemctl sends the token of
+// IDEMCTL_ADMIN_TOKEN or -admin-token-file; without it, an endpoint that
+// has one refuses, and says what is missing.
+func TestAdminToken(t *testing.T) {
+	const token = "an-admin-token-0123456789"
+	srv := httptest.NewServer(idemadmin.Handler(memstore.New(), idemadmin.HandlerOptions{Token: token}))
+	defer srv.Close()
+	code, _, errOut := ctlBinary(t, "", "stats", "-admin", srv.URL+"/idemadmin")
+	if code != exitFailed || !strings.Contains(errOut, "token") {
+		t.Fatalf("stats without the token: exit %d: %s", code, errOut)
+	}
+	file := t.TempDir() + "/token"
+	if err := os.WriteFile(file, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := ctlBinary(t, "", "stats", "-admin", srv.URL+"/idemadmin", "-admin-token-file", file); code != 0 {
+		t.Fatalf("stats -admin-token-file: exit %d: %s%s", code, out, errOut)
+	}
+	t.Setenv(adminTokenEnv, token)
+	if code, out, errOut := ctlBinary(t, "", "stats", "-admin", srv.URL+"/idemadmin"); code != 0 || strings.Contains(out+errOut, token) {
+		t.Fatalf("stats with %s: exit %d: %s%s", adminTokenEnv, code, out, errOut)
 	}
 }

@@ -8,11 +8,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemadmin"
+	"github.com/idemkit/idemkit/internal/redact"
 )
 
 // Exit codes.
@@ -31,15 +33,27 @@ const usage = `usage: idemctl get|forget|stats|purge (-store STORE | -admin URL)
   stats    count the records by state, expired ones, and the largest scopes
   purge    delete the expired records
 
-STORE is a SQLite file path, a postgres:// or mysql:// URL, or a redis://
-URL; URL is the admin endpoint of a running process (idemadmin.Handler).
+STORE is a SQLite file path, a postgres:// or mysql:// URL (or the
+key=value or user:pass@tcp(host)/db forms), or a redis:// URL; URL is the
+admin endpoint of a running process (idemadmin.Handler). Instead of -store,
+-store-file FILE or the environment variable IDEMCTL_STORE give the STORE,
+so that its password stays out of the process list; the admin endpoint's
+token comes from IDEMCTL_ADMIN_TOKEN or -admin-token-file.
 -key - (or -scope -) reads the value from a line of standard input.
-Scopes and keys are never printed unless -show-key is given.
+Scopes and keys are never printed unless -show-key is given; passwords
+never.
 `
+
+// The environment variables idemctl reads.
+const (
+	storeEnv      = "IDEMCTL_STORE"
+	adminTokenEnv = "IDEMCTL_ADMIN_TOKEN"
+)
 
 // config is the command line.
 type config struct {
 	op, store, admin    string
+	adminToken          string
 	scope, key          string
 	table, prefix       string
 	json, showKey, body bool
@@ -49,11 +63,24 @@ type config struct {
 }
 
 // run is idemctl with its arguments and streams; it returns the exit code.
+// Whatever it prints of an error goes through redact.Scrub first, with the
+// secrets of every argument, of the STORE read from a file or the
+// environment and of the admin token: a driver's error may quote a DSN.
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	var secrets []string
+	for _, a := range args {
+		secrets = append(secrets, redact.Secrets(a)...)
+	}
 	cfg, err := parse(args, stdin, stderr)
+	secrets = append(secrets, redact.Secrets(cfg.store)...)
+	secrets = append(secrets, redact.Secrets(cfg.admin)...)
+	secrets = append(secrets, cfg.adminToken)
+	say := func(format string, a ...any) {
+		io.WriteString(stderr, redact.Scrub(fmt.Sprintf(format, a...), secrets...))
+	}
 	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintf(stderr, "idemctl: %v\n", err)
+			say("idemctl: %v\n", err)
 		}
 		return exitUsage
 	}
@@ -64,10 +91,10 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	case err == nil:
 		return exitOK
 	case errors.Is(err, idem.ErrNotFound):
-		fmt.Fprintln(stderr, "idemctl: no record of this scope and key")
+		say("idemctl: no record of this scope and key\n")
 		return exitNotFound
 	default:
-		fmt.Fprintf(stderr, "idemctl: %v\n", err)
+		say("idemctl: %v\n", err)
 		return exitFailed
 	}
 }
@@ -91,8 +118,11 @@ func parse(args []string, stdin io.Reader, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("idemctl "+cfg.op, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() { fmt.Fprint(stderr, usage+"\nflags:\n"); fs.PrintDefaults() }
-	fs.StringVar(&cfg.store, "store", "", "the store: SQLite file path, postgres:// or mysql:// URL, or redis:// URL")
-	fs.StringVar(&cfg.admin, "admin", "", "a running process's admin endpoint instead of -store, e.g. http://127.0.0.1:9090/idemadmin")
+	var storeFile, tokenFile string
+	fs.StringVar(&cfg.store, "store", "", "the store: SQLite file path, postgres:// or mysql:// URL, or redis:// URL (or -store-file, or "+storeEnv+")")
+	fs.StringVar(&storeFile, "store-file", "", "a file holding the store's DSN, which then stays out of the process list")
+	fs.StringVar(&cfg.admin, "admin", "", "a running process's admin endpoint instead of -store, e.g. http://127.0.0.1:9091/idemadmin")
+	fs.StringVar(&tokenFile, "admin-token-file", "", "-admin: a file holding the endpoint's token (or set "+adminTokenEnv+")")
 	fs.StringVar(&cfg.scope, "scope", "", "the record's scope (tenant); - reads it from standard input")
 	fs.StringVar(&cfg.key, "key", "", "the record's idempotency key; - reads it from standard input")
 	fs.StringVar(&cfg.table, "table", "", "SQL: the records' table (default the store's, idem_records)")
@@ -110,8 +140,11 @@ func parse(args []string, stdin io.Reader, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q: scopes and keys go in -scope and -key", fs.Arg(0))
 	}
+	if err := readSecrets(&cfg, storeFile, tokenFile); err != nil {
+		return cfg, err
+	}
 	if (cfg.store == "") == (cfg.admin == "") {
-		return cfg, errors.New("give one of -store and -admin")
+		return cfg, errors.New("give one of -store and -admin (a STORE may also come from -store-file or " + storeEnv + ")")
 	}
 	if cfg.top < 0 || cfg.batch <= 0 || cfg.timeout <= 0 {
 		return cfg, errors.New("-top must not be negative, -batch and -timeout must be positive")
@@ -140,6 +173,35 @@ func parse(args []string, stdin io.Reader, stderr io.Writer) (config, error) {
 		return cfg, fmt.Errorf("%s needs -key (and -scope, unless the store's scope is empty)", cfg.op)
 	}
 	return cfg, nil
+}
+
+// readSecrets completes cfg with the STORE of storeFile or of storeEnv
+// (when -store is not given), and the admin token of tokenFile or of
+// adminTokenEnv.
+func readSecrets(cfg *config, storeFile, tokenFile string) error {
+	switch {
+	case storeFile != "" && cfg.store != "":
+		return errors.New("give -store or -store-file, not both")
+	case storeFile != "":
+		b, err := os.ReadFile(storeFile)
+		if err != nil {
+			return fmt.Errorf("-store-file: %w", err)
+		}
+		if cfg.store = strings.TrimSpace(string(b)); cfg.store == "" {
+			return fmt.Errorf("-store-file %s is empty", storeFile)
+		}
+	case cfg.store == "" && cfg.admin == "":
+		cfg.store = strings.TrimSpace(os.Getenv(storeEnv))
+	}
+	cfg.adminToken = strings.TrimSpace(os.Getenv(adminTokenEnv))
+	if tokenFile != "" {
+		b, err := os.ReadFile(tokenFile)
+		if err != nil {
+			return fmt.Errorf("-admin-token-file: %w", err)
+		}
+		cfg.adminToken = strings.TrimSpace(string(b))
+	}
+	return nil
 }
 
 // execute runs cfg's operation and prints its result.

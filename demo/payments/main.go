@@ -32,6 +32,7 @@ import (
 	"syscall"
 
 	"github.com/idemkit/idemkit/core/idemadmin"
+	"github.com/idemkit/idemkit/internal/redact"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/app"
 	"github.com/idemkit/idemkit/demo/payments/internal/server"
@@ -45,13 +46,25 @@ func main() {
 	case errors.Is(err, flag.ErrHelp):
 		return // the usage was asked for, and printed
 	case err != nil:
-		log.Error("payments demo not started", "error", err.Error())
+		log.Error("payments demo not started", "error", scrub(err, cfg, os.Args[1:]))
 		os.Exit(2)
 	}
 	if err := run(cfg, log); err != nil {
-		log.Error("payments demo stopped", "error", err.Error())
+		log.Error("payments demo stopped", "error", scrub(err, cfg, os.Args[1:]))
 		os.Exit(1)
 	}
+}
+
+// scrub is err's text without the passwords of the databases and Redis
+// URLs cfg and args name, nor the records admin's token: a driver's error
+// may quote a DSN whole, a URL that does not parse included.
+func scrub(err error, cfg app.Config, args []string) string {
+	var secrets []string
+	for _, s := range append(args, cfg.DB, cfg.Records, cfg.Events, os.Getenv(app.EnvName("db")),
+		os.Getenv(app.EnvName("records")), os.Getenv(app.EnvName("events"))) {
+		secrets = append(secrets, redact.Secrets(s)...)
+	}
+	return redact.Scrub(err.Error(), append(secrets, cfg.RecordsAdminToken, cfg.WebhookSecret)...)
 }
 
 // closeAll closes the listeners of ls opened so far.

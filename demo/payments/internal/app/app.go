@@ -18,6 +18,7 @@ import (
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemadmin"
+	"github.com/idemkit/idemkit/internal/redact"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 	"github.com/idemkit/idemkit/stores/gorm/opendb"
 	redisstore "github.com/idemkit/idemkit/stores/redis"
@@ -166,13 +167,7 @@ func (c Config) EventsLabel() string {
 }
 
 // redisLabel is a redis:// URL without its password.
-func redisLabel(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "redis"
-	}
-	return u.Redacted()
-}
+func redisLabel(rawURL string) string { return redact.DSN(rawURL) }
 
 // CheckRecords reports why records, the value of Config.Records, names no
 // place the demo can keep idempotency records, or nil.
@@ -187,9 +182,19 @@ func CheckRecords(records string) error {
 // URL, or nil.
 func checkRedisURL(what, u string) error {
 	if _, err := redis.ParseURL(u); err != nil {
-		return fmt.Errorf("%s a redis:// or rediss:// URL: %w", what, err)
+		return fmt.Errorf("%s a redis:// or rediss:// URL, not %s: %w", what, redact.DSN(u), withoutURL(err))
 	}
 	return nil
+}
+
+// withoutURL is err without the URL a *url.Error quotes whole, password
+// included.
+func withoutURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 // CheckTTL reports why ttl cannot be how long the demo keeps a key after
@@ -502,7 +507,7 @@ func openRecords(ctx context.Context, records string, db *gorm.DB) (recordStore,
 	}
 	opt, err := redis.ParseURL(records)
 	if err != nil {
-		return recordStore{}, fmt.Errorf("-records: %w", err)
+		return recordStore{}, fmt.Errorf("-records %s: %w", redact.DSN(records), withoutURL(err))
 	}
 	// Store calls keep the Engine's deadlines; and a Redis that is down is
 	// reported after one dial, not five, so requests get their 503 fast.
