@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http/httptest"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemadmin"
@@ -383,5 +386,43 @@ func TestAdminToken(t *testing.T) {
 	t.Setenv(adminTokenEnv, token)
 	if code, out, errOut := ctlBinary(t, "", "stats", "-admin", srv.URL+"/idemadmin"); code != 0 || strings.Contains(out+errOut, token) {
 		t.Fatalf("stats with %s: exit %d: %s%s", adminTokenEnv, code, out, errOut)
+	}
+}
+
+// Defect: get -body wrote the stored bytes raw: a response body holding
+// escape sequences acted on the operator's terminal (retitled it, cleared
+// it, hid text behind a carriage return or reordered it). Text output
+// escapes every byte a terminal acts on; -json gives the exact bytes.
+func TestGetBodyIsSafeForATerminal(t *testing.T) {
+	tg := sqliteTarget(t)
+	hostile := []byte("{\"note\":\"\x1b]0;pwned\x07\x1b[2J\x1b[31mred\rhidden\x7f\xff\xc2\x9b\u202eevil\tok\"}\n")
+	id := idem.ID{Scope: "acct", Key: "k-body"}
+	now := time.Now()
+	if _, _, err := tg.store.Acquire(t.Context(), idem.Acquire{ID: id, Token: "t", Now: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.store.Complete(t.Context(), id, "t", idem.Completion{Response: idem.Response{Status: 200, Body: hostile},
+		CompletedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	tg.close(t)
+	code, out, errOut := ctl(t, "", append(append([]string{"get"}, tg.args...), "-scope", "acct", "-key", "k-body", "-body")...)
+	if code != 0 {
+		t.Fatalf("get -body: exit %d: %s", code, errOut)
+	}
+	for i, r := range out {
+		if r == utf8.RuneError || r < 0x20 && r != '\n' && r != '\t' || r >= 0x7f && r <= 0x9f || unicode.Is(unicode.Bidi_Control, r) {
+			t.Fatalf("get -body printed %U at byte %d:\n%q", r, i, out)
+		}
+	}
+	for _, want := range []string{`\x1b]0;pwned\x07`, `\x1b[2J`, `red\x0dhidden\x7f\xff\u009b\u202eevil` + "\tok", "-json gives the body exactly"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("get -body does not show %q:\n%s", want, out)
+		}
+	}
+	code, out, errOut = ctl(t, "", append(append([]string{"get"}, tg.args...), "-scope", "acct", "-key", "k-body", "-body", "-json")...)
+	var in idemadmin.Info
+	if code != 0 || json.Unmarshal([]byte(out), &in) != nil || !bytes.Equal(in.Body, hostile) {
+		t.Fatalf("get -body -json: exit %d, body %q: %s; want the exact bytes", code, in.Body, errOut)
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"os"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemadmin"
@@ -301,17 +303,52 @@ func printInfo(w io.Writer, cfg config, in idemadmin.Info) error {
 		line("lease until", "%s", at(in.LeaseUntil))
 	} else {
 		line("status", "%d", in.Status)
-		line("headers", "%s", strings.Join(in.HeaderNames, ", "))
+		headers, _ := terminalSafe([]byte(strings.Join(in.HeaderNames, ", ")))
+		line("headers", "%s", headers)
 		line("body size", "%d bytes", in.BodySize)
 	}
 	line("location", "%s", in.Location)
 	if cfg.body && in.Body != nil {
+		body, escaped := terminalSafe(in.Body)
+		if escaped {
+			b.WriteString("\n(bytes a terminal would act on are shown escaped, as \\xNN or \\uNNNN; -json gives the body exactly, in base64)")
+		}
 		b.WriteString("\n")
-		b.Write(in.Body)
+		b.WriteString(body)
 		b.WriteString("\n")
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// terminalSafe returns body as text a terminal shows and does not act on:
+// line feeds, tabs and printable characters as they are; every other
+// control character (ESC and the sequences it starts, CR, BEL, DEL, the
+// C1 controls), a byte that is not UTF-8, and the characters that reorder
+// text (bidirectional overrides) escaped as \xNN or \uNNNN. escaped says
+// whether any was.
+func terminalSafe(body []byte) (text string, escaped bool) {
+	var b strings.Builder
+	for len(body) > 0 {
+		r, size := utf8.DecodeRune(body)
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			fmt.Fprintf(&b, "\\x%02x", body[0])
+			escaped = true
+		case r == '\n' || r == '\t':
+			b.WriteRune(r)
+		case r < 0x20 || r == 0x7f:
+			fmt.Fprintf(&b, "\\x%02x", r)
+			escaped = true
+		case r >= 0x80 && r <= 0x9f, unicode.Is(unicode.Bidi_Control, r), !unicode.IsPrint(r) && !unicode.IsSpace(r):
+			fmt.Fprintf(&b, "\\u%04x", r)
+			escaped = true
+		default:
+			b.Write(body[:size])
+		}
+		body = body[size:]
+	}
+	return b.String(), escaped
 }
 
 func printStats(w io.Writer, cfg config, st idemadmin.Stats) error {
