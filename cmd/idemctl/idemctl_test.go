@@ -24,6 +24,7 @@ import (
 // anew. On SQLite idemctl runs as a built binary, in a process of its own,
 // after the application's process let the file go.
 func TestFindForgetRetry(t *testing.T) {
+	t.Setenv(secretEnv, "test-secret")
 	for _, tc := range targets {
 		t.Run(tc.name, func(t *testing.T) {
 			tg := tc.open(t)
@@ -71,7 +72,7 @@ func TestFindForgetRetry(t *testing.T) {
 			if err := json.Unmarshal([]byte(out), &st); err != nil {
 				t.Fatalf("stats -json: %v\n%s", err, out)
 			}
-			want := []idemadmin.ScopeCount{{Scope: idemadmin.ScopeDigest(scope), Records: 1}}
+			want := []idemadmin.ScopeCount{{Scope: idemadmin.ScopeLabel([]byte("test-secret"), idemadmin.ScopeDigest(scope)), Records: 1}}
 			if st.Completed != 1 || st.InFlight != 0 || st.Expired != 0 || len(st.TopScopes) != 1 || st.TopScopes[0] != want[0] {
 				t.Fatalf("stats: %+v; want one completed record of the scope %v", st, want)
 			}

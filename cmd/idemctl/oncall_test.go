@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -197,4 +200,79 @@ func TestCommandLine(t *testing.T) {
 	if code, out, _ := ctl(t, "", "forget", "-h"); code != 0 || !strings.Contains(out, "-force") || strings.Contains(out, "-batch") {
 		t.Errorf("forget -h: exit %d, want its flags only:\n%s", code, out)
 	}
+}
+
+// Defect: on SQLite, get of a key in flight showed a lease until 2126: the
+// store takes no leases (one process holds its keys until their handlers
+// end), and idemctl now says so, in text and JSON, and so does stats.
+func TestSQLiteSaysItTakesNoLease(t *testing.T) {
+	tg := sqliteTarget(t)
+	engine := idem.New(idem.Config{Store: tg.store})
+	d := engine.Begin(t.Context(), &idem.Request{Method: "POST", Path: "/orders", Scope: "acct_42", KeyLines: []string{`"order-7"`},
+		Body: []byte(`{}`)})
+	if d.Action != idem.ActionRun {
+		t.Fatalf("Begin: %v", d.Action)
+	}
+	defer d.Lock.Finish(context.Background(), 201, nil)
+	srv := httptest.NewServer(idemadmin.Handler(tg.store.(idemadmin.Store), idemadmin.HandlerOptions{}))
+	defer srv.Close()
+	admin := []string{"-admin", srv.URL + "/idemadmin"}
+	code, out, errOut := ctl(t, "", append([]string{"get", "-scope", "acct_42", "-key", "order-7"}, admin...)...)
+	if code != 0 || !strings.Contains(out, "lease until  none: this store takes no leases") {
+		t.Fatalf("get of a key in flight on SQLite: exit %d:\n%s%s", code, out, errOut)
+	}
+	code, out, _ = ctl(t, "", append([]string{"get", "-scope", "acct_42", "-key", "order-7", "-json"}, admin...)...)
+	var in idemadmin.Info
+	if code != 0 || json.Unmarshal([]byte(out), &in) != nil || !in.NoLease || !in.LeaseUntil.IsZero() || in.Expired {
+		t.Fatalf("get -json: exit %d:\n%s", code, out)
+	}
+	code, out, errOut = ctl(t, "", append([]string{"stats"}, admin...)...)
+	if code != 0 || !strings.Contains(out, "oldest lease end   none: this store takes no leases") {
+		t.Fatalf("stats: exit %d:\n%s%s", code, out, errOut)
+	}
+}
+
+// Defect: stats showed the largest scopes by their SHA-256, and a
+// guessable account id was recovered in 43 guesses. They are shown by a
+// keyed hash (idemadmin.ScopeLabel under IDEMCTL_SECRET, or a random
+// secret), never by digest; the README's shell recipe gives the same.
+func TestStatsScopesAreKeyed(t *testing.T) {
+	tg := sqliteTarget(t)
+	complete(t, tg.store, idem.ID{Scope: "acct_42", Key: "order-7"})
+	tg.close(t)
+	digest := idemadmin.ScopeDigest("acct_42")
+	code, out, errOut := ctl(t, "", append([]string{"stats"}, tg.args...)...)
+	if code != 0 || strings.Contains(out, digest) || strings.Contains(out, digest[:16]) || !strings.Contains(out, "keyed hash") {
+		t.Fatalf("stats: exit %d:\n%s%s\nwant the scope by a keyed hash, never its digest %s", code, out, errOut, digest)
+	}
+	const secret = "fleet-secret"
+	t.Setenv(secretEnv, secret)
+	code, out, _ = ctl(t, "", append([]string{"stats", "-json"}, tg.args...)...)
+	var st idemadmin.Stats
+	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.TopScopes) != 1 ||
+		st.TopScopes[0].Scope != idemadmin.ScopeLabel([]byte(secret), digest) || strings.Contains(out, digest) {
+		t.Fatalf("stats -json with %s: exit %d:\n%s", secretEnv, code, out)
+	}
+	recipe := readmeRecipe(t)
+	cmd := exec.Command("bash", "-c", recipe)
+	cmd.Env = append(os.Environ(), "SCOPE=acct_42", "SECRET="+secret)
+	got, err := cmd.Output()
+	if err != nil || strings.TrimSpace(string(got)) != st.TopScopes[0].Scope {
+		t.Fatalf("the README's recipe %q gave %q (%v), stats shows %s", recipe, got, err, st.TopScopes[0].Scope)
+	}
+}
+
+// readmeRecipe returns the shell line of the README that computes a
+// scope's label: the line after "<!-- scope-label -->" and its fence.
+func readmeRecipe(t *testing.T) string {
+	t.Helper()
+	src, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("<!-- scope-label -->\\s*\n\\s*```console\n\\s*\\$ (.*)\n").FindStringSubmatch(string(src))
+	if m == nil {
+		t.Fatal("README.md has no <!-- scope-label --> console block")
+	}
+	return m[1]
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -54,7 +55,20 @@ never.
 const (
 	storeEnv      = "IDEMCTL_STORE"
 	adminTokenEnv = "IDEMCTL_ADMIN_TOKEN"
+	// secretEnv keys the hashes stats shows for scopes (idemadmin.ScopeLabel).
+	secretEnv = "IDEMCTL_SECRET"
 )
+
+// scopeSecret is the secret of secretEnv, or a random one: the labels then
+// tell the scopes of one output apart, and nothing more.
+func scopeSecret() []byte {
+	if s := os.Getenv(secretEnv); s != "" {
+		return []byte(s)
+	}
+	b := make([]byte, 32)
+	rand.Read(b)
+	return b
+}
 
 // config is the command line.
 type config struct {
@@ -424,6 +438,9 @@ func execute(ctx context.Context, cfg config, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
+		if cfg.admin == "" { // through -admin, the process showed them
+			st = idemadmin.Shown(st, scopeSecret())
+		}
 		if b.note != "" && st.Note == "" {
 			st.Note = b.note
 		}
@@ -508,10 +525,14 @@ func printInfo(w io.Writer, cfg config, in idemadmin.Info) error {
 	line("created", "%s", at(in.CreatedAt))
 	line("completed", "%s", at(in.CompletedAt))
 	line("expires", "%s", at(in.ExpiresAt))
-	if in.State == idem.InFlight.String() {
+	switch {
+	case in.State == idem.InFlight.String() && in.NoLease:
+		line("lease token", "%s", in.LeaseToken)
+		line("lease until", "none: this store takes no leases; the key is held until its handler ends, or its process does")
+	case in.State == idem.InFlight.String():
 		line("lease token", "%s", in.LeaseToken)
 		line("lease until", "%s", at(in.LeaseUntil))
-	} else {
+	default:
 		line("status", "%d", in.Status)
 		headers, _ := terminalSafe([]byte(strings.Join(in.HeaderNames, ", ")))
 		line("headers", "%s", headers)
@@ -570,13 +591,17 @@ func printStats(w io.Writer, cfg config, st idemadmin.Stats) error {
 	fmt.Fprintf(&b, "in flight          %d\n", st.InFlight)
 	if st.InFlight > 0 {
 		fmt.Fprintf(&b, "oldest in flight   %s\n", st.OldestInFlight.UTC().Format(time.RFC3339))
-		fmt.Fprintf(&b, "oldest lease end   %s\n", st.OldestLeaseEnd.UTC().Format(time.RFC3339))
+		if st.NoLease {
+			b.WriteString("oldest lease end   none: this store takes no leases\n")
+		} else {
+			fmt.Fprintf(&b, "oldest lease end   %s\n", st.OldestLeaseEnd.UTC().Format(time.RFC3339))
+		}
 	}
 	fmt.Fprintf(&b, "expired (to purge) %d\n", st.Expired)
 	if len(st.TopScopes) > 0 {
-		b.WriteString("largest scopes (SHA-256 of the scope):\n")
+		b.WriteString("largest scopes (keyed hash of the scope, see " + secretEnv + "):\n")
 		for _, s := range st.TopScopes {
-			fmt.Fprintf(&b, "  %-64s %d\n", s.Scope, s.Records)
+			fmt.Fprintf(&b, "  %-16s %d\n", s.Scope, s.Records)
 		}
 	}
 	if st.Note != "" {

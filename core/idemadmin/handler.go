@@ -178,7 +178,7 @@ func (h *handler) stats(w http.ResponseWriter, r *http.Request) {
 	if h.o.Note != "" {
 		st.Note = h.o.Note
 	}
-	writeJSON(w, st)
+	writeJSON(w, Shown(st, h.secret))
 }
 
 func (h *handler) purge(w http.ResponseWriter, r *http.Request) {
@@ -411,8 +411,9 @@ func (c *Client) Forget(ctx context.Context, id idem.ID, force bool) error {
 	return c.call(ctx, http.MethodPost, PathForget, RecordRequest{Scope: id.Scope, Key: id.Key, Force: force}, nil)
 }
 
-// RecordStats implements Store, by the serving process's clock. Its
-// TopScopes are labelled already, with the serving process's secret.
+// RecordStats implements Store, by the serving process's clock. The
+// answer is Shown already: its TopScopes are labelled with the serving
+// process's secret.
 func (c *Client) RecordStats(ctx context.Context, _ time.Time, topScopes int) (Stats, error) {
 	var st Stats
 	err := c.call(ctx, http.MethodGet, PathStats+"?top="+strconv.Itoa(topScopes), nil, &st)

@@ -8,8 +8,9 @@
 //
 // Scopes and keys are never written anywhere by this package: they travel
 // in request bodies, never in URLs (which access logs keep), and a record
-// is described by its state, times and digests. A scope appears in counts
-// as its digest (ScopeDigest).
+// is described by its state, times and digests. A scope appears in counts,
+// and in the handler's audit lines, by a keyed hash (ScopeLabel), never by
+// its digest, which a guessed scope could be checked against.
 package idemadmin
 
 import (
@@ -107,9 +108,13 @@ type Info struct {
 	CompletedAt time.Time `json:"completed_at,omitzero"`
 	ExpiresAt   time.Time `json:"expires_at"`
 	// LeaseToken and LeaseUntil are the holder of a record in flight and
-	// the end of its lease; empty on a completed record.
+	// the end of its lease; empty on a completed record. NoLease says that
+	// the store takes no leases (a SQLite file, the memory store: one
+	// process holds every key until its handler ends, see Leaseless):
+	// LeaseUntil is then empty.
 	LeaseToken string    `json:"lease_token,omitempty"`
 	LeaseUntil time.Time `json:"lease_until,omitzero"`
+	NoLease    bool      `json:"no_lease,omitempty"`
 	// Status, HeaderNames and BodySize describe a completed record's
 	// stored response.
 	Status      int      `json:"status,omitempty"`
@@ -135,6 +140,9 @@ func NewInfo(rec idem.Record, location string) Info {
 	}
 	if rec.State == idem.InFlight {
 		in.LeaseToken, in.LeaseUntil = rec.Token, rec.LeaseUntil
+		if Leaseless(rec.CreatedAt, rec.LeaseUntil) {
+			in.LeaseUntil, in.NoLease = time.Time{}, true
+		}
 		return in
 	}
 	in.Status = rec.Response.Status
@@ -146,13 +154,22 @@ func NewInfo(rec idem.Record, location string) Info {
 	return in
 }
 
+// Leaseless reports whether a record in flight created at created with a
+// lease until leaseUntil was taken by an Engine on a store that takes no
+// leases (idem.LocalStore, or a store used by one process alone, such as a
+// SQLite file): such an Engine writes a lease of idem.MaxDuration, and the
+// key is held until its handler ends, or its process does.
+func Leaseless(created, leaseUntil time.Time) bool {
+	return !created.IsZero() && !leaseUntil.Before(created.Add(idem.MaxDuration))
+}
+
 // ExpiredAt reports whether the record described no longer holds its key
 // at now, as idem.Record.Expired.
 func (in *Info) ExpiredAt(now time.Time) bool {
 	if now.Before(in.ExpiresAt) {
 		return false
 	}
-	return in.State == idem.Completed.String() || !now.Before(in.LeaseUntil)
+	return in.State == idem.Completed.String() || !in.NoLease && !now.Before(in.LeaseUntil)
 }
 
 // Stats are a store's counts of records.
@@ -164,9 +181,11 @@ type Stats struct {
 	// OldestInFlight is when the oldest record in flight was taken, and
 	// OldestLeaseEnd the earliest end of a lease in flight: one in the
 	// past is a holder that stopped renewing (a process that died). Zero
-	// without records in flight.
+	// without records in flight; OldestLeaseEnd zero too, and NoLease set,
+	// on a store that takes no leases (Leaseless), once Shown.
 	OldestInFlight time.Time `json:"oldest_in_flight,omitzero"`
 	OldestLeaseEnd time.Time `json:"oldest_lease_end,omitzero"`
+	NoLease        bool      `json:"no_lease,omitempty"`
 	// Expired counts the records expired at the time of the count, waiting
 	// for the purge.
 	Expired int64 `json:"expired"`
@@ -179,10 +198,28 @@ type Stats struct {
 
 // ScopeCount is the number of records of one scope.
 type ScopeCount struct {
-	// Scope is the scope's digest (ScopeDigest); UnknownScope for records
-	// whose store did not keep it.
-	Scope   string `json:"scope_sha256"`
+	// Scope stands for the scope. A store's RecordStats gives its digest
+	// (ScopeDigest), UnknownScope for records whose store did not keep it;
+	// what operators are shown (Shown: the Handler's answer, idemctl) is
+	// its ScopeLabel instead, which a guessed scope cannot be checked
+	// against without the secret.
+	Scope   string `json:"scope_hash"`
 	Records int64  `json:"records"`
+}
+
+// Shown is st as operators are shown it: each of its TopScopes by its
+// ScopeLabel under secret, never by its digest; and on a store that takes
+// no leases, no OldestLeaseEnd (a century ahead) but NoLease.
+func Shown(st Stats, secret []byte) Stats {
+	top := make([]ScopeCount, len(st.TopScopes))
+	for i, sc := range st.TopScopes {
+		top[i] = ScopeCount{Scope: ScopeLabel(secret, sc.Scope), Records: sc.Records}
+	}
+	st.TopScopes = top
+	if st.InFlight > 0 && Leaseless(st.OldestInFlight, st.OldestLeaseEnd) {
+		st.OldestLeaseEnd, st.NoLease = time.Time{}, true
+	}
+	return st
 }
 
 // UnknownScope stands in ScopeCount for records written without their
