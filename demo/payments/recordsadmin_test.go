@@ -8,8 +8,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -224,5 +226,44 @@ func TestRecordsAdminTokenFlags(t *testing.T) {
 	t.Setenv(recordsAdminTokenEnv, "short")
 	if _, err := parseFlags(nil, io.Discard); err == nil || strings.Contains(err.Error(), "short") {
 		t.Errorf("a 5-character token: %v; want it refused, without showing it", err)
+	}
+}
+
+// Defect: nothing was logged when the records admin bound beyond
+// loopback. The demo warns, and says whether it has a token.
+func TestRecordsAdminBeyondLoopbackIsLogged(t *testing.T) {
+	exe := binary(t)
+	for _, tc := range []struct {
+		addr, env, want string
+	}{
+		{"0.0.0.0:0", "", "without a token"},
+		{"0.0.0.0:0", recordsAdminTokenEnv + "=0123456789abcdef0123", "any peer with its token"},
+		{"127.0.0.1:0", "", ""},
+	} {
+		var logs logBuffer
+		cmd := exec.Command(exe, "-addr", "127.0.0.1:0", "-records-admin-addr", tc.addr, "-settle-every", "0")
+		cmd.Dir, cmd.Stderr = t.TempDir(), &logs
+		if tc.env != "" {
+			cmd.Env = append(os.Environ(), tc.env)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(30 * time.Second); len(logs.lines("payments demo listening")) == 0; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatalf("the demo did not start:\n%s", logs.text())
+			}
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		warned := logs.lines("level=WARN", "records admin listens beyond loopback")
+		switch {
+		case tc.want == "" && len(warned) != 0:
+			t.Errorf("-records-admin-addr %s: a warning: %v", tc.addr, warned)
+		case tc.want != "" && (len(warned) != 1 || !strings.Contains(warned[0], tc.want)):
+			t.Errorf("-records-admin-addr %s (%s): %v; want one warning saying %q:\n%s", tc.addr, tc.env, warned, tc.want, logs.text())
+		}
 	}
 }
