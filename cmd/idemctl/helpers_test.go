@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -321,37 +320,4 @@ func TestMain(m *testing.M) {
 		os.RemoveAll(filepath.Dir(built.path))
 	}
 	os.Exit(code)
-}
-
-// silentServer is a listener that accepts connections and never answers,
-// as a server stopped with SIGSTOP looks to a client: the kernel completes
-// the TCP handshake, the process never reads.
-func silentServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String()
 }

@@ -14,6 +14,7 @@ import (
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemadmin"
+	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 )
@@ -344,7 +345,7 @@ func TestStoreFromFileOrEnvironment(t *testing.T) {
 // idemctl -timeout 2s for over 130 s. Every way to a store gives up at
 // -timeout, with an error saying so, and no password.
 func TestTimeoutWhileConnecting(t *testing.T) {
-	addr := silentServer(t)
+	addr := idemtest.SilentServer(t)
 	for _, store := range []string{
 		"postgres://app:s3cretpw@" + addr + "/payments?sslmode=disable",
 		"mysql://app:s3cretpw@" + addr + "/payments",

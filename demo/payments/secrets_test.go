@@ -52,7 +52,7 @@ func TestLogsShowNoPassword(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	var logs lockedLog
+	var logs logBuffer
 	cmd := exec.Command(exe, "-addr", addr, "-db", dsn+"&password=s3cretpw", "-settle-every", "0")
 	cmd.Dir, cmd.Stderr = t.TempDir(), &logs
 	if err := cmd.Start(); err != nil {
@@ -65,18 +65,13 @@ func TestLogsShowNoPassword(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the demo did not come up:\n%s", logs.String())
+			t.Fatalf("the demo did not come up:\n%s", logs.text())
 		}
 	}
 	cmd.Process.Signal(syscall.SIGTERM)
 	cmd.Wait()
-	out := logs.String()
+	out := logs.text()
 	if !strings.Contains(out, "payments demo listening") || !strings.Contains(out, "password=xxxxx") || strings.Contains(out, "s3cretpw") {
 		t.Fatalf("the start line, with -db %s:\n%s\nwant it naming the database without its password", filepath.Base(dsn), out)
 	}
 }
-
-// lockedLog collects a process's stderr while the test reads it.
-type lockedLog struct{ logBuffer }
-
-func (l *lockedLog) String() string { return l.text() }

@@ -3,7 +3,6 @@ package examples_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"os/exec"
 	"path/filepath"
@@ -14,39 +13,8 @@ import (
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemadmin"
+	"github.com/idemkit/idemkit/core/idemtest"
 )
-
-// silentServer is a listener that accepts connections and never answers,
-// as a server stopped with SIGSTOP looks to its clients.
-func silentServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
 
 // alertState returns the state (pending, firing) of the alerts of name
 // whose labels include want, or "" if there is none.
@@ -123,7 +91,7 @@ func TestPrometheusPagesTheFirstEvent(t *testing.T) {
 	startProgram(t, demo, []string{"-addr", api, "-admin-addr", admin, "-records-admin-addr", records,
 		"-db", "payments.db", "-provider-latency", "3s", "-settle-every", "0"}, nil, records)
 	frozenAPI, frozenAdmin := freeAddr(t), freeAddr(t)
-	startProgram(t, demo, []string{"-addr", frozenAPI, "-admin-addr", frozenAdmin, "-records", "redis://" + silentServer(t) + "/0",
+	startProgram(t, demo, []string{"-addr", frozenAPI, "-admin-addr", frozenAdmin, "-records", "redis://" + idemtest.SilentServer(t) + "/0",
 		"-db", "payments.db", "-settle-every", "0"}, nil, frozenAdmin)
 	p := startPrometheus(ctx, t, prometheus, map[string]string{"payments": admin, "frozen": frozenAdmin})
 

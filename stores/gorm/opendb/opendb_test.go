@@ -2,10 +2,11 @@ package opendb
 
 import (
 	"context"
-	"net"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idemkit/core/idemtest"
 )
 
 func TestMySQLDSN(t *testing.T) {
@@ -73,39 +74,11 @@ func TestOpenReadOnlyRefusesAMissingFile(t *testing.T) {
 	}
 }
 
-// silentServer is a listener that accepts connections and never answers,
-// as a database server stopped with SIGSTOP looks to a client: the kernel
-// completes the handshake, the process never reads.
-func silentServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var conns []net.Conn
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				for _, c := range conns {
-					c.Close()
-				}
-				return
-			}
-			conns = append(conns, c)
-		}
-	}()
-	t.Cleanup(func() { ln.Close(); <-done })
-	return ln.Addr().String()
-}
-
 // Defect: opening a database server that accepted and never answered
 // took no deadline: idemctl's -timeout 2s ran over 130 s. OpenContext
 // ends with its context.
 func TestOpenContextEndsWithItsContext(t *testing.T) {
-	addr := silentServer(t)
+	addr := idemtest.SilentServer(t)
 	for _, dsn := range []string{"postgres://app:s3cret@" + addr + "/payments?sslmode=disable", "mysql://app:s3cret@" + addr + "/payments"} {
 		ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 		done := make(chan error, 1)
