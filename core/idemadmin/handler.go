@@ -193,7 +193,11 @@ func (h *handler) purge(w http.ResponseWriter, r *http.Request) {
 	n, err := PurgeAll(r.Context(), h.s, h.now(), req.Batch)
 	attrs := []slog.Attr{slog.Int("purged", n), slog.Int("batch", req.Batch), slog.String("peer", r.RemoteAddr)}
 	if err != nil {
-		h.log.LogAttrs(r.Context(), slog.LevelWarn, "idemadmin purge", append(attrs, slog.String("outcome", "store-error"),
+		outcome := "store-error"
+		if r.Context().Err() != nil {
+			outcome = "cancelled" // the caller left: the batches done so far stand
+		}
+		h.log.LogAttrs(r.Context(), slog.LevelWarn, "idemadmin purge", append(attrs, slog.String("outcome", outcome),
 			slog.String("error", err.Error()))...)
 		h.storeError(w, r, PathPurge, nil)
 		return
