@@ -104,7 +104,7 @@ func openSQL(ctx context.Context, cfg config) (backend, error) {
 		sqlDB.Close()
 		return backend{}, fmt.Errorf("%s refused: a running process holds the SQLite file %s (its lock file %s): "+
 			"its records in flight live in that process's memory, and it alone writes the file. "+
-			"Run %s through that process's admin endpoint instead: idemctl %s -admin http://ADMIN-ADDR/idemadmin ... "+
+			"Run %s through that process's admin endpoint instead: idemctl %s -admin http://RECORDS-ADMIN-ADDR/idemadmin ... "+
 			"(get and stats work on the file itself)", cfg.op, cfg.store, cfg.store+"-idemkit.lock", cfg.op, cfg.op)
 	}
 	if err != nil {
