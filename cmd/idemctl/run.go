@@ -102,13 +102,15 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			f = &failure{err: err}
 		}
 		msg := redact.Scrub(err.Error(), secrets...)
+		hints := make([]string, len(f.hints))
 		io.WriteString(stderr, "idemctl: "+msg+"\n")
-		for _, h := range f.hints {
-			io.WriteString(stderr, "  hint: "+redact.Scrub(h, secrets...)+"\n")
+		for i, h := range f.hints {
+			hints[i] = redact.Scrub(h, secrets...)
+			io.WriteString(stderr, "  hint: "+hints[i]+"\n")
 		}
 		if cfg.json || code == exitUsage && jsonAsked(args) {
-			writeJSON(stdout, jsonError{Error: msg, Exit: code, Kind: kindOf(code), LookedUp: f.lookedUp,
-				Hints: f.hints, Purged: f.purged})
+			writeJSON(stdout, jsonError{Error: msg, Exit: code, Kind: kindOf(code), LookedUp: redact.Scrub(f.lookedUp, secrets...),
+				Hints: hints, Purged: f.purged})
 		}
 		return code
 	}
