@@ -292,6 +292,13 @@ var built struct {
 // its own.
 func ctlBinary(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return ctlBinaryWithin(t, 2*time.Minute, stdin, args...)
+}
+
+// ctlBinaryWithin is ctlBinary, killing idemctl if it runs longer than
+// limit: it then fails the test.
+func ctlBinaryWithin(t *testing.T, limit time.Duration, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	built.once.Do(func() {
 		dir, err := os.MkdirTemp("", "idemctl-bin")
 		if err != nil {
@@ -304,13 +311,16 @@ func ctlBinary(t *testing.T, stdin string, args ...string) (code int, stdout, st
 	if built.err != nil {
 		t.Fatalf("go build: %v\n%s", built.err, built.out)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, built.path, args...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
+	if ctx.Err() != nil && t.Context().Err() == nil {
+		t.Fatalf("idemctl %q still ran after %v; it was killed:\n%s%s", args, limit, out.String(), errOut.String())
+	}
 	if ee, ok := err.(*exec.ExitError); ok {
 		return ee.ExitCode(), out.String(), errOut.String()
 	}

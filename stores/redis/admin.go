@@ -16,7 +16,13 @@ import (
 // record is found by its scope and key through Key, where redis-cli alone
 // finds nothing (the key's name is a digest).
 
-var _ idemadmin.Store = (*Store)(nil)
+var (
+	_ idemadmin.Store   = (*Store)(nil)
+	_ idemadmin.Locator = (*Store)(nil)
+)
+
+// Locate implements idemadmin.Locator: the record's key.
+func (s *Store) Locate(id idem.ID) string { return "key " + s.Key(id) }
 
 // Inspect implements idemadmin.Store: Get, described.
 func (s *Store) Inspect(ctx context.Context, id idem.ID) (idemadmin.Info, error) {
@@ -24,7 +30,7 @@ func (s *Store) Inspect(ctx context.Context, id idem.ID) (idemadmin.Info, error)
 	if err != nil {
 		return idemadmin.Info{}, err
 	}
-	return idemadmin.NewInfo(rec, "key "+s.Key(id)), nil
+	return idemadmin.NewInfo(rec, s.Locate(id)), nil
 }
 
 // Forget implements idemadmin.Store: Get, then one script that deletes the
