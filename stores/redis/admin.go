@@ -37,6 +37,9 @@ func (s *Store) Forget(ctx context.Context, id idem.ID, force bool) error {
 	if rec.State == idem.InFlight && !force {
 		return idemadmin.ErrInFlight
 	}
+	if s.forgetRead != nil {
+		s.forgetRead()
+	}
 	n, err := forgetScript.Run(ctx, s.c, []string{s.Key(id)}, strconv.Itoa(int(rec.State)), rec.Token).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: forget: %w", err)

@@ -32,6 +32,9 @@ type Store struct {
 	// order says whether Acquire reads the record before it runs its
 	// script (see Acquire).
 	order acquireorder.Order
+	// forgetRead, if set, runs in Forget between its read and its delete
+	// (tests: a record changed meanwhile).
+	forgetRead func()
 }
 
 var (
