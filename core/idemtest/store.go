@@ -199,11 +199,7 @@ type fencedForget struct {
 }
 
 var fencedForgets = []fencedForget{
-	{name: "CompletedMeanwhile", force: true,
-		before: func(ctx context.Context, s idem.Store, id idem.ID) error {
-			_, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.AcquireCreated)
-			return err
-		},
+	{name: "CompletedMeanwhile", force: true, before: inFlightByTok1,
 		change: func(ctx context.Context, s idem.Store, id idem.ID) error {
 			return completeAt(ctx, s, id, "tok-1", sampleResponse(), t0.Add(time.Second))
 		},
@@ -213,33 +209,17 @@ var fencedForgets = []fencedForget{
 			}
 			return checkResponse(rec.Response, sampleResponse())
 		}},
-	{name: "TakenOverMeanwhile", force: true,
-		before: func(ctx context.Context, s idem.Store, id idem.ID) error {
-			_, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.AcquireCreated)
-			return err
-		},
-		change: func(ctx context.Context, s idem.Store, id idem.ID) error {
-			_, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(lease+time.Second)), idem.AcquireTookOver)
-			return err
-		},
-		after: heldBy("tok-2")},
+	{name: "TakenOverMeanwhile", force: true, before: inFlightByTok1,
+		change: takenBy("tok-2", t0.Add(lease+time.Second), idem.AcquireTookOver), after: heldBy("tok-2")},
 	{name: "RecreatedMeanwhile", force: false,
 		before: func(ctx context.Context, s idem.Store, id idem.ID) error {
-			if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.AcquireCreated); err != nil {
+			if err := inFlightByTok1(ctx, s, id); err != nil {
 				return err
 			}
 			return completeAt(ctx, s, id, "tok-1", sampleResponse(), t0)
 		},
-		change: func(ctx context.Context, s idem.Store, id idem.ID) error {
-			_, err := acquire(ctx, s, acquireAt(id, fpA, "tok-2", t0.Add(ttl+time.Second)), idem.AcquireCreated)
-			return err
-		},
-		after: heldBy("tok-2")},
-	{name: "ReleasedMeanwhile", force: true,
-		before: func(ctx context.Context, s idem.Store, id idem.ID) error {
-			_, err := acquire(ctx, s, acquireAt(id, fpA, "tok-1", t0), idem.AcquireCreated)
-			return err
-		},
+		change: takenBy("tok-2", t0.Add(ttl+time.Second), idem.AcquireCreated), after: heldBy("tok-2")},
+	{name: "ReleasedMeanwhile", force: true, before: inFlightByTok1,
 		change: func(ctx context.Context, s idem.Store, id idem.ID) error { return s.Release(ctx, id, "tok-1") },
 		after: func(rec idem.Record, err error) error {
 			if !errors.Is(err, idem.ErrNotFound) {
@@ -247,6 +227,21 @@ var fencedForgets = []fencedForget{
 			}
 			return nil
 		}},
+}
+
+// inFlightByTok1 is a fencedForget's before: a record in flight, held by
+// tok-1 from t0.
+func inFlightByTok1(ctx context.Context, s idem.Store, id idem.ID) error {
+	return takenBy("tok-1", t0, idem.AcquireCreated)(ctx, s, id)
+}
+
+// takenBy returns a fencedForget's step: token acquires the key at now,
+// with outcome want.
+func takenBy(token string, now time.Time, want idem.AcquireOutcome) func(context.Context, idem.Store, idem.ID) error {
+	return func(ctx context.Context, s idem.Store, id idem.ID) error {
+		_, err := acquire(ctx, s, acquireAt(id, fpA, token, now), want)
+		return err
+	}
 }
 
 // heldBy is a fencedForget's after for a record a request took meanwhile.
