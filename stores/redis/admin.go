@@ -37,8 +37,8 @@ func (s *Store) Forget(ctx context.Context, id idem.ID, force bool) error {
 	if rec.State == idem.InFlight && !force {
 		return idemadmin.ErrInFlight
 	}
-	if s.forgetRead != nil {
-		s.forgetRead()
+	if s.hooks != nil && s.hooks.forgetRead != nil {
+		s.hooks.forgetRead()
 	}
 	n, err := forgetScript.Run(ctx, s.c, []string{s.Key(id)}, strconv.Itoa(int(rec.State)), rec.Token).Int64()
 	if err != nil {

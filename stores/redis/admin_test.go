@@ -16,11 +16,12 @@ func TestForgetFenced(t *testing.T) {
 			c := top.dial(t)
 			idemtest.TestForgetFenced(t, func(tb testing.TB) idemtest.AdminStore { return newStore(tb, c) },
 				func(s idemtest.AdminStore, f func()) {
-					rs := s.(*Store)
-					rs.forgetRead = func() {
-						rs.forgetRead = nil
+					h := &testHooks{}
+					h.forgetRead = func() {
+						h.forgetRead = nil
 						f()
 					}
+					s.(*Store).hooks = h
 				})
 		})
 	}
