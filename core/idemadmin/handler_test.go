@@ -3,6 +3,7 @@ package idemadmin_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -103,6 +104,41 @@ func TestHandlerOnMemstore(t *testing.T) {
 		if strings.Contains(p, "k-") || strings.Contains(p, "tenant") {
 			t.Fatalf("a scope or key went in a URL: %s", p)
 		}
+	}
+}
+
+// changingStore is a store whose every record changes between Forget's
+// read and its delete: Forget deletes nothing and says so.
+type changingStore struct{ *memstore.Store }
+
+func (changingStore) Forget(context.Context, idem.ID, bool) error { return idemadmin.ErrChanged }
+
+// TestHandlerForgetChanged: a Forget that found the record changed after
+// its read (idemadmin.ErrChanged) reaches the operator as that error, a
+// 409 "changed" problem on the wire: not a store failure, which would say
+// to try again later, nor a success.
+func TestHandlerForgetChanged(t *testing.T) {
+	store := memstore.New(memstore.WithPurgeInterval(0))
+	defer store.Close()
+	srv := httptest.NewServer(idemadmin.Handler(changingStore{store}, idemadmin.HandlerOptions{}))
+	defer srv.Close()
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/forget", strings.NewReader(`{"scope":"a","key":"k","force":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(body), idemadmin.ProblemBase+"changed") {
+		t.Fatalf("forget of a record that changed: %d %s, want 409 %schanged", resp.StatusCode, body, idemadmin.ProblemBase)
+	}
+	c := idemadmin.NewClient(srv.URL+"/", "", nil)
+	if err := c.Forget(context.Background(), idem.ID{Scope: "a", Key: "k"}, true); !errors.Is(err, idemadmin.ErrChanged) {
+		t.Fatalf("the client's Forget of a record that changed: %v, want ErrChanged", err)
 	}
 }
 

@@ -43,6 +43,9 @@ func (s *Store) Forget(ctx context.Context, id idem.ID, force bool) error {
 	if rec.State == idem.InFlight && !force {
 		return idemadmin.ErrInFlight
 	}
+	if s.hooks != nil && s.hooks.forgetRead != nil {
+		s.hooks.forgetRead()
+	}
 	n, err := forgetScript.Run(ctx, s.c, []string{s.Key(id)}, strconv.Itoa(int(rec.State)), rec.Token).Int64()
 	if err != nil {
 		return fmt.Errorf("redisstore: forget: %w", err)
