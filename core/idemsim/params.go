@@ -175,6 +175,9 @@ func (p *params) drawLoad(r *rand.Rand) {
 	}
 }
 
+// tick is the Engine's renewer's tick: a pass every RenewEvery/4.
+func (p *params) tick() time.Duration { return max(p.renewEvery/4, time.Millisecond) }
+
 // drawHandlers draws how long handlers work, how fast they stop, and how
 // far the engines' clocks are off.
 func (p *params) drawHandlers(r *rand.Rand) {
