@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"testing"
 
-	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemtest"
 )
 
@@ -20,7 +20,7 @@ func TestEnumerationsAreComplete(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var reasons []idem.Reason
+	var reasons []exchange.Reason
 	kinds := 0
 	ast.Inspect(f, func(n ast.Node) bool {
 		spec, ok := n.(*ast.ValueSpec)
@@ -29,7 +29,7 @@ func TestEnumerationsAreComplete(t *testing.T) {
 		}
 		if id, ok := spec.Type.(*ast.Ident); ok && id.Name == "Reason" {
 			v, _ := strconv.Unquote(spec.Values[0].(*ast.BasicLit).Value)
-			reasons = append(reasons, idem.Reason(v))
+			reasons = append(reasons, exchange.Reason(v))
 		}
 		for _, name := range spec.Names {
 			if len(name.Name) > 5 && name.Name[:5] == "Event" {

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemhttp"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 	"github.com/idemkit/idemkit/stores/gorm/sqlitedb"
@@ -257,6 +258,6 @@ func receive(engine *idem.Engine, db *gorm.DB) {
 		}
 		answer, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		fmt.Printf("webhook %s: %d %s (replayed: %v)\n", d.id, resp.StatusCode, bytes.TrimSpace(answer), resp.Header.Get(idem.ReplayedHeader) == "true")
+		fmt.Printf("webhook %s: %d %s (replayed: %v)\n", d.id, resp.StatusCode, bytes.TrimSpace(answer), resp.Header.Get(exchange.ReplayedHeader) == "true")
 	}
 }
