@@ -56,7 +56,7 @@ func TestAcquireAnsweredTooLateDoesNotRun(t *testing.T) {
 				OnEvent: func(_ context.Context, ev idemevent.Event) { events = append(events, ev) },
 			})
 			id := idem.ID{Key: "k"}
-			d := e.Adapter().Begin(context.Background(), &exchange.Request{Method: "POST", Path: "/p", KeyLines: []string{`"k"`}, Body: []byte{}})
+			d := e.Adapter().Begin(context.Background(), exchange.Request{Method: "POST", Path: "/p", KeyLines: []string{`"k"`}, Body: []byte{}})
 			if c.run {
 				if d.Action != exchange.Run {
 					t.Fatalf("action %v, want Run", d.Action)

@@ -17,8 +17,8 @@ func (e *Engine) Adapter() exchange.Engine { return (*port)(e) }
 // only adapters call stay out of the Engine's own documentation.
 type port Engine
 
-func (p *port) Begin(ctx context.Context, r *exchange.Request) exchange.Decision {
-	return (*Engine)(p).begin(ctx, r)
+func (p *port) Begin(ctx context.Context, r exchange.Request) exchange.Decision {
+	return (*Engine)(p).begin(ctx, &r)
 }
 
 func (p *port) Guards(method string) bool { return (*Engine)(p).guards(method) }

@@ -45,7 +45,7 @@ func BenchmarkEngineFirstRequest(b *testing.B) {
 			}
 		}
 		r := benchRequest(keys[i%1024])
-		d := e.Adapter().Begin(ctx, &r)
+		d := e.Adapter().Begin(ctx, r)
 		if d.Lock == nil {
 			b.Fatal("no lock")
 		}
@@ -58,13 +58,13 @@ func BenchmarkEngineReplay(b *testing.B) {
 	e := benchEngine(b)
 	ctx := context.Background()
 	r := benchRequest(`"k"`)
-	d := e.Adapter().Begin(ctx, &r)
+	d := e.Adapter().Begin(ctx, r)
 	d.Lock.Write(benchResponse)
 	d.Lock.Finish(ctx, 201, benchHeader)
 	b.ReportAllocs()
 	for b.Loop() {
 		r := benchRequest(`"k"`)
-		if d := e.Adapter().Begin(ctx, &r); !d.Replayed {
+		if d := e.Adapter().Begin(ctx, r); !d.Replayed {
 			b.Fatal("no replay")
 		}
 	}

@@ -72,21 +72,21 @@ func TestRenewalKeepsSlowHandlerLocked(t *testing.T) {
 	clock := idemtest.NewClock(time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC))
 	cfg.Clock, cfg.Lease, cfg.RenewEvery = clock, 150*time.Millisecond, 25*time.Millisecond
 	e := idem.New(cfg)
-	d := e.Adapter().Begin(context.Background(), charge("slow", `{}`))
+	d := e.Adapter().Begin(context.Background(), *charge("slow", `{}`))
 	if d.Lock == nil {
 		t.Fatalf("first request: %+v, want a lock", d)
 	}
 	// The handler runs for several leases; renewals keep the key.
 	for range 4 {
 		clock.Advance(100 * time.Millisecond)
-		if r := e.Adapter().Begin(context.Background(), charge("slow", `{}`)); r.Action != exchange.Respond || r.Response.Status != 409 {
+		if r := e.Adapter().Begin(context.Background(), *charge("slow", `{}`)); r.Action != exchange.Respond || r.Response.Status != 409 {
 			t.Fatalf("retry while the slow handler runs: %+v, want 409", r)
 		}
 	}
 	if err := finish(t, d.Lock, `{"id":1}`); err != nil {
 		t.Fatal(err)
 	}
-	if r := e.Adapter().Begin(context.Background(), charge("slow", `{}`)); !r.Replayed || string(r.Response.Body) != `{"id":1}` {
+	if r := e.Adapter().Begin(context.Background(), *charge("slow", `{}`)); !r.Replayed || string(r.Response.Body) != `{"id":1}` {
 		t.Fatalf("after completion: %+v, want the replay", r)
 	}
 }
@@ -124,17 +124,17 @@ func TestCrashedHolderIsFencedOff(t *testing.T) {
 	cfg2.Clock, cfg2.OnEvent = clock, record
 	e1, e2 := idem.New(cfg1), idem.New(cfg2)
 
-	d1 := e1.Adapter().Begin(context.Background(), charge("pay-1", `{"amount":5}`))
+	d1 := e1.Adapter().Begin(context.Background(), *charge("pay-1", `{"amount":5}`))
 	if d1.Lock == nil {
 		t.Fatal("first instance did not get the lock")
 	}
 	first.dead.Store(true) // the first instance stops renewing
 	clock.Advance(e1.Config().Lease - time.Second)
-	if d := e2.Adapter().Begin(context.Background(), charge("pay-1", `{"amount":5}`)); d.Action != exchange.Respond || d.Response.Status != 409 {
+	if d := e2.Adapter().Begin(context.Background(), *charge("pay-1", `{"amount":5}`)); d.Action != exchange.Respond || d.Response.Status != 409 {
 		t.Fatalf("within the lease: %+v, want 409", d)
 	}
 	clock.Advance(time.Second)
-	d2 := e2.Adapter().Begin(context.Background(), charge("pay-1", `{"amount":5}`))
+	d2 := e2.Adapter().Begin(context.Background(), *charge("pay-1", `{"amount":5}`))
 	if d2.Lock == nil {
 		t.Fatalf("after the lease: %+v, want a takeover", d2)
 	}
@@ -145,7 +145,7 @@ func TestCrashedHolderIsFencedOff(t *testing.T) {
 	if err := finish(t, d2.Lock, `{"from":"second"}`); err != nil {
 		t.Fatal(err)
 	}
-	d := e2.Adapter().Begin(context.Background(), charge("pay-1", `{"amount":5}`))
+	d := e2.Adapter().Begin(context.Background(), *charge("pay-1", `{"amount":5}`))
 	if !d.Replayed || string(d.Response.Body) != `{"from":"second"}` {
 		t.Fatalf("replay = %+v, want the new holder's response", d)
 	}
@@ -177,19 +177,19 @@ func TestEventsCoverEveryDecision(t *testing.T) {
 	e := idem.New(cfg)
 	ctx := context.Background()
 
-	d := e.Adapter().Begin(ctx, charge("k1", `{"a":1}`))
+	d := e.Adapter().Begin(ctx, *charge("k1", `{"a":1}`))
 	finish(t, d.Lock, "{}")
-	e.Adapter().Begin(ctx, charge("k1", `{"a":1}`))
-	e.Adapter().Begin(ctx, charge("k1", `{"a":2}`))
-	held := e.Adapter().Begin(ctx, charge("k2", `{}`))
-	e.Adapter().Begin(ctx, charge("k2", `{}`))
+	e.Adapter().Begin(ctx, *charge("k1", `{"a":1}`))
+	e.Adapter().Begin(ctx, *charge("k1", `{"a":2}`))
+	held := e.Adapter().Begin(ctx, *charge("k2", `{}`))
+	e.Adapter().Begin(ctx, *charge("k2", `{}`))
 	held.Lock.Finish(ctx, 503, nil)
-	panicked := e.Adapter().Begin(ctx, charge("k3", `{}`))
+	panicked := e.Adapter().Begin(ctx, *charge("k3", `{}`))
 	panicked.Lock.Abandon(ctx, exchange.ReasonPanic)
-	e.Adapter().Begin(ctx, &exchange.Request{Method: http.MethodPost, Path: "/v1/charges"})
-	e.Adapter().Begin(ctx, charge(`"bad`, `{}`))
-	e.Adapter().Begin(ctx, charge("k4", strings.Repeat("x", 65)))
-	e.Adapter().Begin(ctx, &exchange.Request{Method: http.MethodGet, Path: "/v1/charges", KeyLines: []string{"k1"}})
+	e.Adapter().Begin(ctx, exchange.Request{Method: http.MethodPost, Path: "/v1/charges"})
+	e.Adapter().Begin(ctx, *charge(`"bad`, `{}`))
+	e.Adapter().Begin(ctx, *charge("k4", strings.Repeat("x", 65)))
+	e.Adapter().Begin(ctx, exchange.Request{Method: http.MethodGet, Path: "/v1/charges", KeyLines: []string{"k1"}})
 
 	want := []struct {
 		kind   idemevent.Kind
@@ -223,7 +223,7 @@ func TestStoreErrorFailsClosed(t *testing.T) {
 	var kinds []idemevent.Kind
 	cfg := quietConfig(brokenStore{})
 	cfg.OnEvent = func(_ context.Context, ev idemevent.Event) { kinds = append(kinds, ev.Kind) }
-	d := idem.New(cfg).Adapter().Begin(context.Background(), charge("k", `{}`))
+	d := idem.New(cfg).Adapter().Begin(context.Background(), *charge("k", `{}`))
 	if d.Action != exchange.Respond || d.Response.Status != 503 || d.Lock != nil {
 		t.Fatalf("decision %+v, want 503", d)
 	}
@@ -248,13 +248,13 @@ func (brokenStore) Release(context.Context, idem.ID, string) error {
 func TestFinishStoresAfterClientLeft(t *testing.T) {
 	e := idem.New(quietConfig(newStore(t)))
 	ctx, cancel := context.WithCancel(context.Background())
-	d := e.Adapter().Begin(ctx, charge("k", `{}`))
+	d := e.Adapter().Begin(ctx, *charge("k", `{}`))
 	cancel() // the client disconnects while the handler runs
 	d.Lock.Write([]byte("done"))
 	if err := recorded(d.Lock.Finish(ctx, 200, nil)); err != nil {
 		t.Fatal(err)
 	}
-	if r := e.Adapter().Begin(context.Background(), charge("k", `{}`)); !r.Replayed || string(r.Response.Body) != "done" {
+	if r := e.Adapter().Begin(context.Background(), *charge("k", `{}`)); !r.Replayed || string(r.Response.Body) != "done" {
 		t.Fatalf("retry after the client left: %+v, want the replay", r)
 	}
 }
@@ -263,13 +263,13 @@ func TestResponseOverLimitIsReleased(t *testing.T) {
 	cfg := quietConfig(newStore(t))
 	cfg.MaxResponseBody = 10
 	e := idem.New(cfg)
-	d := e.Adapter().Begin(context.Background(), charge("k", `{}`))
+	d := e.Adapter().Begin(context.Background(), *charge("k", `{}`))
 	d.Lock.Write([]byte("0123456"))
 	d.Lock.Write([]byte("789A"))
 	if f := d.Lock.Finish(context.Background(), 200, nil); f.Outcome != exchange.NotRecorded || f.Reason != exchange.ReasonTooLarge || f.Err != nil {
 		t.Fatalf("Finish of a response over the limit: %+v, want it not recorded as too large", f)
 	}
-	if r := e.Adapter().Begin(context.Background(), charge("k", `{}`)); r.Lock == nil {
+	if r := e.Adapter().Begin(context.Background(), *charge("k", `{}`)); r.Lock == nil {
 		t.Fatalf("retry after an oversized response: %+v, want to run again", r)
 	}
 }
@@ -278,10 +278,10 @@ func TestStoredHeadersAreFiltered(t *testing.T) {
 	cfg := quietConfig(newStore(t))
 	cfg.ReplayHeaders = []string{"x-request-id", "Set-Cookie", "connection"}
 	e := idem.New(cfg)
-	d := e.Adapter().Begin(context.Background(), charge("k", `{}`))
+	d := e.Adapter().Begin(context.Background(), *charge("k", `{}`))
 	d.Lock.Finish(context.Background(), 201, header("Content-Type", "application/json", "Location", "/v1/charges/1",
 		"X-Request-Id", "r1", "Set-Cookie", "a=b", "Connection", "close", "Authorization", "Bearer x", "X-Other", "o"))
-	r := e.Adapter().Begin(context.Background(), charge("k", `{}`))
+	r := e.Adapter().Begin(context.Background(), *charge("k", `{}`))
 	want := []string{"Content-Type", "application/json", "Location", "/v1/charges/1", "X-Request-Id", "r1"}
 	if len(r.Response.Header) != len(want)/2 {
 		t.Fatalf("replayed headers %v, want %v", r.Response.Header, want)
@@ -298,9 +298,9 @@ func TestDebugLogsNeverCarryKeyOrBody(t *testing.T) {
 	cfg := quietConfig(newStore(t))
 	cfg.Logger = slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e := idem.New(cfg)
-	d := e.Adapter().Begin(context.Background(), charge("secret-key-123", `{"card":"4242424242424242"}`))
+	d := e.Adapter().Begin(context.Background(), *charge("secret-key-123", `{"card":"4242424242424242"}`))
 	finish(t, d.Lock, `{"ok":true}`)
-	e.Adapter().Begin(context.Background(), charge("secret-key-123", `{"card":"4242424242424242"}`))
+	e.Adapter().Begin(context.Background(), *charge("secret-key-123", `{"card":"4242424242424242"}`))
 	out := buf.String()
 	for _, secret := range []string{"secret-key-123", "4242", "expand=customer"} {
 		if strings.Contains(out, secret) {
@@ -328,7 +328,7 @@ func TestNoGoroutineOutlivesRequests(t *testing.T) {
 	before := runtime.NumGoroutine()
 	var locks []exchange.Lock
 	for i := range 50 {
-		locks = append(locks, e.Adapter().Begin(context.Background(), charge(strings.Repeat("k", i+1), `{}`)).Lock)
+		locks = append(locks, e.Adapter().Begin(context.Background(), *charge(strings.Repeat("k", i+1), `{}`)).Lock)
 	}
 	clock.Advance(5 * time.Millisecond) // renewals run meanwhile
 	var wg sync.WaitGroup
@@ -388,7 +388,7 @@ func TestRenewalProblemsAreEvents(t *testing.T) {
 				default:
 				}
 			}
-			d := idem.New(cfg).Adapter().Begin(context.Background(), charge("k", `{}`))
+			d := idem.New(cfg).Adapter().Begin(context.Background(), *charge("k", `{}`))
 			if (<-events).Kind != idemevent.First {
 				t.Fatal("no first event")
 			}
@@ -432,7 +432,7 @@ func TestFinishDoesNotWaitForABlockedRenewal(t *testing.T) {
 	cfg := quietConfig(store)
 	cfg.Lease, cfg.RenewEvery = 3*time.Second, 10*time.Millisecond
 	e := idem.New(cfg)
-	d := e.Adapter().Begin(context.Background(), charge("k", `{}`))
+	d := e.Adapter().Begin(context.Background(), *charge("k", `{}`))
 	select {
 	case <-store.renewing:
 	case <-time.After(5 * time.Second):
@@ -448,7 +448,7 @@ func TestFinishDoesNotWaitForABlockedRenewal(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("Finish waited for a renewal that waits for Finish")
 	}
-	if r := e.Adapter().Begin(context.Background(), charge("k", `{}`)); !r.Replayed {
+	if r := e.Adapter().Begin(context.Background(), *charge("k", `{}`)); !r.Replayed {
 		t.Fatalf("after Finish: %+v, want the replay", r)
 	}
 }
@@ -475,14 +475,14 @@ func TestFailedAcquireLeavesNoOrphan(t *testing.T) {
 	store := &writeThenFailStore{Store: newStore(t)}
 	e := idem.New(quietConfig(store))
 	store.fail.Store(true)
-	if d := e.Adapter().Begin(context.Background(), charge(`"orphan"`, `{"amount":1}`)); d.Action != exchange.Respond || d.Response.Status != 503 {
+	if d := e.Adapter().Begin(context.Background(), *charge(`"orphan"`, `{"amount":1}`)); d.Action != exchange.Respond || d.Response.Status != 503 {
 		t.Fatalf("failed Acquire: action %v status %d, want a 503 problem", d.Action, d.Response.Status)
 	}
 	if _, err := store.Get(context.Background(), idem.ID{Key: "orphan"}); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("record after the failed Acquire: %v, want it released (ErrNotFound)", err)
 	}
 	store.fail.Store(false)
-	d := e.Adapter().Begin(context.Background(), charge(`"orphan"`, `{"amount":1}`))
+	d := e.Adapter().Begin(context.Background(), *charge(`"orphan"`, `{"amount":1}`))
 	if d.Action != exchange.Run {
 		t.Fatalf("retry: action %v status %d, want Run", d.Action, d.Response.Status)
 	}
@@ -499,7 +499,7 @@ func TestGoneClientCostsNoStoreCall(t *testing.T) {
 	e := idem.New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if d := e.Adapter().Begin(ctx, charge(`"gone"`, `{"amount":1}`)); d.Action != exchange.Respond || d.Response.Status != 499 {
+	if d := e.Adapter().Begin(ctx, *charge(`"gone"`, `{"amount":1}`)); d.Action != exchange.Respond || d.Response.Status != 499 {
 		t.Fatalf("action %v status %d, want %d", d.Action, d.Response.Status, 499)
 	}
 	if n := store.calls.Load(); n != 0 {
@@ -541,7 +541,7 @@ func TestClientGoneIsNoStoreError(t *testing.T) {
 		cancel()
 		close(store.release)
 	}()
-	d := e.Adapter().Begin(ctx, charge(`"hung-up"`, `{"amount":1}`))
+	d := e.Adapter().Begin(ctx, *charge(`"hung-up"`, `{"amount":1}`))
 	if d.Action != exchange.Respond || d.Response.Status != 499 {
 		t.Fatalf("action %v status %d, want %d", d.Action, d.Response.Status, 499)
 	}
@@ -592,7 +592,7 @@ func TestFrozenStoreIsAStoreFaultWhoeverLeftFirst(t *testing.T) {
 				cancel() // the client gives up, long before StoreTimeout
 				clock.Advance(e.Config().StoreTimeout)
 			}()
-			d := e.Adapter().Begin(ctx, charge(`"frozen"`, `{"amount":1}`))
+			d := e.Adapter().Begin(ctx, *charge(`"frozen"`, `{"amount":1}`))
 			if d.Action != exchange.Respond || d.Response.Status != 503 {
 				t.Fatalf("action %v status %d, want a 503 (which nobody reads) and nothing run", d.Action, d.Response.Status)
 			}
@@ -670,12 +670,12 @@ func TestValidateKey(t *testing.T) {
 		return nil
 	}
 	e := idem.New(cfg)
-	d := e.Adapter().Begin(context.Background(), charge(`"order-48213"`, `{}`))
+	d := e.Adapter().Begin(context.Background(), *charge(`"order-48213"`, `{}`))
 	if d.Action != exchange.Respond || d.Response.Status != 400 || !bytes.Contains(d.Response.Body, []byte("keys must be UUIDs")) ||
 		!bytes.Contains(d.Response.Body, []byte(exchange.ProblemKeyInvalid)) {
 		t.Fatalf("a key the validator refuses: %d %s, want 400 key-invalid with its detail", d.Response.Status, d.Response.Body)
 	}
-	d = e.Adapter().Begin(context.Background(), charge(`"8e03978e-40d5-43e8-bc93-6894a57f9324"`, `{}`))
+	d = e.Adapter().Begin(context.Background(), *charge(`"8e03978e-40d5-43e8-bc93-6894a57f9324"`, `{}`))
 	if d.Action != exchange.Run {
 		t.Fatalf("a key the validator accepts: %+v, want it run", d)
 	}

@@ -35,7 +35,7 @@ func ExampleEngine_Begin() {
 		if key != "" {
 			req.KeyLines = []string{key}
 		}
-		d := engine.Adapter().Begin(ctx, req)
+		d := engine.Adapter().Begin(ctx, *req)
 		switch d.Action {
 		case exchange.Pass:
 			fmt.Println("pass: run the handler, record nothing")

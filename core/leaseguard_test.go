@@ -40,7 +40,7 @@ func TestLeaseLostAtLeastATickBeforeTheLeaseEnds(t *testing.T) {
 				Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 			})
 			begin := func(key string) exchange.Lock {
-				d := e.Adapter().Begin(context.Background(), &exchange.Request{Method: "POST", Path: "/p", KeyLines: []string{key}, Body: []byte{}})
+				d := e.Adapter().Begin(context.Background(), exchange.Request{Method: "POST", Path: "/p", KeyLines: []string{key}, Body: []byte{}})
 				if d.Action != exchange.Run {
 					t.Fatalf("Begin %s: action %v, want Run", key, d.Action)
 				}

@@ -26,7 +26,7 @@ func TestUnwatchedLockContextAllocs(t *testing.T) {
 	run := func(ctx context.Context) float64 {
 		return testing.AllocsPerRun(200, func() {
 			r := *req
-			d := e.Adapter().Begin(ctx, &r)
+			d := e.Adapter().Begin(ctx, r)
 			_ = d.Lock.Context().Value(ctxKey{})
 			_ = d.Lock.Finish(ctx, 201, nil)
 		})
@@ -49,7 +49,7 @@ func TestUnwatchedLockContextAllocs(t *testing.T) {
 	fresh := testing.AllocsPerRun(200, func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		r := *req
-		d := e.Adapter().Begin(ctx, &r)
+		d := e.Adapter().Begin(ctx, r)
 		_ = d.Lock.Finish(ctx, 201, nil)
 		cancel()
 	})
@@ -68,7 +68,7 @@ func TestFinishHeaderAllocs(t *testing.T) {
 	run := func(h exchange.HeaderReader) float64 {
 		return testing.AllocsPerRun(200, func() {
 			r := *req
-			d := e.Adapter().Begin(context.Background(), &r)
+			d := e.Adapter().Begin(context.Background(), r)
 			_ = d.Lock.Finish(context.Background(), 201, h)
 		})
 	}

@@ -20,7 +20,7 @@ func TestLockContextCancelledBeforeItIsWatched(t *testing.T) {
 	clock := idemtest.NewClock(time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC))
 	cfg := quietConfig(renewFails{newStore(t), idem.ErrLockLost})
 	cfg.Clock, cfg.Lease, cfg.RenewEvery = clock, 30*time.Second, 10*time.Second
-	d := idem.New(cfg).Adapter().Begin(context.Background(), charge(`"k"`, `{}`))
+	d := idem.New(cfg).Adapter().Begin(context.Background(), *charge(`"k"`, `{}`))
 	if d.Action != exchange.Run {
 		t.Fatalf("action %v, want Run", d.Action)
 	}
@@ -59,7 +59,7 @@ func TestLockContextFollowsTheRequest(t *testing.T) {
 	for _, watch := range []bool{false, true} {
 		e := idem.New(quietConfig(newStore(t)))
 		parent, cancel := context.WithCancelCause(context.WithValue(context.Background(), ctxKey{}, "v"))
-		d := e.Adapter().Begin(parent, charge(`"k"`, `{}`))
+		d := e.Adapter().Begin(parent, *charge(`"k"`, `{}`))
 		ctx := d.Lock.Context()
 		if got := ctx.Value(ctxKey{}); got != "v" {
 			t.Fatalf("watch=%v: the request's value = %v, want v", watch, got)
@@ -92,7 +92,7 @@ func TestLockContextFollowsTheRequest(t *testing.T) {
 func TestLockContextDoneAfterTheLockEnds(t *testing.T) {
 	for _, watch := range []bool{false, true} {
 		e := idem.New(quietConfig(newStore(t)))
-		d := e.Adapter().Begin(context.Background(), charge(`"k"`, `{}`))
+		d := e.Adapter().Begin(context.Background(), *charge(`"k"`, `{}`))
 		ctx := d.Lock.Context()
 		if watch {
 			ctx.Done()
@@ -128,10 +128,10 @@ func TestFinishStoresOnlyAWholeBody(t *testing.T) {
 			stored   bool
 		}{{"5", true}, {"10", false}} {
 			e := idem.New(quietConfig(newStore(t)))
-			d := e.Adapter().Begin(context.Background(), charge(`"k"`, `{}`))
+			d := e.Adapter().Begin(context.Background(), *charge(`"k"`, `{}`))
 			_, _ = d.Lock.Write([]byte("hello"))
 			_ = d.Lock.Finish(context.Background(), 201, wrap.h(header("Content-Length", tt.declared)))
-			again := e.Adapter().Begin(context.Background(), charge(`"k"`, `{}`))
+			again := e.Adapter().Begin(context.Background(), *charge(`"k"`, `{}`))
 			if stored := again.Replayed; stored != tt.stored {
 				t.Errorf("%s, Content-Length %s for 5 bytes: replayed %v, want %v", wrap.name, tt.declared, stored, tt.stored)
 			}

@@ -37,7 +37,7 @@ func TestRenewalsKeepPaceWithTheStore(t *testing.T) {
 	})
 	locks := make([]exchange.Lock, handlers)
 	for i := range locks {
-		d := e.Adapter().Begin(context.Background(), charge(fmt.Sprintf("k-%d", i), `{}`))
+		d := e.Adapter().Begin(context.Background(), *charge(fmt.Sprintf("k-%d", i), `{}`))
 		if d.Lock == nil {
 			t.Fatalf("key %d: %+v, want a lock", i, d)
 		}
@@ -120,7 +120,7 @@ func TestBatchRenewalsKeepEveryLease(t *testing.T) {
 	ids := make([]idem.ID, handlers)
 	for i := range locks {
 		key := fmt.Sprintf("k-%d", i)
-		d := e.Adapter().Begin(context.Background(), charge(key, `{}`))
+		d := e.Adapter().Begin(context.Background(), *charge(key, `{}`))
 		if d.Lock == nil {
 			t.Fatalf("key %d: %+v, want a lock", i, d)
 		}
@@ -207,7 +207,7 @@ func TestPartialRenewalKeepsTheRenewedLeases(t *testing.T) {
 	})
 	locks := make([]exchange.Lock, 10)
 	for i := range locks {
-		locks[i] = e.Adapter().Begin(context.Background(), charge(fmt.Sprintf("k-%d", i), `{}`)).Lock
+		locks[i] = e.Adapter().Begin(context.Background(), *charge(fmt.Sprintf("k-%d", i), `{}`)).Lock
 	}
 	clock.Advance(3 * time.Second)
 	for i, l := range locks {

@@ -29,7 +29,7 @@ func TestOutageLogsOneLineAMinute(t *testing.T) {
 	e := idem.New(idem.Config{Store: failingStore{}, Clock: clock,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
 	for i := range 300 {
-		e.Adapter().Begin(context.Background(), charge(fmt.Sprintf("k-%d", i), `{}`))
+		e.Adapter().Begin(context.Background(), *charge(fmt.Sprintf("k-%d", i), `{}`))
 	}
 	if n := strings.Count(logs.String(), "\n"); n != 1 {
 		t.Fatalf("300 requests against a store that is down logged %d lines, want 1:\n%s", n, logs.String())
@@ -40,7 +40,7 @@ func TestOutageLogsOneLineAMinute(t *testing.T) {
 		!strings.Contains(lines[1], "level=ERROR") {
 		t.Fatalf("after the minute: %q, want one ERROR line counting the 299 held back", lines)
 	}
-	e.Adapter().Begin(context.Background(), charge("next", `{}`))
+	e.Adapter().Begin(context.Background(), *charge("next", `{}`))
 	if n := strings.Count(logs.String(), "\n"); n != 3 {
 		t.Fatalf("the first error of the next minute was not logged:\n%s", logs.String())
 	}
@@ -68,7 +68,7 @@ func TestWarningStormsLogOneLineAMinute(t *testing.T) {
 				Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
 			var locks []exchange.Lock
 			for i := range 50 {
-				d := e.Adapter().Begin(context.Background(), charge(fmt.Sprintf("k-%d", i), `{}`))
+				d := e.Adapter().Begin(context.Background(), *charge(fmt.Sprintf("k-%d", i), `{}`))
 				if (d.Lock != nil) != c.locks {
 					t.Fatalf("request %d: %+v", i, d)
 				}
@@ -123,7 +123,7 @@ func TestFailOpenIsCountedApart(t *testing.T) {
 		var kinds []idemevent.Kind
 		e := idem.New(idem.Config{Store: failingStore{}, FailOpen: open, Logger: slog.New(slog.DiscardHandler),
 			OnEvent: func(_ context.Context, ev idemevent.Event) { kinds = append(kinds, ev.Kind) }})
-		d := e.Adapter().Begin(context.Background(), charge("k", `{}`))
+		d := e.Adapter().Begin(context.Background(), *charge("k", `{}`))
 		want := idemevent.StoreError
 		if open {
 			want = idemevent.Unprotected
@@ -147,7 +147,7 @@ func TestLeaseEventsCarryTheRequestContext(t *testing.T) {
 	e := idem.New(idem.Config{Store: store, Clock: clock, Logger: slog.New(slog.DiscardHandler),
 		OnEvent: func(ctx context.Context, ev idemevent.Event) { seen[ev.Kind] = ctx.Value(traceKey{}) }})
 	ctx := context.WithValue(context.Background(), traceKey{}, "trace-1")
-	d := e.Adapter().Begin(ctx, charge("k", `{}`))
+	d := e.Adapter().Begin(ctx, *charge("k", `{}`))
 	clock.Advance(10 * time.Second) // a renewal
 	store.fail = true
 	clock.Advance(30 * time.Second) // renewals fail until the lease runs out
@@ -184,7 +184,7 @@ func TestKeyHashNeedsTheSecret(t *testing.T) {
 		var got string
 		e := idem.New(idem.Config{Store: newStore(t), KeyHashSecret: secret, Logger: slog.New(slog.DiscardHandler),
 			OnEvent: func(_ context.Context, ev idemevent.Event) { got = ev.KeyHash() }})
-		e.Adapter().Begin(context.Background(), charge("order-48213", `{}`)).Lock.Abandon(context.Background(), exchange.ReasonPanic)
+		e.Adapter().Begin(context.Background(), *charge("order-48213", `{}`)).Lock.Abandon(context.Background(), exchange.ReasonPanic)
 		return got
 	}
 	plain := sha256.Sum256([]byte("order-48213"))

@@ -48,7 +48,7 @@ func TestSpawnerStartsRenewals(t *testing.T) {
 		Store: store, Clock: clock, Lease: 30 * time.Second, RenewEvery: 10 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
-	d := e.Adapter().Begin(context.Background(), &exchange.Request{Method: "POST", Path: "/p", KeyLines: []string{`"k"`}, Body: []byte{}})
+	d := e.Adapter().Begin(context.Background(), exchange.Request{Method: "POST", Path: "/p", KeyLines: []string{`"k"`}, Body: []byte{}})
 	if d.Action != exchange.Run {
 		t.Fatalf("Begin: action %v, want Run", d.Action)
 	}

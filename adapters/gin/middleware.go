@@ -57,7 +57,7 @@ func Middleware(e *idem.Engine, opts ...Option) gin.HandlerFunc {
 		if o.scope != nil {
 			req.Scope = o.scope(c)
 		}
-		d := a.Begin(r.Context(), &req)
+		d := a.Begin(r.Context(), req)
 		switch d.Action {
 		case exchange.Respond:
 			c.Abort()

@@ -151,7 +151,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	if s.scope != nil {
 		r.Scope = s.scope(ctx)
 	}
-	d := s.e.Adapter().Begin(ctx, &r)
+	d := s.e.Adapter().Begin(ctx, r)
 	// Begin has hashed the message and keeps none of it.
 	if cap(body) <= 64<<10 {
 		*bp = body[:0]

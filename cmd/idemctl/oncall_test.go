@@ -209,7 +209,7 @@ func TestCommandLine(t *testing.T) {
 func TestSQLiteSaysItTakesNoLease(t *testing.T) {
 	tg := sqliteTarget(t)
 	engine := idem.New(idem.Config{Store: tg.store})
-	d := engine.Adapter().Begin(t.Context(), &exchange.Request{Method: "POST", Path: "/orders", Scope: "acct_42", KeyLines: []string{`"order-7"`},
+	d := engine.Adapter().Begin(t.Context(), exchange.Request{Method: "POST", Path: "/orders", Scope: "acct_42", KeyLines: []string{`"order-7"`},
 		Body: []byte(`{}`)})
 	if d.Action != exchange.Run {
 		t.Fatalf("Begin: %v", d.Action)

@@ -10,8 +10,10 @@ import (
 type Engine interface {
 	// Begin decides what to do with a request (see Decision). It never
 	// returns an error: every failure becomes a problem response (or, with
-	// Config.FailOpen, a pass-through).
-	Begin(ctx context.Context, r *Request) Decision
+	// Config.FailOpen, a pass-through). r is taken by value: through an
+	// interface a pointer would make every request's Request escape to
+	// the heap.
+	Begin(ctx context.Context, r Request) Decision
 	// Guards reports whether requests with this method are subject to
 	// idempotency; adapters let other requests through without building a
 	// Request.

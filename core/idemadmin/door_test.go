@@ -320,7 +320,7 @@ func TestKeyHashIsTheEngines(t *testing.T) {
 	var got string
 	e := idem.New(idem.Config{Store: memstore.New(), KeyHashSecret: secret,
 		OnEvent: func(_ context.Context, ev idemevent.Event) { got = ev.KeyHash() }})
-	d := e.Adapter().Begin(context.Background(), &exchange.Request{Method: "POST", Path: "/", KeyLines: []string{`"order-7"`}})
+	d := e.Adapter().Begin(context.Background(), exchange.Request{Method: "POST", Path: "/", KeyLines: []string{`"order-7"`}})
 	if d.Lock != nil {
 		d.Lock.Finish(context.Background(), 201, nil)
 	}

@@ -56,7 +56,7 @@ func Middleware(e *idem.Engine, opts ...Option) func(http.Handler) http.Handler 
 			if o.scope != nil {
 				req.Scope = o.scope(r)
 			}
-			d := a.Begin(r.Context(), &req)
+			d := a.Begin(r.Context(), req)
 			switch d.Action {
 			case exchange.Respond:
 				d.WriteTo(w)

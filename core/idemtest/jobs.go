@@ -278,7 +278,7 @@ var jobCases = []struct {
 		// id) in the job's scope must not reach the job's record, nor a
 		// job a request's: a client cannot block a job, or a job a client.
 		request := func(key string) exchange.Decision {
-			return j.e.Adapter().Begin(ctx, &exchange.Request{Method: "POST", Path: "/v1/charges", Scope: "acct_1",
+			return j.e.Adapter().Begin(ctx, exchange.Request{Method: "POST", Path: "/v1/charges", Scope: "acct_1",
 				KeyLines: []string{key}, ContentType: "application/json", Body: []byte(`{}`)})
 		}
 		d := request("evt_1")

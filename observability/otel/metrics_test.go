@@ -360,7 +360,7 @@ func TestMemoryStoreGauges(t *testing.T) {
 	_, reader := newManual(t, idemotel.WithMemoryStore(store))
 	engine := idem.New(idem.Config{Store: store, TTL: time.Minute, Logger: slog.New(slog.DiscardHandler)})
 	for i := range 3 {
-		d := engine.Adapter().Begin(context.Background(), &exchange.Request{Method: "POST", Path: "/v1/charges",
+		d := engine.Adapter().Begin(context.Background(), exchange.Request{Method: "POST", Path: "/v1/charges",
 			KeyLines: []string{fmt.Sprintf(`"k-%d"`, i)}, Body: []byte(`{}`)})
 		if f := d.Lock.Finish(context.Background(), 201, nil); f.Outcome != exchange.Recorded {
 			t.Fatalf("Finish: %+v", f)

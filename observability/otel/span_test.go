@@ -132,7 +132,7 @@ func TestSpanEvents(t *testing.T) {
 				ctx, span := tracer.Start(context.Background(), "POST /v1/charges")
 				req := exchange.Request{Method: "POST", Path: "/v1/charges", KeyLines: []string{key},
 					ContentType: "application/json", Body: []byte(s.body)}
-				d := engine.Adapter().Begin(ctx, &req)
+				d := engine.Adapter().Begin(ctx, req)
 				if d.Action == exchange.Run {
 					d.Lock.Write([]byte(`{"ok":true}`))
 					if f := d.Lock.Finish(ctx, s.finish, http.Header{}); f.Err != nil {
@@ -239,7 +239,7 @@ func TestLeaseEventsReachTheRequestSpan(t *testing.T) {
 	run := func(failFrom time.Duration) sdktrace.ReadOnlySpan {
 		ctx, span := tp.Tracer("test").Start(context.Background(), "POST /v1/charges")
 		store.fail = false
-		d := engine.Adapter().Begin(ctx, &exchange.Request{Method: "POST", Path: "/v1/charges",
+		d := engine.Adapter().Begin(ctx, exchange.Request{Method: "POST", Path: "/v1/charges",
 			KeyLines: []string{fmt.Sprintf(`"k-%v"`, failFrom)}, Body: []byte(`{}`)})
 		clock.Advance(failFrom) // renewals succeed until then
 		store.fail = true

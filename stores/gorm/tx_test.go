@@ -422,7 +422,7 @@ func TestTxAbortedBeforeComplete(t *testing.T) {
 				return &exchange.Request{Method: http.MethodPost, Path: "/charges", KeyLines: []string{`"aborted"`}, Body: []byte(`{}`)}
 			}
 			ctx, done := WithTxSlot(testCtx(t))
-			d := e.Adapter().Begin(ctx, req())
+			d := e.Adapter().Begin(ctx, *req())
 			if d.Action != exchange.Run {
 				t.Fatalf("first request: %+v", d)
 			}
@@ -441,7 +441,7 @@ func TestTxAbortedBeforeComplete(t *testing.T) {
 			if n := countCharges(t, db, charges); n != 0 {
 				t.Fatalf("%d charges after the rollback", n)
 			}
-			if d := e.Adapter().Begin(testCtx(t), req()); d.Action != exchange.Run {
+			if d := e.Adapter().Begin(testCtx(t), *req()); d.Action != exchange.Run {
 				t.Fatalf("retry: %+v, want the handler to run again (no false replay)", d)
 			} else {
 				d.Lock.Abandon(testCtx(t), exchange.ReasonPanic)
@@ -464,7 +464,7 @@ func TestTxReleasedIsUndone(t *testing.T) {
 			e := idem.New(idem.Config{Store: s, Logger: discardLogger, MaxResponseBody: 16})
 			ctx, done := WithTxSlot(testCtx(t))
 			defer done()
-			d := e.Adapter().Begin(ctx, &exchange.Request{Method: http.MethodPost, Path: "/charges", KeyLines: []string{`"big"`}, Body: []byte(`{}`)})
+			d := e.Adapter().Begin(ctx, exchange.Request{Method: http.MethodPost, Path: "/charges", KeyLines: []string{`"big"`}, Body: []byte(`{}`)})
 			if d.Action != exchange.Run {
 				t.Fatalf("first request: %+v", d)
 			}
@@ -485,7 +485,7 @@ func TestTxReleasedIsUndone(t *testing.T) {
 			// A 5xx rolls back too, and goes out as it is: it reports no success.
 			ctx2, done2 := WithTxSlot(testCtx(t))
 			defer done2()
-			d = e.Adapter().Begin(ctx2, &exchange.Request{Method: http.MethodPost, Path: "/charges", KeyLines: []string{`"fails"`}, Body: []byte(`{}`)})
+			d = e.Adapter().Begin(ctx2, exchange.Request{Method: http.MethodPost, Path: "/charges", KeyLines: []string{`"fails"`}, Body: []byte(`{}`)})
 			if _, err := Tx(d.Lock.Context(), db); err != nil {
 				t.Fatal(err)
 			}
@@ -493,7 +493,7 @@ func TestTxReleasedIsUndone(t *testing.T) {
 				t.Fatalf("Finish of a 503 = %+v, want it rolled back, not withheld", f)
 			}
 			// Without a transaction, a release is no rollback.
-			d = e.Adapter().Begin(testCtx(t), &exchange.Request{Method: http.MethodPost, Path: "/charges", KeyLines: []string{`"plain"`}, Body: []byte(`{}`)})
+			d = e.Adapter().Begin(testCtx(t), exchange.Request{Method: http.MethodPost, Path: "/charges", KeyLines: []string{`"plain"`}, Body: []byte(`{}`)})
 			d.Lock.Write([]byte(`{"charged":true,"receipt":"a receipt longer than the limit"}`))
 			if f := d.Lock.Finish(testCtx(t), 201, nil); f.Outcome != exchange.NotRecorded || f.Withhold() {
 				t.Fatalf("Finish without a transaction = %+v, want it not recorded, not withheld", f)
@@ -509,7 +509,7 @@ func TestTxSlotAfterMiddleware(t *testing.T) {
 	db := openSQLite(t)
 	s := newStore(t, db)
 	e := idem.New(idem.Config{Store: s, Logger: discardLogger})
-	d := e.Adapter().Begin(testCtx(t), &exchange.Request{Method: http.MethodPost, Path: "/v1/charges", KeyLines: []string{`"k"`}, Body: []byte(`{}`)})
+	d := e.Adapter().Begin(testCtx(t), exchange.Request{Method: http.MethodPost, Path: "/v1/charges", KeyLines: []string{`"k"`}, Body: []byte(`{}`)})
 	if d.Lock == nil {
 		t.Fatalf("Begin: %+v, want a lock", d)
 	}

@@ -105,7 +105,7 @@ func (m *middleware[C, H]) serve(c C, next H) error {
 	if o.Scope != nil {
 		req.Scope = o.Scope(c)
 	}
-	d := e.Begin(r.Context(), &req)
+	d := e.Begin(r.Context(), req)
 	switch d.Action {
 	case exchange.Respond:
 		d.WriteTo(f.Response(c))

@@ -120,7 +120,7 @@ func Middleware[C Ctx](e *idem.Engine, f *Framework[C], o Options[C]) func(C) er
 			req.Scope = strings.Clone(o.Scope(c)) // scopes usually come from c.Get, which aliases
 		}
 		ctx := f.Context(c)
-		d := a.Begin(ctx, &req)
+		d := a.Begin(ctx, req)
 		if d.Body != nil {
 			r.SetBodyRaw(d.Body) // Begin consumed the stream; d.Body is ours to hand on
 		}

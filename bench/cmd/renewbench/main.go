@@ -149,7 +149,7 @@ func run(store idem.Store, n int, lease, hold time.Duration) result {
 	start := time.Now()
 	prefix := strconv.FormatInt(start.UnixNano(), 36)
 	for i := range locks {
-		d := e.Adapter().Begin(ctx, &exchange.Request{Method: "POST", Path: "/jobs", KeyLines: []string{prefix + "-" + strconv.Itoa(i)}, Body: []byte{}})
+		d := e.Adapter().Begin(ctx, exchange.Request{Method: "POST", Path: "/jobs", KeyLines: []string{prefix + "-" + strconv.Itoa(i)}, Body: []byte{}})
 		if d.Lock == nil {
 			for _, l := range locks[:i] {
 				_ = l.Abandon(ctx, exchange.ReasonPanic)
