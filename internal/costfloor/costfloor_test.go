@@ -33,7 +33,7 @@ func runs(t *testing.T, e *idem.Engine, bodies ...string) []bool {
 	for _, b := range bodies {
 		r := exchange.Request{Method: "POST", Path: "/v1/charges", KeyLines: []string{`"k"`},
 			ContentType: "application/json", Body: []byte(b)}
-		d := e.Adapter().Begin(context.Background(), &r)
+		d := e.Adapter().Begin(context.Background(), r)
 		ran = append(ran, d.Lock != nil)
 		if d.Lock != nil {
 			if f := d.Lock.Finish(context.Background(), 201, nil); f.Outcome != exchange.Recorded {
@@ -63,7 +63,7 @@ func TestAblations(t *testing.T) {
 	}
 	r := exchange.Request{Method: "POST", Path: "/v1/charges", KeyLines: []string{`"k"`}, ContentType: "application/json",
 		Body: []byte(`{"b":2, "a":1}`)}
-	if d := e.Adapter().Begin(context.Background(), &r); d.Lock != nil || d.Response.Status != 422 {
+	if d := e.Adapter().Begin(context.Background(), r); d.Lock != nil || d.Response.Status != 422 {
 		t.Errorf("RawFingerprint: a re-encoded retry got %d, want 422", d.Response.Status)
 	}
 	// Without a store every request runs, the same key included.

@@ -22,7 +22,6 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
-	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemhttp"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 	"github.com/idemkit/idemkit/stores/gorm/sqlitedb"
@@ -258,6 +257,6 @@ func receive(engine *idem.Engine, db *gorm.DB) {
 		}
 		answer, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		fmt.Printf("webhook %s: %d %s (replayed: %v)\n", d.id, resp.StatusCode, bytes.TrimSpace(answer), resp.Header.Get(exchange.ReplayedHeader) == "true")
+		fmt.Printf("webhook %s: %d %s (replayed: %v)\n", d.id, resp.StatusCode, bytes.TrimSpace(answer), resp.Header.Get("Idempotent-Replayed") == "true")
 	}
 }
