@@ -11,6 +11,7 @@ import (
 	idemgrpc "github.com/idemkit/idemkit/adapters/grpc"
 	"github.com/idemkit/idemkit/adapters/grpc/internal/grpcsuite"
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemevent"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -411,7 +412,7 @@ func TestClientCallerRetriesWithTheKeyUsed(t *testing.T) {
 		t.Fatalf("KeyUsed gave %q, want the key the interceptor made", key)
 	}
 	c.app.ReleaseSlow()
-	idemtest.WantOutcome(t, events, idem.EventStored, "")
+	idemtest.WantOutcome(t, events, idemevent.Stored, "")
 
 	var again string
 	retry, cancel := context.WithTimeout(idemgrpc.WithOutgoingKey(context.Background(), key), 10*time.Second)

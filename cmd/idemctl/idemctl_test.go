@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemadmin"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
@@ -153,7 +154,7 @@ func TestForgetInFlight(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("forget -force: exit %d: %s", code, errOut)
 			}
-			err = tg.store.Complete(ctx, id, "holder-1", idem.Completion{Response: idem.Response{Status: 201, Body: []byte("late")},
+			err = tg.store.Complete(ctx, id, "holder-1", idem.Completion{Response: exchange.Response{Status: 201, Body: []byte("late")},
 				CompletedAt: now, ExpiresAt: now.Add(time.Hour)})
 			if !errors.Is(err, idem.ErrLockLost) {
 				t.Fatalf("the forgotten holder's Complete: %v; want idem.ErrLockLost", err)
@@ -178,7 +179,7 @@ func TestPurge(t *testing.T) {
 				LeaseUntil: then.Add(time.Minute), ExpiresAt: then.Add(time.Hour)}); err != nil {
 				t.Fatal(err)
 			}
-			if err := tg.store.Complete(ctx, id, "t", idem.Completion{Response: idem.Response{Status: 200},
+			if err := tg.store.Complete(ctx, id, "t", idem.Completion{Response: exchange.Response{Status: 200},
 				CompletedAt: then, ExpiresAt: then.Add(time.Hour)}); err != nil {
 				t.Fatal(err)
 			}
@@ -436,7 +437,7 @@ func TestGetBodyIsSafeForATerminal(t *testing.T) {
 	if _, _, err := tg.store.Acquire(t.Context(), idem.Acquire{ID: id, Token: "t", Now: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := tg.store.Complete(t.Context(), id, "t", idem.Completion{Response: idem.Response{Status: 200, Body: hostile},
+	if err := tg.store.Complete(t.Context(), id, "t", idem.Completion{Response: exchange.Response{Status: 200, Body: hostile},
 		CompletedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}

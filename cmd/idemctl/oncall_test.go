@@ -12,6 +12,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemadmin"
 	"github.com/idemkit/idemkit/core/memstore"
 	redisstore "github.com/idemkit/idemkit/stores/redis"
@@ -25,7 +26,7 @@ func complete(t *testing.T, s idem.Store, id idem.ID) {
 	if _, _, err := s.Acquire(t.Context(), idem.Acquire{ID: id, Token: "t", Now: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(t.Context(), id, "t", idem.Completion{Response: idem.Response{Status: 201}, CompletedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+	if err := s.Complete(t.Context(), id, "t", idem.Completion{Response: exchange.Response{Status: 201}, CompletedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -145,7 +146,7 @@ func TestPurgeThroughAdminTimeout(t *testing.T) {
 	for _, k := range []string{"a", "b"} {
 		id := idem.ID{Key: k}
 		store.Acquire(t.Context(), idem.Acquire{ID: id, Token: "t", Now: then, LeaseUntil: then.Add(time.Minute), ExpiresAt: then.Add(time.Hour)})
-		store.Complete(t.Context(), id, "t", idem.Completion{Response: idem.Response{Status: 200}, CompletedAt: then, ExpiresAt: then.Add(time.Hour)})
+		store.Complete(t.Context(), id, "t", idem.Completion{Response: exchange.Response{Status: 200}, CompletedAt: then, ExpiresAt: then.Add(time.Hour)})
 	}
 	release := make(chan struct{})
 	srv := httptest.NewServer(idemadmin.Handler(blockingPurge{store, release}, idemadmin.HandlerOptions{}))
@@ -208,9 +209,9 @@ func TestCommandLine(t *testing.T) {
 func TestSQLiteSaysItTakesNoLease(t *testing.T) {
 	tg := sqliteTarget(t)
 	engine := idem.New(idem.Config{Store: tg.store})
-	d := engine.Begin(t.Context(), &idem.Request{Method: "POST", Path: "/orders", Scope: "acct_42", KeyLines: []string{`"order-7"`},
+	d := engine.Adapter().Begin(t.Context(), exchange.Request{Method: "POST", Path: "/orders", Scope: "acct_42", KeyLines: []string{`"order-7"`},
 		Body: []byte(`{}`)})
-	if d.Action != idem.ActionRun {
+	if d.Action != exchange.Run {
 		t.Fatalf("Begin: %v", d.Action)
 	}
 	defer d.Lock.Finish(context.Background(), 201, nil)

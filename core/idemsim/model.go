@@ -12,6 +12,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // The invariants, numbered as in the package documentation. Contract is
@@ -597,7 +598,7 @@ func sameRecord(got, want idem.Record) error {
 	if g.Status != w.Status || !bytes.Equal(g.Body, w.Body) {
 		return fmt.Errorf("response %d with %d bytes, want %d with %d bytes", g.Status, len(g.Body), w.Status, len(w.Body))
 	}
-	if !slices.EqualFunc(g.Header, w.Header, func(a, b idem.HeaderField) bool {
+	if !slices.EqualFunc(g.Header, w.Header, func(a, b exchange.HeaderField) bool {
 		return a.Name == b.Name && slices.Equal(a.Values, b.Values)
 	}) {
 		return fmt.Errorf("response header %v, want %v", g.Header, w.Header)
@@ -605,13 +606,13 @@ func sameRecord(got, want idem.Record) error {
 	return nil
 }
 
-func cloneResponse(r idem.Response) idem.Response {
-	c := idem.Response{Status: r.Status, Body: bytes.Clone(r.Body)}
+func cloneResponse(r exchange.Response) exchange.Response {
+	c := exchange.Response{Status: r.Status, Body: bytes.Clone(r.Body)}
 	if c.Body == nil {
 		c.Body = []byte{}
 	}
 	for _, f := range r.Header {
-		c.Header = append(c.Header, idem.HeaderField{Name: f.Name, Values: slices.Clone(f.Values)})
+		c.Header = append(c.Header, exchange.HeaderField{Name: f.Name, Values: slices.Clone(f.Values)})
 	}
 	return c
 }

@@ -19,8 +19,7 @@ import (
 	"testing"
 	"time"
 
-	idem "github.com/idemkit/idemkit/core"
-
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
 	"github.com/idemkit/idemkit/demo/payments/internal/app"
 	"github.com/idemkit/idemkit/demo/payments/internal/server"
@@ -103,7 +102,7 @@ func (r reply) json(t *testing.T) map[string]any {
 	return m
 }
 
-func (r reply) replayed() bool { return r.header.Get(idem.ReplayedHeader) == "true" }
+func (r reply) replayed() bool { return r.header.Get(exchange.ReplayedHeader) == "true" }
 
 // problem checks an RFC 9457 problem of the given type name.
 func (r reply) problem(t *testing.T, status int, name string) {
@@ -111,7 +110,7 @@ func (r reply) problem(t *testing.T, status int, name string) {
 	if r.status != status {
 		t.Fatalf("status %d, want %d (%s): %s", r.status, status, name, r.body)
 	}
-	if ct := r.header.Get("Content-Type"); ct != idem.ProblemContentType {
+	if ct := r.header.Get("Content-Type"); ct != exchange.ProblemContentType {
 		t.Fatalf("Content-Type %q, want a problem: %s", ct, r.body)
 	}
 	m := r.json(t)
@@ -773,7 +772,7 @@ func TestProviderFailureIsNotRecorded(t *testing.T) {
 // idemkit's and the demo's own.
 func problemNames() []string {
 	return append([]string{
-		idem.ProblemKeyMissing, idem.ProblemKeyInvalid, idem.ProblemKeyReused, idem.ProblemInProgress,
-		idem.ProblemPayloadTooLarge, idem.ProblemStoreUnavailable, idem.ProblemBodyUnreadable, idem.ProblemStoreFull,
+		exchange.ProblemKeyMissing, exchange.ProblemKeyInvalid, exchange.ProblemKeyReused, exchange.ProblemInProgress,
+		exchange.ProblemPayloadTooLarge, exchange.ProblemStoreUnavailable, exchange.ProblemBodyUnreadable, exchange.ProblemStoreFull,
 	}, api.ProblemNames()...)
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
 	"github.com/idemkit/idemkit/demo/payments/internal/payments"
@@ -122,7 +123,7 @@ var webhookCases = []struct {
 				t.Fatalf("a concurrent delivery: %d %s, want 200 or 409 request-in-progress", a.status, a.body)
 			}
 			if a.status == 409 {
-				a.problem(t, 409, idem.ProblemInProgress)
+				a.problem(t, 409, exchange.ProblemInProgress)
 			}
 		}
 		if r := d.webhook(t, e); r.status != 200 {
@@ -239,7 +240,7 @@ var webhookCases = []struct {
 		}
 		other := e
 		other.Data.Amount = 1
-		d.webhookAt(t, e.ID, other.Body(), testSecret, time.Now()).problem(t, 422, idem.ProblemKeyReused)
+		d.webhookAt(t, e.ID, other.Body(), testSecret, time.Now()).problem(t, 422, exchange.ProblemKeyReused)
 		if _, err := d.app.API.ApplyEvent(context.Background(), e.ID, other.Body()); !errors.Is(err, idem.ErrKeyReused) {
 			t.Fatalf("another payload by the stream: %v, want ErrKeyReused", err)
 		}

@@ -48,6 +48,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemevent"
 	"github.com/idemkit/idemkit/core/idemhttp"
 	"github.com/idemkit/idemkit/core/memstore"
 )
@@ -608,8 +609,8 @@ func TestOperationsKeyHash(t *testing.T) {
 	var logged string
 	store := memstore.New()
 	defer store.Close()
-	engine := idem.New(idem.Config{Store: store, KeyHashSecret: []byte(secret[1]), OnEvent: func(_ context.Context, ev idem.Event) {
-		if ev.Kind == idem.EventFirst {
+	engine := idem.New(idem.Config{Store: store, KeyHashSecret: []byte(secret[1]), OnEvent: func(_ context.Context, ev idemevent.Event) {
+		if ev.Kind == idemevent.First {
 			logged = ev.KeyHash()
 		}
 	}})

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
-	"github.com/idemkit/idemkit/core/acquireorder"
+	"github.com/idemkit/idemkit/internal/acquireorder"
 )
 
 // On PostgreSQL Acquire inserts first while new keys are the common case,

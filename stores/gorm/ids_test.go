@@ -11,6 +11,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"gorm.io/gorm"
 )
 
@@ -76,7 +77,7 @@ func TestAnyScopeAndKey(t *testing.T) {
 				}
 			}
 			for i, id := range ids {
-				c := idem.Completion{Response: idem.Response{Status: 201, Body: []byte(fmt.Sprint("body-", i))},
+				c := idem.Completion{Response: exchange.Response{Status: 201, Body: []byte(fmt.Sprint("body-", i))},
 					CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}
 				if err := s.Complete(ctx, id, fmt.Sprint("tok-", i), c); err != nil {
 					t.Fatalf("Complete(ID %d) = %v", i, err)
@@ -122,7 +123,7 @@ func TestCorruptRecordKeepsTheKeySecret(t *testing.T) {
 	if _, _, err := s.Acquire(ctx, acquireAt(id, "tok", t0)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(ctx, id, "tok", idem.Completion{Response: idem.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+	if err := s.Complete(ctx, id, "tok", idem.Completion{Response: exchange.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Exec("UPDATE " + s.sql.quotedTableName + " SET idem_state = 7").Error; err != nil {

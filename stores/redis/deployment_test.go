@@ -10,6 +10,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -101,7 +102,7 @@ func TestWrappedClusterClient(t *testing.T) {
 	}
 	renewsAll(t, s, held, "through the wrapped Cluster client")
 	for _, h := range held {
-		if err := s.Complete(ctx, h.ID, "tok", idem.Completion{Response: idem.Response{Status: 201},
+		if err := s.Complete(ctx, h.ID, "tok", idem.Completion{Response: exchange.Response{Status: 201},
 			CompletedAt: t0, ExpiresAt: t0.Add(ttl)}); err != nil {
 			t.Fatal(err)
 		}

@@ -11,8 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	idem "github.com/idemkit/idemkit/core"
-
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/demo/payments/internal/webhook"
 )
 
@@ -238,7 +237,7 @@ func (p *proxy) forward(ctx context.Context, r *http.Request, body []byte, besid
 		if beside {
 			counts.pairConflicts.Add(1)
 		}
-	case resp.StatusCode == http.StatusServiceUnavailable && bytes.Contains(respBody, []byte("/"+idem.ProblemStoreUnavailable)):
+	case resp.StatusCode == http.StatusServiceUnavailable && bytes.Contains(respBody, []byte("/"+exchange.ProblemStoreUnavailable)):
 		counts.storeDown.Add(1)
 	}
 	return resp, respBody, err

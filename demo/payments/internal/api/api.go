@@ -17,6 +17,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 	"gorm.io/gorm"
 
@@ -358,7 +359,7 @@ var failures = map[failure]struct {
 	failDeclined: {402, ProblemCardDeclined, "Card declined", "The customer's card was declined. No charge was made."},
 	// The same answer idemkit gives for a reused key, which it would have
 	// given here had the key's record not been lost.
-	failKeyReused: {422, idem.ProblemKeyReused, "Idempotency-Key reused with a different request",
+	failKeyReused: {422, exchange.ProblemKeyReused, "Idempotency-Key reused with a different request",
 		"This Idempotency-Key was already used with a different request (method, path or body)."},
 	failNotFound:   {404, ProblemNotFound, "Not found", "No such charge for this account."},
 	failOverRefund: {400, ProblemRefundTooLarge, "Refund too large", payments.ErrOverRefund.Error() + "."},
@@ -413,19 +414,19 @@ func mustJSON(v any) []byte {
 
 // Problem renders one of the demo's own problems. A 503 carries
 // Retry-After: the request may succeed if sent again.
-func (a *API) Problem(status int, name, title, detail string) idem.Response {
-	resp := idem.Problem{Type: a.ProblemBase + name, Title: title, Status: status, Detail: detail}.Response()
+func (a *API) Problem(status int, name, title, detail string) exchange.Response {
+	resp := exchange.Problem{Type: a.ProblemBase + name, Title: title, Status: status, Detail: detail}.Response()
 	if status == http.StatusServiceUnavailable {
-		resp.Header = append(resp.Header, idem.HeaderField{Name: "Retry-After", Values: []string{retryAfter}})
+		resp.Header = append(resp.Header, exchange.HeaderField{Name: "Retry-After", Values: []string{retryAfter}})
 	}
 	return resp
 }
 
 // Unauthorized is the answer to a /v1 request without a bearer token. Its
 // WWW-Authenticate field names the scheme to use (RFC 9110, RFC 6750).
-func (a *API) Unauthorized() idem.Response {
+func (a *API) Unauthorized() exchange.Response {
 	resp := a.Problem(401, ProblemUnauthorized, "Unauthorized", "Send an Authorization: Bearer <token> header; any non-empty token names an account.")
-	resp.Header = append(resp.Header, idem.HeaderField{Name: "WWW-Authenticate", Values: []string{`Bearer realm="payments demo"`}})
+	resp.Header = append(resp.Header, exchange.HeaderField{Name: "WWW-Authenticate", Values: []string{`Bearer realm="payments demo"`}})
 	return resp
 }
 
@@ -435,7 +436,7 @@ func (a *API) Unauthorized() idem.Response {
 // a "pointer" into the body, or a query "parameter" or a "header") and
 // saying what it must be in "detail"; the problem's own detail says it all
 // in one sentence.
-func (a *API) invalid(err error) idem.Response {
+func (a *API) invalid(err error) exchange.Response {
 	inv, detail := invalidDetail(err)
 	resp := a.Problem(http.StatusBadRequest, ProblemInvalidRequest, "Invalid request", detail)
 	if len(inv.Errors) == 0 {
@@ -469,7 +470,7 @@ func (a *API) writeProblem(w http.ResponseWriter, status int, name, title, detai
 }
 
 // WriteResponse writes a rendered response to a net/http writer.
-func WriteResponse(w http.ResponseWriter, resp idem.Response) {
+func WriteResponse(w http.ResponseWriter, resp exchange.Response) {
 	h := w.Header()
 	for _, f := range resp.Header {
 		h[http.CanonicalHeaderKey(f.Name)] = f.Values

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/payments"
@@ -124,11 +125,11 @@ const maxWebhookBody = 1 << 20
 // CheckWebhook checks a webhook's signature (webhook.Secret.Verify)
 // against the API's secret and clock. It returns the problem to answer a
 // webhook that fails, and false; true for one that passes.
-func (a *API) CheckWebhook(header func(string) string, body []byte) (idem.Response, bool) {
+func (a *API) CheckWebhook(header func(string) string, body []byte) (exchange.Response, bool) {
 	err := a.WebhookSecret.Verify(header, body, a.Now())
 	switch {
 	case err == nil:
-		return idem.Response{}, true
+		return exchange.Response{}, true
 	case errors.Is(err, webhook.ErrStale):
 		return a.Problem(http.StatusBadRequest, ProblemWebhookTimestampStale, "Webhook timestamp out of tolerance",
 			"The webhook is refused ("+err.Error()+"): a delivery must be signed anew, within "+webhook.Tolerance.String()+" of the server's clock. Nothing was recorded."), false
@@ -153,7 +154,7 @@ func (a *API) VerifyWebhooks(next http.Handler) http.Handler {
 // ReadWebhook reads r's body and checks the webhook (WebhookBody,
 // CheckWebhook), leaving the body to be read again. It returns the problem
 // to answer a webhook that fails, and false.
-func (a *API) ReadWebhook(r *http.Request) (idem.Response, bool) {
+func (a *API) ReadWebhook(r *http.Request) (exchange.Response, bool) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxWebhookBody+1))
 	if resp, ok := a.WebhookBody(body, err); !ok {
 		return resp, false
@@ -162,21 +163,21 @@ func (a *API) ReadWebhook(r *http.Request) (idem.Response, bool) {
 		return resp, false
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	return idem.Response{}, true
+	return exchange.Response{}, true
 }
 
 // WebhookBody returns the problem for a webhook body that could not be
 // read whole (err) or is over the limit, and false; true for one that
 // may be checked.
-func (a *API) WebhookBody(body []byte, err error) (idem.Response, bool) {
+func (a *API) WebhookBody(body []byte, err error) (exchange.Response, bool) {
 	switch {
 	case err != nil:
-		return a.Problem(http.StatusBadRequest, idem.ProblemBodyUnreadable, "Request body unreadable", "The webhook's body could not be read; nothing was recorded."), false
+		return a.Problem(http.StatusBadRequest, exchange.ProblemBodyUnreadable, "Request body unreadable", "The webhook's body could not be read; nothing was recorded."), false
 	case len(body) > maxWebhookBody:
-		return a.Problem(http.StatusRequestEntityTooLarge, idem.ProblemPayloadTooLarge, "Payload too large",
+		return a.Problem(http.StatusRequestEntityTooLarge, exchange.ProblemPayloadTooLarge, "Payload too large",
 			"A webhook body is at most "+strconv.Itoa(maxWebhookBody)+" bytes; nothing was recorded."), false
 	}
-	return idem.Response{}, true
+	return exchange.Response{}, true
 }
 
 // receiveWebhook applies a webhook's event. It runs behind VerifyWebhooks
@@ -208,15 +209,15 @@ func (a *API) failEvent(w http.ResponseWriter, r *http.Request, err error) {
 		a.writeProblem(w, http.StatusUnprocessableEntity, ProblemEventRejected, "Event rejected",
 			perm.Error()+". The ledger has no such charge or refund, or not with that amount: delivering the event again will not change that.")
 	case errors.Is(err, idem.ErrKeyReused):
-		a.writeProblem(w, http.StatusUnprocessableEntity, idem.ProblemKeyReused, "Event id reused with another payload",
+		a.writeProblem(w, http.StatusUnprocessableEntity, exchange.ProblemKeyReused, "Event id reused with another payload",
 			"This event id was already applied with another payload.")
 	case errors.Is(err, idem.ErrInProgress):
-		resp := a.Problem(http.StatusConflict, idem.ProblemInProgress, "Event being applied",
+		resp := a.Problem(http.StatusConflict, exchange.ProblemInProgress, "Event being applied",
 			"Another delivery of this event is being applied now. Not recorded: deliver it again after Retry-After seconds.")
-		resp.Header = append(resp.Header, idem.HeaderField{Name: "Retry-After", Values: []string{retryAfter}})
+		resp.Header = append(resp.Header, exchange.HeaderField{Name: "Retry-After", Values: []string{retryAfter}})
 		WriteResponse(w, resp)
 	case errors.Is(err, idem.ErrStoreUnavailable), errors.Is(err, idem.ErrStoreFull):
-		a.writeProblem(w, http.StatusServiceUnavailable, idem.ProblemStoreUnavailable, "Idempotency store unavailable",
+		a.writeProblem(w, http.StatusServiceUnavailable, exchange.ProblemStoreUnavailable, "Idempotency store unavailable",
 			"The event's record could not be checked, so the event was not applied. Deliver it again later.")
 	case errors.Is(err, idem.ErrRolledBack):
 		a.writeProblem(w, http.StatusServiceUnavailable, ProblemDatabaseUnavailable, "Database unavailable",

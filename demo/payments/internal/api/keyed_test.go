@@ -13,6 +13,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemhttp"
 	"github.com/idemkit/idemkit/core/memstore"
 	"github.com/idemkit/idemkit/stores/gorm/sqlitedb"
@@ -103,7 +104,7 @@ func TestLostRecordAnswersTheRow(t *testing.T) {
 	}
 	records.forget()
 	if status, _, body := post("/v1/charges", `"c-1"`, `{"amount":2999,"currency":"usd","customer":"cus_1"}`); status != 422 ||
-		!strings.Contains(body, DocsPath+"/"+idem.ProblemKeyReused) {
+		!strings.Contains(body, DocsPath+"/"+exchange.ProblemKeyReused) {
 		t.Fatalf("the key with another amount after the record was lost: %d %s, want 422 key-reused", status, body)
 	}
 

@@ -1,6 +1,6 @@
 package api
 
-// The names of the demo's own problem types; idemkit's are the idem.Problem*
+// The names of the demo's own problem types; idemkit's are the exchange.Problem*
 // constants. A type URI is DocsPath + "/" + name, and the policy page has a
 // section whose id is the name.
 const (

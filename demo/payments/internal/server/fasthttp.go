@@ -7,10 +7,10 @@ import (
 	"net/http"
 	"time"
 
-	idem "github.com/idemkit/idemkit/core"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
 	"github.com/idemkit/idemkit/demo/payments/internal/flaky"
 )
@@ -20,7 +20,7 @@ import (
 // context, and each Fiber file only hands its Ctx's parts to it.
 
 // writeFastHTTP writes a rendered response.
-func writeFastHTTP(resp *fasthttp.Response, r idem.Response) {
+func writeFastHTTP(resp *fasthttp.Response, r exchange.Response) {
 	for _, f := range r.Header {
 		for _, v := range f.Values {
 			resp.Header.Add(f.Name, v)
@@ -35,7 +35,7 @@ func writeFastHTTP(resp *fasthttp.Response, r idem.Response) {
 func logFastHTTP(cfg Config, framework string, rc *fasthttp.RequestCtx, start time.Time) {
 	// Copies: fasthttp reuses these buffers once the handler returns.
 	logLine(cfg.Logger, framework, string(rc.Method()), string(rc.Request.URI().Path()), rc.Response.StatusCode(),
-		string(rc.Response.Header.Peek(idem.ReplayedHeader)) == "true", time.Since(start))
+		string(rc.Response.Header.Peek(exchange.ReplayedHeader)) == "true", time.Since(start))
 }
 
 // guardFastHTTP is guard on fasthttp: it answers a request rs refuses,

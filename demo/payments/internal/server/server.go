@@ -18,6 +18,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
 	"github.com/idemkit/idemkit/demo/payments/internal/checkout"
@@ -164,7 +165,7 @@ func scope(authorization string) string {
 
 // frameworkError is the problem for an error a framework reports itself
 // (no route, wrong method, a recovered panic).
-func frameworkError(a *api.API, status int) idem.Response {
+func frameworkError(a *api.API, status int) exchange.Response {
 	switch status {
 	case http.StatusNotFound:
 		return a.Problem(status, api.ProblemNotFound, "Not found", "No such endpoint.")
@@ -225,7 +226,7 @@ func logRequests(log *slog.Logger, framework string, next http.Handler) http.Han
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r)
-		logLine(log, framework, r.Method, r.URL.Path, sw.status, w.Header().Get(idem.ReplayedHeader) == "true", time.Since(start))
+		logLine(log, framework, r.Method, r.URL.Path, sw.status, w.Header().Get(exchange.ReplayedHeader) == "true", time.Since(start))
 	})
 }
 
