@@ -14,6 +14,7 @@ import (
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemadmin"
 	"github.com/idemkit/idemkit/core/memstore"
+	"github.com/idemkit/idemkit/internal/testservers"
 	redisstore "github.com/idemkit/idemkit/stores/redis"
 	"github.com/redis/go-redis/v9"
 )
@@ -53,7 +54,7 @@ func TestNoRecordSaysWhatWasLookedUp(t *testing.T) {
 		}
 	})
 	t.Run("redis, the demo's prefix and another database", func(t *testing.T) {
-		addr := serverEnv(t, redisEnv)
+		addr := testservers.Require(t, testservers.RedisAddr)
 		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		defer c.Close()
 		prefix := random("payments:idem:") + ":"

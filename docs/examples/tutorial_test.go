@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/internal/testservers"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 )
@@ -71,12 +72,9 @@ func TestTutorialSessions(t *testing.T) {
 
 	// The durable example on PostgreSQL, in a database of its own, answers
 	// exactly as it does on SQLite.
-	dsn := os.Getenv("IDEMKIT_TEST_POSTGRES_DSN")
+	dsn := testservers.Optional(t, testservers.PostgresDSN)
 	if dsn == "" {
-		if testing.Short() {
-			return
-		}
-		t.Fatal("IDEMKIT_TEST_POSTGRES_DSN is not set: run the tests with `make test`, which starts PostgreSQL")
+		return // -short
 	}
 	addr := startExample(t, bin, "durable", []string{"DATABASE_URL=" + freshDatabase(t, dsn)})
 	for _, b := range blocks {

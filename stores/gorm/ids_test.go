@@ -11,6 +11,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/internal/testservers"
 	"gorm.io/gorm"
 )
 
@@ -57,7 +58,7 @@ func TestAnyScopeAndKey(t *testing.T) {
 	ids := awkwardIDs()
 	// MySQL outside strict mode cuts an overlong value to the column's
 	// length instead of failing: tenants sharing a prefix would collide.
-	nonStrict := backend{name: "mysql-nonstrict", open: ownServerPool(mysqlEnv, func(dsn string) gorm.Dialector {
+	nonStrict := backend{name: "mysql-nonstrict", open: ownServerPool(testservers.MySQLDSN, func(dsn string) gorm.Dialector {
 		return dialMySQL(dsn + sep(dsn) + "sql_mode=%27%27")
 	})}
 	for _, b := range append(backends[:len(backends):len(backends)], nonStrict) {
