@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -460,5 +461,44 @@ func TestGetBodyIsSafeForATerminal(t *testing.T) {
 	var in idemadmin.Info
 	if code != 0 || json.Unmarshal([]byte(out), &in) != nil || !bytes.Equal(in.Body, hostile) {
 		t.Fatalf("get -body -json: exit %d, body %q: %s; want the exact bytes", code, in.Body, errOut)
+	}
+}
+
+// TestKeyInTheHeadersForm: -key takes the key bare, as idemkit keeps it,
+// or as the Idempotency-Key header carries it, an RFC 9651 string, which
+// idemctl decodes as the server does (escapes, parameters ignored); a key
+// that itself looks like a quoted string is reached by its header form.
+// Before, the header's form found nothing.
+func TestKeyInTheHeadersForm(t *testing.T) {
+	tg := sqliteTarget(t)
+	for _, key := range []string{"order-7", `say "hi"`, `"quoted"`} {
+		complete(t, tg.store, idem.ID{Scope: "acct_42", Key: key})
+	}
+	get := func(stdin string, key string) (int, string) {
+		code, out, errOut := ctl(t, stdin, append(append([]string{"get"}, tg.args...), "-scope", "acct_42", "-key", key, "-show-key")...)
+		return code, out + errOut
+	}
+	for _, tc := range []struct{ arg, key string }{
+		{"order-7", "order-7"},
+		{`"order-7"`, "order-7"},
+		{`"order-7";v=1`, "order-7"},
+		{`"say \"hi\""`, `say "hi"`},
+		{`"\"quoted\""`, `"quoted"`},
+	} {
+		code, out := get("", tc.arg)
+		if code != 0 || !strings.Contains(out, fmt.Sprintf("key          %q", tc.key)) {
+			t.Errorf("-key %s: exit %d, want the record of %q:\n%s", tc.arg, code, tc.key, out)
+		}
+	}
+	code, out, errOut := ctl(t, "\"order-7\"\n", append(append([]string{"get"}, tg.args...), "-scope", "acct_42", "-key", "-", "-show-key")...)
+	if code != 0 || !strings.Contains(out, `key          "order-7"`) {
+		t.Errorf("-key - reading the header's form: exit %d:\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = ctl(t, "", append(append([]string{"forget"}, tg.args...), "-scope", "acct_42", "-key", `"order-7"`)...)
+	if code != 0 {
+		t.Fatalf("forget -key '\"order-7\"': exit %d:\n%s%s", code, out, errOut)
+	}
+	if code, out := get("", "order-7"); code != exitNotFound {
+		t.Errorf("after forgetting the header's form, get of the bare key: exit %d, want %d:\n%s", code, exitNotFound, out)
 	}
 }

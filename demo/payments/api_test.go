@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -23,6 +22,7 @@ import (
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
 	"github.com/idemkit/idemkit/demo/payments/internal/app"
 	"github.com/idemkit/idemkit/demo/payments/internal/server"
+	"github.com/idemkit/idemkit/internal/testservers"
 )
 
 // databases are the stores the demo's API is tested on. PostgreSQL and
@@ -31,19 +31,12 @@ import (
 // mysql:// URL a user would pass to -db).
 func databases(t *testing.T) map[string]string {
 	dbs := map[string]string{"sqlite": filepath.Join(t.TempDir(), "payments.db")}
-	pg, my := os.Getenv("IDEMKIT_TEST_POSTGRES_DSN"), os.Getenv("IDEMKIT_TEST_MYSQL_DSN")
+	pg, my := testservers.Optional(t, testservers.PostgresDSN), testservers.Optional(t, testservers.MySQLDSN)
 	if pg == "" || my == "" {
-		if testing.Short() {
-			return dbs
-		}
-		t.Fatal("IDEMKIT_TEST_POSTGRES_DSN or IDEMKIT_TEST_MYSQL_DSN is not set: run the tests with `make test`, which starts the servers (or use -short for SQLite only)")
+		return dbs // -short: SQLite only
 	}
 	dbs["postgres"] = pg
-	m := regexp.MustCompile(`^([^@]*)@tcp\(([^)]*)\)/([^?]*)`).FindStringSubmatch(my)
-	if m == nil {
-		t.Fatalf("IDEMKIT_TEST_MYSQL_DSN %q is not user:pass@tcp(host:port)/db", my)
-	}
-	dbs["mysql"] = "mysql://" + m[1] + "@" + m[2] + "/" + m[3]
+	dbs["mysql"] = testservers.MySQLURL(t, my)
 	return dbs
 }
 

@@ -296,6 +296,22 @@ func TestDocsShellBlocks(t *testing.T) {
 	if checked < 8 {
 		t.Fatalf("only %d shell lines checked", checked)
 	}
+	// Until the first release a user builds from a clone: every program
+	// of the README and the tutorial whose modules they name for `go get`
+	// gets the replace lines that stand for them, not only the first. (The
+	// other pages point to the tutorial's section 1 for that.)
+	checkouts := map[string]bool{}
+	for _, b := range allBlocks(t) {
+		if name, ok := strings.CutPrefix(b.note, "checkout: "); ok {
+			checkouts[name] = true
+		}
+	}
+	for _, b := range allBlocks(t) {
+		tutorial := b.doc == "README.md" || b.doc == "docs/tutorial.md"
+		if name, ok := strings.CutPrefix(b.note, "install: "); ok && tutorial && !checkouts[name] {
+			t.Errorf("%s: no <!-- checkout: %s --> block gives the replace lines for %s before the first release", b.at(), name, name)
+		}
+	}
 }
 
 // examplesRequire returns the modules this module requires.

@@ -12,6 +12,7 @@ import (
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/internal/testservers"
 	"gorm.io/gorm"
 )
 
@@ -58,7 +59,7 @@ func TestAnyScopeAndKey(t *testing.T) {
 	ids := awkwardIDs()
 	// MySQL outside strict mode cuts an overlong value to the column's
 	// length instead of failing: tenants sharing a prefix would collide.
-	nonStrict := backend{name: "mysql-nonstrict", open: ownServerPool(mysqlEnv, func(dsn string) gorm.Dialector {
+	nonStrict := backend{name: "mysql-nonstrict", open: ownServerPool(testservers.MySQLDSN, func(dsn string) gorm.Dialector {
 		return dialMySQL(dsn + sep(dsn) + "sql_mode=%27%27")
 	})}
 	for _, b := range append(backends[:len(backends):len(backends)], nonStrict) {

@@ -11,6 +11,7 @@ import (
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/internal/acquireorder"
+	"github.com/idemkit/idemkit/internal/testservers"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -185,7 +186,7 @@ func TestAcquireNeverReadsFromReplicas(t *testing.T) {
 		{"RouteRandomly", func(o *redis.ClusterOptions) { o.RouteRandomly = true }},
 	} {
 		t.Run(opt.name, func(t *testing.T) {
-			o := &redis.ClusterOptions{Addrs: strings.Split(serverEnv(t, clusterEnv), ","), ContextTimeoutEnabled: true}
+			o := &redis.ClusterOptions{Addrs: strings.Split(testservers.Require(t, testservers.RedisClusterAddrs), ","), ContextTimeoutEnabled: true}
 			opt.set(o)
 			c := redis.NewClusterClient(o)
 			t.Cleanup(func() { _ = c.Close() })

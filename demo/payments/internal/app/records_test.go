@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemtest"
+	"github.com/idemkit/idemkit/internal/testservers"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 	redisstore "github.com/idemkit/idemkit/stores/redis"
 	"github.com/redis/go-redis/v9"
@@ -27,11 +27,7 @@ import (
 // one.
 func redisAddr(t *testing.T) string {
 	t.Helper()
-	addr := os.Getenv("IDEMKIT_TEST_REDIS_ADDR")
-	if addr == "" && !testing.Short() {
-		t.Fatal("IDEMKIT_TEST_REDIS_ADDR is not set: run the tests with `make test`, which starts redis-server")
-	}
-	return addr
+	return testservers.Optional(t, testservers.RedisAddr)
 }
 
 // serve opens the demo with cfg and serves its API until the test ends,

@@ -4,11 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/internal/testservers"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -16,13 +16,7 @@ import (
 // deleted when the test ends.
 func testStream(t *testing.T, consumer string) *Stream {
 	t.Helper()
-	addr := os.Getenv("IDEMKIT_TEST_REDIS_ADDR")
-	if addr == "" {
-		if testing.Short() {
-			t.Skip("no IDEMKIT_TEST_REDIS_ADDR under -short")
-		}
-		t.Fatal("IDEMKIT_TEST_REDIS_ADDR is not set: run the tests with `make test`, which starts redis-server")
-	}
+	addr := testservers.Require(t, testservers.RedisAddr)
 	client := redis.NewClient(&redis.Options{Addr: addr})
 	key := "test:events:" + rand.Text()
 	t.Cleanup(func() {
