@@ -50,9 +50,11 @@ type API struct {
 	// lost is answered with the row written the first time, never with a
 	// second one.
 	KeyedRows bool
-	// Existing counts the charges, refunds and events answered with the
-	// row already written under their key (KeyedRows only): their record
-	// was lost, or their lease taken over while they ran.
+	// Existing counts the charges and refunds answered with the row
+	// already written under their key (KeyedRows only: their record was
+	// lost, or their lease taken over while they ran), and the events
+	// answered with the ledger entry already written for their charge or
+	// refund (their record expired, was lost, or was taken over).
 	Existing atomic.Int64
 	// Engine applies the provider's events (ApplyEvent), and WebhookSecret
 	// is the secret its webhooks are signed with.

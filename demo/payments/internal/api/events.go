@@ -39,14 +39,15 @@ const eventJob = "settle"
 // ApplyEvent applies the provider's settlement event id, whose payload is
 // body, once however often and by whichever way it comes: through
 // Engine.Do, keyed by id in EventScope, its ledger entry commits in the
-// same transaction as the event's record (with KeyedRows, under the
-// event's key in its own transaction instead). It returns the entry, as
-// JSON, to the delivery that wrote it and to every later one. Errors: a
-// payload that is no settlement event (ErrInvalid, before any record), an
-// event the ledger refuses for good (*idem.PermanentError, recorded),
-// and Do's: idem.ErrInProgress while another delivery applies it,
-// idem.ErrKeyReused for another payload under the id, and the transient
-// ones, after which a later delivery applies it.
+// same transaction as the event's record (with KeyedRows, in its own
+// transaction instead), and the ledger answers an event it applied before
+// with the entry it wrote then (payments.ApplyEvent). It returns the
+// entry, as JSON, to the delivery that wrote it and to every later one.
+// Errors: a payload that is no settlement event (ErrInvalid, before any
+// record), an event the ledger refuses for good (*idem.PermanentError,
+// recorded), and Do's: idem.ErrInProgress while another delivery applies
+// it, idem.ErrKeyReused for another payload under the id, and the
+// transient ones, after which a later delivery applies it.
 func (a *API) ApplyEvent(ctx context.Context, id string, body []byte) ([]byte, error) {
 	ev, err := payments.ParseEvent(id, body)
 	if err != nil {
@@ -69,28 +70,30 @@ func (a *API) ApplyEvent(ctx context.Context, id string, body []byte) ([]byte, e
 }
 
 // settle writes ev's ledger entry under the event's record, which ctx
-// holds.
+// holds: in the record's transaction, or with KeyedRows in one of its own.
+// The ledger answers an event it settled before (its record expired or
+// was lost) with the entry it wrote then.
 func (a *API) settle(ctx context.Context, ev payments.Event) (payments.Settlement, error) {
+	var s payments.Settlement
+	var existing bool
+	var err error
 	if a.KeyedRows {
-		held, ok := idem.HeldKey(ctx)
-		if !ok {
-			return payments.Settlement{}, errNotGuarded
+		s, existing, err = payments.ApplyEventAlone(a.DB.WithContext(context.WithoutCancel(ctx)), ev, a.Now())
+	} else {
+		tx, terr := gormstore.Tx(ctx, a.DB)
+		if terr != nil {
+			return payments.Settlement{}, terr
 		}
-		s, existing, err := payments.ApplyEventOnce(a.DB.WithContext(context.WithoutCancel(ctx)), RequestKey(held.ID), ev, a.Now())
-		if existing {
-			a.Existing.Add(1)
-			a.Logger.InfoContext(ctx, "event answered with the ledger entry already written under its id", slog.String("event", ev.ID))
+		if ctx.Err() != nil && errors.Is(context.Cause(ctx), idem.ErrLeaseLost) {
+			return payments.Settlement{}, fmt.Errorf("%w: %w", payments.ErrLeaseLost, context.Cause(ctx))
 		}
-		return s, err
+		s, existing, err = payments.ApplyEvent(tx, ev, a.Now())
 	}
-	tx, err := gormstore.Tx(ctx, a.DB)
-	if err != nil {
-		return payments.Settlement{}, err
+	if existing {
+		a.Existing.Add(1)
+		a.Logger.InfoContext(ctx, "event answered with the ledger entry already written for its charge or refund", slog.String("event", ev.ID))
 	}
-	if ctx.Err() != nil && errors.Is(context.Cause(ctx), idem.ErrLeaseLost) {
-		return payments.Settlement{}, fmt.Errorf("%w: %w", payments.ErrLeaseLost, context.Cause(ctx))
-	}
-	return payments.ApplyEvent(tx, ev, a.Now())
+	return s, err
 }
 
 // settlementView is a ledger entry as the API shows it.

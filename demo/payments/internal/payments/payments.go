@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
@@ -97,10 +98,14 @@ const DeclinedCustomer = "cus_declined"
 // of "acct_1". Tables created earlier keep their options, and get the
 // columns and indexes added since (request_key and key_expires, with
 // request_key's unique index, the index on status, and the charges' seq,
-// see migrateSeq); the tables key_uses (KeyUse) and settlements
+// see migrateSeq, and the unique index on the settlements' object, see
+// settledTwice); the tables key_uses (KeyUse) and settlements
 // (Settlement) are created where they are missing.
 func Migrate(ctx context.Context, db *gorm.DB) error {
 	db = db.WithContext(ctx)
+	if err := settledTwice(db); err != nil {
+		return err
+	}
 	if db.Dialector.Name() == "mysql" {
 		db = db.Set("gorm:table_options", "DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin")
 	}
@@ -108,6 +113,26 @@ func Migrate(ctx context.Context, db *gorm.DB) error {
 		return err
 	}
 	return migrateSeq(db)
+}
+
+// settledTwice reports the charges and refunds that a ledger from before
+// the unique index on Settlement.Object settled more than once: the index
+// cannot be made over them, and an operator must first decide which
+// entries to keep.
+func settledTwice(db *gorm.DB) error {
+	m := db.Migrator()
+	if !m.HasTable(&Settlement{}) || m.HasIndex(&Settlement{}, "Object") {
+		return nil
+	}
+	var twice []string
+	if err := db.Model(&Settlement{}).Group("object").Having("COUNT(*) > 1").Order("object").Limit(5).Pluck("object", &twice).Error; err != nil {
+		return err
+	}
+	if len(twice) > 0 {
+		return fmt.Errorf("the ledger settles some charges or refunds more than once (%s): keep the first entry of each (the lowest id) and delete the others, then start again; from now on the ledger refuses a second entry",
+			strings.Join(twice, ", "))
+	}
+	return nil
 }
 
 // CreateCharge authorizes the payment with the provider, then records the
