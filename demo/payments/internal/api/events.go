@@ -192,7 +192,7 @@ func (a *API) receiveWebhook(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	result, err := a.ApplyEvent(r.Context(), r.Header.Get(webhook.HeaderID), body)
-	if err != nil {
+	if err != nil && (result == nil || !a.appliedUnrecorded(r.Context(), r.Header.Get(webhook.HeaderID), err)) {
 		a.failEvent(w, r, err)
 		return
 	}
@@ -224,6 +224,9 @@ func (a *API) failEvent(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, idem.ErrRolledBack):
 		a.writeProblem(w, http.StatusServiceUnavailable, ProblemDatabaseUnavailable, "Database unavailable",
 			"The event's ledger entry could not be committed, so it was not applied. Deliver it again later.")
+	case errors.Is(err, idem.ErrLockLost):
+		a.writeProblem(w, http.StatusServiceUnavailable, ProblemLeaseLost, failures[failLeaseLost].title,
+			"Another delivery of this event took it over while this one applied it, so this answer is not the event's. Not recorded: deliver it again to get the event's outcome.")
 	default:
 		a.fail(w, r, err)
 	}
@@ -261,17 +264,20 @@ func (a *API) listSettlements(w http.ResponseWriter, r *http.Request) {
 
 // ConsumeEvent applies an event read from the event stream, and reports
 // whether its entry is done with (acknowledge it) or must be delivered
-// again. Applied events are done, and so are those refused for good (a
-// payload that is no event, an event the ledger refuses, an id reused
-// with another payload), logged as errors: no redelivery would change
-// them. Those another delivery is applying now (idem.ErrInProgress), and
-// those that met a failure that may pass, are left pending, as the policy
-// asks of a queue: not acknowledged, delivered again later.
+// again. Applied events are done, those whose record could not be kept
+// too (idem.ErrNotRecorded: the work stands, logged as a warning), and so
+// are those refused for good (a payload that is no event, an event the
+// ledger refuses, an id reused with another payload), logged as errors:
+// no redelivery would change them. Those another delivery is applying now
+// (idem.ErrInProgress) or took over (idem.ErrLockLost), those whose work
+// was undone (idem.ErrRolledBack), and those that met a failure that may
+// pass, are left pending, as the policy asks of a queue: not
+// acknowledged, delivered again later.
 func (a *API) ConsumeEvent(ctx context.Context, id string, body []byte) (ack bool) {
 	_, err := a.ApplyEvent(ctx, id, body)
 	var perm *idem.PermanentError
 	switch {
-	case err == nil:
+	case err == nil, a.appliedUnrecorded(ctx, id, err):
 		return true
 	case errors.Is(err, payments.ErrInvalid), errors.As(err, &perm), errors.Is(err, idem.ErrKeyReused):
 		a.Logger.ErrorContext(ctx, "event refused for good: acknowledged without applying it", slog.String("event", id), slog.String("error", err.Error()))
@@ -282,4 +288,18 @@ func (a *API) ConsumeEvent(ctx context.Context, id string, body []byte) (ack boo
 		a.Logger.WarnContext(ctx, "event not applied: left pending, delivered again later", slog.String("event", id), slog.String("error", err.Error()))
 	}
 	return false
+}
+
+// appliedUnrecorded reports whether err, from ApplyEvent, says that the
+// event was applied (or refused for good) but its record could not be
+// kept (idem.ErrNotRecorded): done with, as the policy says, and logged as
+// a warning, since nothing but the ledger now stops the event from being
+// applied again.
+func (a *API) appliedUnrecorded(ctx context.Context, id string, err error) bool {
+	if !errors.Is(err, idem.ErrNotRecorded) {
+		return false
+	}
+	a.Logger.WarnContext(ctx, "event done with, but its record could not be kept: a later delivery finds the ledger entry", slog.String("event", id),
+		slog.String("error", err.Error()))
+	return true
 }
