@@ -213,6 +213,23 @@ var webhookCases = []struct {
 		}
 		d.settled(t, acct, 1999, 0, 1)
 	}},
+	{"Webhook/NoClientReachesTheProvidersRecords", func(t *testing.T, d *demo) {
+		// A client whose bearer token names the provider's scopes, with
+		// the webhook's id as its Idempotency-Key, records answers of its
+		// own: the signed webhook must not meet them.
+		acct, e := d.charged(t)
+		for _, token := range []string{api.WebhookScope, api.EventScope, "provider-webhooks", "provider-events"} {
+			r := d.do(t, http.MethodPost, "/v1/charges", token, e.ID, `{"amount":0}`)
+			r.problem(t, 400, api.ProblemInvalidRequest)
+			if again := d.do(t, http.MethodPost, "/v1/charges", token, e.ID, `{"amount":0}`); !again.replayed() {
+				t.Fatalf("the client's own 400 under %q was not recorded: the test proves nothing", token)
+			}
+		}
+		if r := d.webhook(t, e); r.status != 200 || r.replayed() {
+			t.Fatalf("the signed webhook after clients used its id: %d replayed=%v %s, want 200, applied", r.status, r.replayed(), r.body)
+		}
+		d.settled(t, acct, 1999, 0, 1)
+	}},
 	{"Webhook/EventRejected", func(t *testing.T, d *demo) {
 		acct, e := d.charged(t)
 		e.Data.Amount = 2000

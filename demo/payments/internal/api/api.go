@@ -105,17 +105,29 @@ func account(r *http.Request) string {
 // without the key that keeps it single.
 var errNotGuarded = errors.New("a charge or refund ran without an idempotency key held: the server must mount the API behind idemkit")
 
+// accountScope begins the scope of every request's records: the scopes
+// of the provider's events (WebhookScope, EventScope) begin otherwise, so
+// that no bearer token, whatever it says, names one of them.
+const accountScope = "account:"
+
+// AccountScope is the scope of account's idempotency records: its
+// requests', over HTTP and gRPC.
+func AccountScope(account string) string { return accountScope + account }
+
 // RequestKey names the request key id in the database and to the payment
-// provider: a hash of the scope (the account) and the key, so that every
-// attempt of one charge finds the same, two accounts never share one, and
-// neither the rows nor the provider carry the account's bearer token. The
-// provider's idempotency key for a charge derives from it and the number
-// of the key's uses before (see payments.CreateCharge).
+// provider: a hash of the account and the key, so that every attempt of
+// one charge finds the same, two accounts never share one, and neither the
+// rows nor the provider carry the account's bearer token. The account is
+// the scope without its "account:" (AccountScope): the hash is the one
+// rows and the provider were given before scopes had it. The provider's
+// idempotency key for a charge derives from it and the number of the
+// key's uses before (see payments.CreateCharge).
 func RequestKey(id idem.ID) string {
+	acct := strings.TrimPrefix(id.Scope, accountScope)
 	h := sha256.New()
 	var n [binary.MaxVarintLen64]byte
-	h.Write(n[:binary.PutUvarint(n[:], uint64(len(id.Scope)))])
-	h.Write([]byte(id.Scope))
+	h.Write(n[:binary.PutUvarint(n[:], uint64(len(acct)))])
+	h.Write([]byte(acct))
 	h.Write([]byte(id.Key))
 	return "idem_" + hex.EncodeToString(h.Sum(nil))
 }

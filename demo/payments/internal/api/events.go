@@ -25,11 +25,13 @@ const WebhookPath = "/v1/webhooks/provider"
 // The scopes of the records of the provider's events. An event has two
 // records when it comes by webhook: its webhook's, in WebhookScope under
 // the webhook-id, which replays the answer to a webhook delivered again;
-// and its own, in EventScope under the event id, which makes it apply once
-// whichever way it comes, by webhook or by stream.
+// and its own, in EventScope under the event id (a job's, idem.JobID),
+// which makes it apply once whichever way it comes, by webhook or by
+// stream. Both begin "provider:", and every request's scope "account:"
+// (AccountScope): no client, whatever its bearer token, reaches them.
 const (
-	WebhookScope = "provider-webhooks"
-	EventScope   = "provider-events"
+	WebhookScope = "provider:webhooks"
+	EventScope   = "provider:events"
 )
 
 // eventJob is the name of the job that applies an event: with its body,

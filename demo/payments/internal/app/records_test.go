@@ -20,6 +20,7 @@ import (
 	redisstore "github.com/idemkit/idemkit/stores/redis"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemkit/idemkit/demo/payments/internal/api"
 	"github.com/idemkit/idemkit/demo/payments/internal/payments"
 )
 
@@ -150,7 +151,7 @@ func TestRecordsInRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := names.Key(idem.ID{Scope: acct, Key: "redis-1"})
+	key := names.Key(idem.ID{Scope: api.AccountScope(acct), Key: "redis-1"})
 	if n, err := client.Exists(t.Context(), key).Result(); err != nil || n != 1 {
 		t.Fatalf("the charge's record %s is not in Redis (%d, %v)", key, n, err)
 	}
@@ -194,7 +195,7 @@ func TestExpiredKeyIsNewWithRecordsInRedis(t *testing.T) {
 
 	// Redis loses the new charge's record before it expires: the retry
 	// runs the handler again, which answers with the charge under the key.
-	loseRecord(t, addr, idem.ID{Scope: acct, Key: key})
+	loseRecord(t, addr, idem.ID{Scope: api.AccountScope(acct), Key: key})
 	want("the retry after Redis lost the record", post(1999), 201, second.id, false)
 
 	// Expired again, the key comes back with another amount: a charge of
