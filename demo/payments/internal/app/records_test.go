@@ -170,7 +170,7 @@ func TestExpiredKeyIsNewWithRecordsInRedis(t *testing.T) {
 	clock := idemtest.NewClock(time.Now())
 	cfg := DefaultConfig()
 	cfg.DB, cfg.Records, cfg.ProviderLatency = filepath.Join(t.TempDir(), "p.db"), "redis://"+addr+"/0", 0
-	cfg.TTL, cfg.Now = time.Minute, clock.Now
+	cfg.TTL, cfg.Now = 10*time.Minute, clock.Now
 	a, base := serve(t, cfg)
 
 	acct, key := "acct_"+rand.Text()[:10], "expiring-"+rand.Text()
