@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -227,6 +228,36 @@ var webhookCases = []struct {
 		}
 		if r := d.webhook(t, e); r.status != 200 || r.replayed() {
 			t.Fatalf("the signed webhook after clients used its id: %d replayed=%v %s, want 200, applied", r.status, r.replayed(), r.body)
+		}
+		d.settled(t, acct, 1999, 0, 1)
+	}},
+	{"Webhook/ContentEncodingRefusedRecordsNothing", func(t *testing.T, d *demo) {
+		// A webhook whose body is gzip-encoded, signed over the body
+		// decoded (what a framework that decodes it would check) or as
+		// sent: refused 415 on every framework, before idemkit, so that
+		// the plain delivery of the event is applied, not refused.
+		acct, e := d.charged(t)
+		var zipped bytes.Buffer
+		zw := gzip.NewWriter(&zipped)
+		zw.Write(e.Body())
+		zw.Close()
+		for name, signed := range map[string][]byte{"decoded": e.Body(), "as sent": zipped.Bytes()} {
+			for _, coding := range []string{"gzip", "GZIP", "identity, gzip"} {
+				now := time.Now()
+				h := http.Header{}
+				h.Set(webhook.HeaderID, e.ID)
+				h.Set(webhook.HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
+				h.Set(webhook.HeaderSignature, testSecret.Sign(e.ID, now, signed))
+				h.Set("Content-Encoding", coding)
+				r := d.doHeader(t, http.MethodPost, api.WebhookPath, h, "", zipped.String())
+				if r.problem(t, 415, api.ProblemWebhookEncodingUnsupported); r.header.Get("Accept-Encoding") != "identity" {
+					t.Fatalf("signed over the body %s, Content-Encoding %q: Accept-Encoding %q, want identity", name, coding, r.header.Get("Accept-Encoding"))
+				}
+			}
+		}
+		d.settled(t, acct, 0, 0, 0)
+		if r := d.webhook(t, e); r.status != 200 || r.replayed() {
+			t.Fatalf("the plain delivery after the encoded ones: %d replayed=%v %s, want 200, applied", r.status, r.replayed(), r.body)
 		}
 		d.settled(t, acct, 1999, 0, 1)
 	}},

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
@@ -155,25 +156,47 @@ func (a *API) VerifyWebhooks(next http.Handler) http.Handler {
 	})
 }
 
-// ReadWebhook reads r's body and checks the webhook (WebhookBody,
-// CheckWebhook), leaving the body to be read again. It returns the problem
-// to answer a webhook that fails, and false.
+// ReadWebhook reads r's body and checks the webhook (CheckWebhookBody),
+// leaving the body to be read again: the handler applies the very bytes
+// checked. It returns the problem to answer a webhook that fails, and
+// false.
 func (a *API) ReadWebhook(r *http.Request) (idem.Response, bool) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, maxWebhookBody+1))
-	if resp, ok := a.WebhookBody(body, err); !ok {
-		return resp, false
-	}
-	if resp, ok := a.CheckWebhook(r.Header.Get, body); !ok {
+	if resp, ok := a.CheckWebhookBody(r.Header.Get, r.Header.Values(contentEncoding), body, err); !ok {
 		return resp, false
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	return idem.Response{}, true
 }
 
-// WebhookBody returns the problem for a webhook body that could not be
-// read whole (err) or is over the limit, and false; true for one that
-// may be checked.
-func (a *API) WebhookBody(body []byte, err error) (idem.Response, bool) {
+// contentEncoding is the header field that names a body's content codings.
+const contentEncoding = "Content-Encoding"
+
+// CheckWebhookBody checks a webhook before idemkit's middleware, so that
+// one refused records nothing: its content codings (the values of its
+// Content-Encoding fields), its body as received (body, which could not be
+// read whole if err), and its signature (CheckWebhook). The caller applies
+// body itself, the bytes the signature was checked over, never a decoded
+// copy of them (Fiber's Ctx.Body decodes gzip). It returns the problem to
+// answer a webhook that fails, and false; true for one that passes.
+//
+// A webhook with a content coding other than identity is refused 415, with
+// Accept-Encoding: identity (RFC 9110, section 15.5.16): a Standard
+// Webhooks sender sends its JSON as it is, and a framework that decodes a
+// body while another does not would check one set of bytes and apply
+// another.
+func (a *API) CheckWebhookBody(header func(string) string, codings []string, body []byte, err error) (idem.Response, bool) {
+	for _, field := range codings {
+		for _, coding := range strings.Split(field, ",") {
+			if c := strings.TrimSpace(coding); c != "" && !strings.EqualFold(c, "identity") {
+				resp := a.Problem(http.StatusUnsupportedMediaType, ProblemWebhookEncodingUnsupported, "Webhook content coding unsupported",
+					"The webhook is refused: its body comes with Content-Encoding "+strconv.Quote(strings.Join(codings, ", "))+
+						"; send it unencoded (identity), signed over the bytes sent. Nothing was recorded.")
+				resp.Header = append(resp.Header, idem.HeaderField{Name: "Accept-Encoding", Values: []string{"identity"}})
+				return resp, false
+			}
+		}
+	}
 	switch {
 	case err != nil:
 		return a.Problem(http.StatusBadRequest, idem.ProblemBodyUnreadable, "Request body unreadable", "The webhook's body could not be read; nothing was recorded."), false
@@ -181,7 +204,7 @@ func (a *API) WebhookBody(body []byte, err error) (idem.Response, bool) {
 		return a.Problem(http.StatusRequestEntityTooLarge, idem.ProblemPayloadTooLarge, "Payload too large",
 			"A webhook body is at most "+strconv.Itoa(maxWebhookBody)+" bytes; nothing was recorded."), false
 	}
-	return idem.Response{}, true
+	return a.CheckWebhook(header, body)
 }
 
 // receiveWebhook applies a webhook's event. It runs behind VerifyWebhooks
