@@ -138,23 +138,6 @@ func (a *API) tx(ctx context.Context) func() (*gorm.DB, error) {
 	return func() (*gorm.DB, error) { return gormstore.Tx(ctx, a.DB) }
 }
 
-type chargeView struct {
-	ID          string `json:"id"`
-	Object      string `json:"object"`
-	Amount      int64  `json:"amount"`
-	Refunded    int64  `json:"amount_refunded"`
-	Currency    string `json:"currency"`
-	Customer    string `json:"customer"`
-	Description string `json:"description"`
-	Status      string `json:"status"`
-	Created     string `json:"created"`
-}
-
-func viewCharge(c payments.Charge) chargeView {
-	return chargeView{ID: c.ID, Object: "charge", Amount: c.Amount, Refunded: c.Refunded, Currency: c.Currency,
-		Customer: c.Customer, Description: c.Description, Status: c.Status, Created: c.Created.UTC().Format(time.RFC3339)}
-}
-
 func (a *API) createCharge(w http.ResponseWriter, r *http.Request) {
 	var req payments.ChargeRequest
 	if err := decode(r, &req); err != nil {
@@ -166,8 +149,11 @@ func (a *API) createCharge(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	// The charge's first answer, whichever attempt this is (see
+	// payments.Charge.FirstAnswer); its Location is its id's, which never
+	// changes.
 	w.Header().Set("Location", "/v1/charges/"+c.ID)
-	writeJSON(w, http.StatusCreated, viewCharge(c))
+	writeBody(w, http.StatusCreated, c.FirstAnswer())
 }
 
 // chargeUnderKey creates the charge req for account under the idempotency
@@ -213,10 +199,7 @@ func (a *API) createRefund(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{
-		"id": ref.ID, "object": "refund", "charge": ref.Charge, "amount": ref.Amount,
-		"status": ref.Status, "created": ref.Created.UTC().Format(time.RFC3339),
-	})
+	writeBody(w, http.StatusCreated, ref.FirstAnswer())
 }
 
 // rowKey is the key the rows of the request holding held are written
@@ -241,7 +224,7 @@ func (a *API) getCharge(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, viewCharge(c))
+	writeJSON(w, http.StatusOK, c.View())
 }
 
 // maxPage is the most items one page of a list returns (GET
@@ -272,9 +255,9 @@ func (a *API) listCharges(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	views := make([]chargeView, len(charges))
+	views := make([]payments.ChargeView, len(charges))
 	for i, c := range charges {
-		views[i] = viewCharge(c)
+		views[i] = c.View()
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": views, "has_more": more})
 }
@@ -410,10 +393,13 @@ func clientGone(ctx context.Context) bool {
 	return ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled)
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+func writeJSON(w http.ResponseWriter, status int, v any) { writeBody(w, status, mustJSON(v)) }
+
+// writeBody writes a JSON body rendered already.
+func writeBody(w http.ResponseWriter, status int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	w.Write(mustJSON(v))
+	w.Write(body)
 }
 
 // mustJSON encodes v, one of the API's views.

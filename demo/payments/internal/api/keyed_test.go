@@ -128,3 +128,77 @@ func TestLostRecordAnswersTheRow(t *testing.T) {
 		t.Fatalf("%d requests counted as answered with an existing row, want 2", n)
 	}
 }
+
+// TestLostRecordAnswersAsFirstAnswered: with KeyedRows, a charge or refund
+// retried after its record was lost is answered with the bytes of its
+// first answer (body and Location), not with its row as it is now: by
+// then the charge has been refunded and both settled, which changes their
+// status and the charge's amount_refunded.
+func TestLostRecordAnswersAsFirstAnswered(t *testing.T) {
+	db, err := sqlitedb.Open(filepath.Join(t.TempDir(), "p.db"), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if sqlDB, err := db.DB(); err == nil {
+			sqlDB.Close()
+		}
+	})
+	if err := payments.Migrate(t.Context(), db); err != nil {
+		t.Fatal(err)
+	}
+	a := &API{DB: db, Provider: &payments.Provider{}, Now: time.Now, TTL: 24 * time.Hour, Logger: slog.New(slog.DiscardHandler),
+		ProblemBase: DocsPath + "/", KeyedRows: true}
+	records := &forgetfulRecords{api: a}
+	records.forget()
+	srv := httptest.NewServer(records)
+	t.Cleanup(srv.Close)
+
+	const acct = "acct_first_answer"
+	post := func(path, key, body string) (int, string, string) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+acct)
+		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, resp.Header.Get("Location"), string(b)
+	}
+	const charge = `{"amount":1999,"currency":"usd","customer":"cus_1","description":"first"}`
+	status, location, first := post("/v1/charges", `"c-1"`, charge)
+	if status != 201 || location == "" || !strings.Contains(first, `"status":"succeeded"`) {
+		t.Fatalf("charge: %d %q %s", status, location, first)
+	}
+	var c struct {
+		ID string `json:"id"`
+	}
+	json.Unmarshal([]byte(first), &c)
+	refund := `{"charge":"` + c.ID + `","amount":500}`
+	status, _, firstRefund := post("/v1/refunds", `"r-1"`, refund)
+	if status != 201 {
+		t.Fatalf("refund: %d %s", status, firstRefund)
+	}
+	pending, _, err := payments.PendingEvents(t.Context(), db)
+	if err != nil || len(pending) != 2 {
+		t.Fatalf("pending events %+v, %v: want the charge's and the refund's", pending, err)
+	}
+	for _, e := range pending {
+		if _, _, err := payments.ApplyEventAlone(db, e, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	records.forget()
+	if status, loc, again := post("/v1/charges", `"c-1"`, charge); status != 201 || loc != location || again != first {
+		t.Fatalf("charge retried after its record was lost, once refunded and settled: %d Location %q %s, want 201 Location %q %s",
+			status, loc, again, location, first)
+	}
+	if status, _, again := post("/v1/refunds", `"r-1"`, refund); status != 201 || again != firstRefund {
+		t.Fatalf("refund retried after its record was lost, once settled: %d %s, want 201 %s", status, again, firstRefund)
+	}
+}
