@@ -105,25 +105,38 @@ func account(r *http.Request) string {
 // without the key that keeps it single.
 var errNotGuarded = errors.New("a charge or refund ran without an idempotency key held: the server must mount the API behind idemkit")
 
-// accountScope begins the scope of every request's records: the scopes
-// of the provider's events (WebhookScope, EventScope) begin otherwise, so
-// that no bearer token, whatever it says, names one of them.
-const accountScope = "account:"
+// The scopes of idempotency records. A request's is its account's
+// (AccountScope); the provider's webhooks and events have theirs
+// (WebhookScope, EventScope), which begin providerScope. No account's
+// scope begins so, whatever its bearer token: one that would is escaped
+// with escapedScope, and so is one that begins escapedScope itself, so
+// that no two accounts share a scope either.
+const (
+	providerScope = "provider:"
+	escapedScope  = "account:"
+)
 
-// AccountScope is the scope of account's idempotency records: its
-// requests', over HTTP and gRPC.
-func AccountScope(account string) string { return accountScope + account }
+// AccountScope is the scope of account's idempotency records, over HTTP
+// and gRPC: the account itself, or, for one that begins "provider:" or
+// "account:", "account:" and the account. Accounts whose names begin
+// otherwise (all but those two) keep the scope they had before the
+// provider's scopes were set apart, and with it their records.
+func AccountScope(account string) string {
+	if strings.HasPrefix(account, providerScope) || strings.HasPrefix(account, escapedScope) {
+		return escapedScope + account
+	}
+	return account
+}
 
 // RequestKey names the request key id in the database and to the payment
 // provider: a hash of the account and the key, so that every attempt of
 // one charge finds the same, two accounts never share one, and neither the
 // rows nor the provider carry the account's bearer token. The account is
-// the scope without its "account:" (AccountScope): the hash is the one
-// rows and the provider were given before scopes had it. The provider's
-// idempotency key for a charge derives from it and the number of the
-// key's uses before (see payments.CreateCharge).
+// the scope as AccountScope made it, unescaped. The provider's idempotency
+// key for a charge derives from it and the number of the key's uses
+// before (see payments.CreateCharge).
 func RequestKey(id idem.ID) string {
-	acct := strings.TrimPrefix(id.Scope, accountScope)
+	acct := strings.TrimPrefix(id.Scope, escapedScope)
 	h := sha256.New()
 	var n [binary.MaxVarintLen64]byte
 	h.Write(n[:binary.PutUvarint(n[:], uint64(len(acct)))])

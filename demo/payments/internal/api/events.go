@@ -28,11 +28,11 @@ const WebhookPath = "/v1/webhooks/provider"
 // the webhook-id, which replays the answer to a webhook delivered again;
 // and its own, in EventScope under the event id (a job's, idem.JobID),
 // which makes it apply once whichever way it comes, by webhook or by
-// stream. Both begin "provider:", and every request's scope "account:"
+// stream. Both begin "provider:", which no request's scope does
 // (AccountScope): no client, whatever its bearer token, reaches them.
 const (
-	WebhookScope = "provider:webhooks"
-	EventScope   = "provider:events"
+	WebhookScope = providerScope + "webhooks"
+	EventScope   = providerScope + "events"
 )
 
 // eventJob is the name of the job that applies an event: with its body,
