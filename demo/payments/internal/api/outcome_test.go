@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,9 +14,6 @@ import (
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/memstore"
-	"github.com/idemkit/idemkit/stores/gorm/sqlitedb"
-	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/payments"
 	"github.com/idemkit/idemkit/demo/payments/internal/webhook"
@@ -44,18 +40,7 @@ func (s completionFails) Complete(context.Context, idem.ID, string, idem.Complet
 // (idem.ErrRolledBack), is delivered again: left pending, and answered 503
 // with Retry-After, never 500.
 func TestEventOutcomes(t *testing.T) {
-	db, err := sqlitedb.Open(filepath.Join(t.TempDir(), "p.db"), &gorm.Config{Logger: logger.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if sqlDB, err := db.DB(); err == nil {
-			sqlDB.Close()
-		}
-	})
-	if err := payments.Migrate(t.Context(), db); err != nil {
-		t.Fatal(err)
-	}
+	db := ledgerDB(t)
 	secret := webhook.NewSecret()
 	for _, c := range []struct {
 		name    string

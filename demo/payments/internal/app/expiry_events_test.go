@@ -98,33 +98,13 @@ func consume(t *testing.T, s *stream.Stream, apply stream.Apply) {
 	go func() { s.Consume(ctx, apply); close(done) }()
 	defer func() { cancel(); <-done }()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if drained(t, s) {
+		if drained, _, err := s.Drained(t.Context()); err == nil && drained {
 			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the stream's entries were not all read and acknowledged within 30 s")
 		}
 	}
-}
-
-// drained reports whether the group has read every entry of the stream
-// and acknowledged them all.
-func drained(t *testing.T, s *stream.Stream) bool {
-	t.Helper()
-	groups, err := s.Client.XInfoGroups(t.Context(), s.Key).Result()
-	if err != nil {
-		return false
-	}
-	last, err := s.Client.XInfoStream(t.Context(), s.Key).Result()
-	if err != nil {
-		return false
-	}
-	for _, g := range groups {
-		if g.Name == s.Group {
-			return g.Pending == 0 && g.LastDeliveredID == last.LastGeneratedID
-		}
-	}
-	return false
 }
 
 // TestEventsSettleOnceAfterTheirRecordsExpire: a settlement event

@@ -285,6 +285,13 @@ func PendingEvents(ctx context.Context, db *gorm.DB) (events []Event, full bool,
 	if err := db.Select("id", "charge", "account", "amount", "created").Where("status = ?", StatusSucceeded).Order("created, id").Limit(maxPending).Find(&refunds).Error; err != nil {
 		return nil, false, err
 	}
+	return settlementEvents(charges, refunds), len(charges) == maxPending || len(refunds) == maxPending, nil
+}
+
+// settlementEvents returns the settlement events of charges and refunds,
+// the same bytes whenever they are made (Event.Body).
+func settlementEvents(charges []Charge, refunds []Refund) []Event {
+	var events []Event
 	for _, c := range charges {
 		events = append(events, Event{ID: EventID(c.ID), Type: ChargeSettled, Time: c.Created,
 			Data: EventData{Object: c.ID, Account: c.Account, Amount: c.Amount}})
@@ -293,7 +300,23 @@ func PendingEvents(ctx context.Context, db *gorm.DB) (events []Event, full bool,
 		events = append(events, Event{ID: EventID(r.ID), Type: RefundSettled, Time: r.Created,
 			Data: EventData{Object: r.ID, Charge: r.Charge, Account: r.Account, Amount: r.Amount}})
 	}
-	return events, len(charges) == maxPending || len(refunds) == maxPending, nil
+	return events
+}
+
+// AccountEvents returns the settlement events of every charge and refund
+// of account, settled or not: what a provider whose deliveries come late
+// may send again. (The storm's redelivery reads it.)
+func AccountEvents(ctx context.Context, db *gorm.DB, account string) ([]Event, error) {
+	db = db.WithContext(ctx)
+	var charges []Charge
+	if err := db.Select("id", "account", "amount", "created").Where("account = ?", account).Order("seq").Find(&charges).Error; err != nil {
+		return nil, err
+	}
+	var refunds []Refund
+	if err := db.Select("id", "charge", "account", "amount", "created").Where("account = ?", account).Order("created, id").Find(&refunds).Error; err != nil {
+		return nil, err
+	}
+	return settlementEvents(charges, refunds), nil
 }
 
 // ListSettlements returns up to limit of account's ledger entries, in the

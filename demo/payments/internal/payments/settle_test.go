@@ -125,6 +125,12 @@ func TestApplyEvent(t *testing.T) {
 			if pending := pendingWhere(t, db, func(e Event) bool { return e.Data.Account == acct }); len(pending) != 0 {
 				t.Fatalf("settled objects still pending: %v", pending)
 			}
+			// Settled, their events are still the same bytes for a
+			// provider that sends them again.
+			all, err := AccountEvents(t.Context(), db, acct)
+			if err != nil || len(all) != 2 || string(all[0].Body()) != string(events[0].Body()) || string(all[1].Body()) != string(events[1].Body()) {
+				t.Fatalf("AccountEvents once settled: %+v, %v; want %+v", all, err, events)
+			}
 			list, more, err := ListSettlements(t.Context(), db, acct, 1, 0)
 			if err != nil || len(list) != 1 || !more || list[0].Type != ChargeSettled {
 				t.Fatalf("first page %+v (more %v), %v", list, more, err)
