@@ -99,9 +99,9 @@ type request struct {
 
 // resend sends every request again straight at the server, with its key,
 // o.Concurrency at a time, and holds each answer against its key's first
-// (charges is where answers keeps them). By then the charges have been
-// refunded and everything settled: an answer rendered from the rows as
-// they are now would differ. It returns how many were sent.
+// in seen. By then the charges have been refunded and everything settled:
+// an answer rendered from the rows as they are now would differ. It
+// returns how many were answered 201.
 func resend(ctx context.Context, o Options, client *http.Client, backend, auth string, reqs []request, seen *answers) (int64, error) {
 	var failed atomic.Pointer[string]
 	sent := sendAll(ctx, o, "resent", len(reqs), func(i int) (idemclient.Result, string) {
