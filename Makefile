@@ -59,9 +59,11 @@ bench-renew:
 # Plants each mutant of scripts/mutation/mutants.txt (realistic bugs in the
 # core, the stores and the adapters) in a copy of HEAD, one at a time, runs
 # the tests that should notice it, and prints the score and the survivors.
-# Not part of CI: about an hour on 2 cores. MUTANTS=id,... runs some only.
+# Not part of CI: about an hour on 2 cores. MUTANTS=id,... runs some only;
+# SIM=1 runs each against the deterministic simulation alone (TestSim of its
+# module, with CI's budget), to count what the simulation catches by itself.
 mutation:
-	bash -c 'source scripts/servers.sh && source scripts/redis-servers.sh && trap "stop_redis_servers; stop_servers" EXIT && start_servers && start_redis_servers && go run ./scripts/mutation $(if $(MUTANTS),-only $(MUTANTS))'
+	bash -c 'source scripts/servers.sh && source scripts/redis-servers.sh && trap "stop_redis_servers; stop_servers" EXIT && start_servers && start_redis_servers && go run ./scripts/mutation $(if $(MUTANTS),-only $(MUTANTS)) $(if $(SIM),-sim)'
 
 # Refreshes the pictures of the docs: docs/img/checkout.png, from the demo's
 # browser test (needs Chromium), and docs/img/metrics.png, Prometheus's graph

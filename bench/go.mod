@@ -10,6 +10,8 @@ replace (
 	github.com/idemkit/idemkit/adapters/fiberv3 => ../adapters/fiberv3
 	github.com/idemkit/idemkit/adapters/gin => ../adapters/gin
 	github.com/idemkit/idemkit/adapters/grpc => ../adapters/grpc
+	github.com/idemkit/idemkit/adapters/internal/echocore => ../adapters/internal/echocore
+	github.com/idemkit/idemkit/adapters/internal/fasthttpcore => ../adapters/internal/fasthttpcore
 	github.com/idemkit/idemkit/stores/gorm => ../stores/gorm
 )
 
@@ -25,6 +27,8 @@ require (
 	github.com/idemkit/idemkit/adapters/fiberv3 v0.0.0
 	github.com/idemkit/idemkit/adapters/gin v0.0.0
 	github.com/idemkit/idemkit/adapters/grpc v0.0.0
+	github.com/idemkit/idemkit/adapters/internal/echocore v0.0.0 // indirect
+	github.com/idemkit/idemkit/adapters/internal/fasthttpcore v0.0.0 // indirect
 	github.com/idemkit/idemkit/stores/gorm v0.0.0
 	github.com/labstack/echo/v4 v4.16.0
 	github.com/labstack/echo/v5 v5.4.4

@@ -49,7 +49,7 @@ func decide(rec *Record, outcome AcquireOutcome, err error, fp Fingerprint, fail
 		return verdict{action: ActionRespond, event: EventClientGone, level: slog.LevelDebug, status: statusClientClosedRequest}
 	case errors.Is(err, ErrStoreFull):
 		return verdict{action: ActionRespond, event: EventStoreFull, level: slog.LevelWarn, problem: ProblemStoreFull}
-	case err != nil && failOpen:
+	case err != nil && failOpen && !errors.Is(err, errLeftDuringFault):
 		return verdict{action: ActionPass, event: EventUnprotected, level: slog.LevelError}
 	case err != nil:
 		return verdict{action: ActionRespond, event: EventStoreError, level: slog.LevelError, problem: ProblemStoreUnavailable}
@@ -65,11 +65,17 @@ func decide(rec *Record, outcome AcquireOutcome, err error, fp Fingerprint, fail
 	return verdict{action: ActionRespond, event: EventReplay, level: slog.LevelDebug, replay: true}
 }
 
-// errClientGone says that the request's context ended before the store
-// answered Acquire: its client went away (or its own deadline passed). It
-// is no store error: nothing is wrong with the store, and nobody is left
-// to answer.
+// errClientGone says that the request's context ended before its key was
+// taken: its client went away (or its own deadline passed) before Acquire,
+// or while the store answered it. It is no store error: the store
+// answered, and nobody is left to answer. A store that did not answer
+// within StoreTimeout is a store error all the same (errLeftDuringFault).
 var errClientGone = errors.New("the client went away before its key was taken")
+
+// errLeftDuringFault marks a store error met by a request whose client had
+// left by the time the store failed: a fault of the store all the same
+// (store-error), but, with FailOpen, nobody to run the handler for.
+var errLeftDuringFault = errors.New("the client had left meanwhile")
 
 // statusClientClosedRequest is the status a request whose client went away
 // before its key was taken is answered with (as nginx logs such requests):

@@ -218,26 +218,49 @@ type outcomeOf struct {
 // acquire calls Store.Acquire within StoreTimeout, unless the client has
 // already gone. A key taken too late to be run safely counts as a store
 // error, and a failed call releases what it may have written.
+//
+// The call is not cut short when the client leaves: it ends when the store
+// answers or StoreTimeout passes. So a store that does not answer is a
+// store error whoever left first (clients with short timeouts in front of
+// a frozen store must not hide it as client-gone); a store that answers
+// after its client left gives the key it took back, and the request is
+// client-gone.
 func (e *Engine) acquire(ctx context.Context, a *Acquire, start time.Time) outcomeOf {
 	o := outcomeOf{start: start, done: start}
 	if ctx.Err() != nil { // a client already gone is not worth a store call
 		o.err = errClientGone
 		return o
 	}
-	actx, cancel := e.storeContext(ctx)
+	callCtx := ctx
+	if !e.local { // a local store answers at once, and sees the client leave
+		callCtx = context.WithoutCancel(ctx)
+	}
+	actx, cancel := e.storeContext(callCtx)
 	o.rec, o.outcome, o.err = e.cfg.Store.Acquire(actx, *a)
+	timedOut := context.Cause(actx) == context.DeadlineExceeded
 	cancel()
 	o.done, o.called = elapsed(start), true
 	o.latency = o.done.Sub(start)
+	if o.err != nil && timedOut && !errors.Is(o.err, context.DeadlineExceeded) {
+		o.err = fmt.Errorf("%w (no answer within StoreTimeout: %w)", o.err, context.DeadlineExceeded)
+	}
 	if o.err == nil && o.outcome != AcquireExisting && !e.leaseless && e.renewer.tooLate(a.LeaseUntil, e.clockAt(o.done)) {
 		o.err = errAcquireTooLate
 	}
-	if o.err != nil && !errors.Is(o.err, ErrStoreFull) {
+	gone := ctx.Err() != nil
+	taken := o.err == nil && o.outcome != AcquireExisting
+	if o.err != nil && !errors.Is(o.err, ErrStoreFull) || taken && gone {
 		e.releaseOrphan(ctx, *a)
 		o.done = elapsed(start)
 	}
-	if o.err != nil && !errors.Is(o.err, ErrStoreFull) && ctx.Err() != nil {
-		o.err = errClientGone // the store call ended with the request, not with a fault of the store
+	switch {
+	case !gone || errors.Is(o.err, ErrStoreFull):
+	case o.err == nil, !timedOut && (errors.Is(o.err, context.Canceled) || errors.Is(o.err, context.DeadlineExceeded)):
+		// The store answered, or gave up because the client did (a local
+		// store sees it leave): nobody is left to answer.
+		o.err = errClientGone
+	default:
+		o.err = fmt.Errorf("%w (%w)", o.err, errLeftDuringFault)
 	}
 	return o
 }

@@ -508,25 +508,37 @@ func TestGoneClientCostsNoStoreCall(t *testing.T) {
 	}
 }
 
-// waitsForCaller holds Acquire until its caller's context ends.
-type waitsForCaller struct{ idem.Store }
+// answersLate holds Acquire until released, then lets the store answer:
+// a healthy store still at work when the client hangs up.
+type answersLate struct {
+	idem.Store
+	entered, release chan struct{}
+}
 
-func (waitsForCaller) Acquire(ctx context.Context, _ idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
-	<-ctx.Done()
-	return idem.Record{}, 0, fmt.Errorf("gormstore: acquire: %w", ctx.Err())
+func (s answersLate) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
+	close(s.entered)
+	<-s.release
+	return s.Store.Acquire(ctx, a)
 }
 
 // Defect: a client that hung up while Acquire ran counted as a store
-// error (the event operators page on) and was logged at ERROR.
+// error (the event operators page on) and was logged at ERROR. A store
+// that answers is no fault: the request is client-gone, and the key it
+// took is given back.
 func TestClientGoneIsNoStoreError(t *testing.T) {
 	var kinds []idem.EventKind
 	var logs bytes.Buffer
-	cfg := quietConfig(waitsForCaller{newStore(t)})
+	store := answersLate{Store: newStore(t), entered: make(chan struct{}), release: make(chan struct{})}
+	cfg := quietConfig(store)
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	cfg.OnEvent = func(_ context.Context, ev idem.Event) { kinds = append(kinds, ev.Kind) }
 	e := idem.New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
-	time.AfterFunc(10*time.Millisecond, cancel)
+	go func() {
+		<-store.entered
+		cancel()
+		close(store.release)
+	}()
 	d := e.Begin(ctx, charge(`"hung-up"`, `{"amount":1}`))
 	if d.Action != idem.ActionRespond || d.Response.Status != 499 {
 		t.Fatalf("action %v status %d, want %d", d.Action, d.Response.Status, 499)
@@ -536,6 +548,60 @@ func TestClientGoneIsNoStoreError(t *testing.T) {
 	}
 	if logs.Len() != 0 {
 		t.Fatalf("logged at INFO or above: %s", logs.String())
+	}
+	if _, err := store.Get(context.Background(), idem.ID{Key: "hung-up"}); !errors.Is(err, idem.ErrNotFound) {
+		t.Fatalf("the key taken for the client that left: %v, want it released", err)
+	}
+}
+
+// frozen never answers Acquire: it waits for its call's context, as a
+// store stopped with SIGSTOP keeps a call waiting until its deadline.
+type frozen struct {
+	idem.Store
+	entered chan struct{}
+}
+
+func (s frozen) Acquire(ctx context.Context, _ idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
+	close(s.entered)
+	<-ctx.Done()
+	return idem.Record{}, 0, fmt.Errorf("redis: %w", ctx.Err())
+}
+
+// Defect: with the store frozen and clients that give up before
+// StoreTimeout (curl -m 2, a 5 s StoreTimeout), every request counted as
+// client-gone and its store call as cancelled: no store-error, and no page.
+// A store call that runs into StoreTimeout is a store fault whoever left
+// first; with FailOpen, nothing runs for the client that left.
+func TestFrozenStoreIsAStoreFaultWhoeverLeftFirst(t *testing.T) {
+	for _, failOpen := range []bool{false, true} {
+		t.Run(fmt.Sprint("failOpen=", failOpen), func(t *testing.T) {
+			var events []idem.Event
+			var logs bytes.Buffer
+			clock := idemtest.NewClock(time.Now())
+			store := frozen{Store: newStore(t), entered: make(chan struct{})}
+			cfg := quietConfig(store)
+			cfg.Clock, cfg.FailOpen = clock, failOpen
+			cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+			cfg.OnEvent = func(_ context.Context, ev idem.Event) { events = append(events, ev) }
+			e := idem.New(cfg)
+			ctx, cancel := context.WithCancel(context.Background())
+			go func() {
+				<-store.entered
+				cancel() // the client gives up, long before StoreTimeout
+				clock.Advance(e.Config().StoreTimeout)
+			}()
+			d := e.Begin(ctx, charge(`"frozen"`, `{"amount":1}`))
+			if d.Action != idem.ActionRespond || d.Response.Status != 503 {
+				t.Fatalf("action %v status %d, want a 503 (which nobody reads) and nothing run", d.Action, d.Response.Status)
+			}
+			if len(events) != 1 || events[0].Kind != idem.EventStoreError || events[0].StoreCall != "acquire" ||
+				!errors.Is(events[0].Err, context.DeadlineExceeded) {
+				t.Fatalf("events %+v, want store-error alone, its acquire run into StoreTimeout", events)
+			}
+			if !strings.Contains(logs.String(), "level=ERROR") || !strings.Contains(logs.String(), "StoreTimeout") {
+				t.Fatalf("log: %s; want the store's error at ERROR", logs.String())
+			}
+		})
 	}
 }
 

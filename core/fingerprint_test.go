@@ -24,6 +24,14 @@ func formRequest(boundary string, parts ...[2]string) idem.Request {
 	return idem.Request{Method: "POST", Path: "/upload", ContentType: ctype, Body: []byte(body)}
 }
 
+// nextPart is a form part's header, and imitated what DefaultFingerprint
+// hashes for that header: a part ('p') of one field, its name and its one
+// value, each after its length.
+var (
+	nextPart = [2]string{`Content-Disposition: form-data; name="b"`}
+	imitated = "p\x01\x13Content-Disposition\x01\x13form-data; name=\"b\""
+)
+
 func TestDefaultFingerprint(t *testing.T) {
 	jsonReq := func(body string) idem.Request {
 		return idem.Request{Method: "POST", Path: "/charges", ContentType: "application/json", Body: []byte(body)}
@@ -70,6 +78,13 @@ func TestDefaultFingerprint(t *testing.T) {
 		{"form file name", formRequest("b1", receipt), formRequest("b1", [2]string{strings.Replace(receipt[0], "r.txt", "s.txt", 1), receipt[1]})},
 		{"form part type", formRequest("b1", receipt), formRequest("b1", [2]string{strings.Replace(receipt[0], "text/plain", "text/csv", 1), receipt[1]})},
 		{"form part order", formRequest("b1", amount, receipt), formRequest("b1", receipt, amount)},
+		// One part whose content ends with what the next part's header and
+		// content look like, framed as the fingerprint frames a part (a
+		// 'p', the number of header fields, each name and value with its
+		// length before it): if a content were not framed by its length,
+		// one part and two would hash alike.
+		{"form part imitating the next", formRequest("b1", [2]string{`Content-Disposition: form-data; name="a"`, "1"}, [2]string{nextPart[0], "2"}),
+			formRequest("b1", [2]string{`Content-Disposition: form-data; name="a"`, "1" + imitated + "2"})},
 		{"form and the same bytes as text", formRequest("b1", amount), withType(formRequest("b1", amount), "text/plain")},
 		{"invalid JSON and the same bytes as text", withType(jsonReq(`{"a":`), "text/plain"), jsonReq(`{"a":`)},
 		{"malformed form and the same bytes as text", withType(jsonReq("not a form"), "multipart/form-data; boundary=x"),

@@ -15,6 +15,7 @@ import (
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemtest"
+	"github.com/idemkit/idemkit/core/memstore"
 )
 
 // Defect: an outage wrote one ERROR line per request (300 POSTs, 300
@@ -41,6 +42,65 @@ func TestOutageLogsOneLineAMinute(t *testing.T) {
 	if n := strings.Count(logs.String(), "\n"); n != 3 {
 		t.Fatalf("the first error of the next minute was not logged:\n%s", logs.String())
 	}
+}
+
+// Trouble logged at WARN is held back like ERROR's: a store that is full
+// refuses every new key (one store-full event a request), a store that
+// fails every renewal fails one a lease a renewal interval; each kind
+// writes one WARN line, and one WARN line at the interval's end counting
+// the others.
+func TestWarningStormsLogOneLineAMinute(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		event string
+		store idem.Store
+		locks bool // the requests run (and hold their leases)
+	}{
+		{"StoreFull", "store-full", fullStore{}, false},
+		{"RenewalErrors", "renew-error", renewFails{bareStore{memstore.New(memstore.WithPurgeInterval(0))}, errUnreachable}, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			clock := idemtest.NewClock(time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC))
+			e := idem.New(idem.Config{Store: c.store, Clock: clock, Lease: time.Hour, RenewEvery: time.Second,
+				Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+			var locks []*idem.Lock
+			for i := range 50 {
+				d := e.Begin(context.Background(), charge(fmt.Sprintf("k-%d", i), `{}`))
+				if (d.Lock != nil) != c.locks {
+					t.Fatalf("request %d: %+v", i, d)
+				}
+				if d.Lock != nil {
+					locks = append(locks, d.Lock)
+				}
+			}
+			for range 50 { // 50 s: 50 failed renewals of each of the 50 leases
+				clock.Advance(time.Second)
+			}
+			lines := func() []string { return strings.Split(strings.TrimSpace(logs.String()), "\n") }
+			if got := lines(); len(got) != 1 || !strings.Contains(got[0], "level=WARN") || !strings.Contains(got[0], "event="+c.event) {
+				t.Fatalf("a storm of %s logged %d lines, want one WARN line:\n%s", c.event, len(got), logs.String())
+			}
+			clock.Advance(15 * time.Second) // the interval of the first line ends
+			// One line counts those held back; the renewals that go on
+			// failing begin the next interval with a line of their own.
+			got := lines()
+			if len(got) < 2 || len(got) > 3 || !strings.Contains(got[1], "level=WARN") || !strings.Contains(got[1], "event="+c.event) ||
+				!strings.Contains(got[1], "count=") || strings.Contains(got[1], "count=0") {
+				t.Fatalf("after the minute: %q, want one WARN line counting the %s events held back", got, c.event)
+			}
+			for _, l := range locks {
+				l.Abandon(context.Background(), idem.ReasonPanic)
+			}
+		})
+	}
+}
+
+// fullStore is a store that refuses every new key: it is full.
+type fullStore struct{ idem.Store }
+
+func (fullStore) Acquire(context.Context, idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
+	return idem.Record{}, 0, idem.ErrStoreFull
 }
 
 // failingStore is a store that cannot be reached.

@@ -2,13 +2,11 @@ package idemecho_test
 
 import (
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
-	"strings"
 	"sync/atomic"
 
 	idemecho "github.com/idemkit/idemkit/adapters/echo"
+	"github.com/idemkit/idemkit/adapters/internal/echocore/echotest"
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/memstore"
 	"github.com/labstack/echo/v4"
@@ -16,10 +14,7 @@ import (
 )
 
 func Example() {
-	store := memstore.New()
-	defer store.Close()
-	engine := idem.New(idem.Config{Store: store})
-
+	engine := idem.New(idem.Config{Store: memstore.New()})
 	// The tenant scope: keys of different accounts never meet.
 	account := idemecho.WithScope(func(c echo.Context) string { return c.Request().Header.Get("Authorization") })
 	e := echo.New()
@@ -28,38 +23,24 @@ func Example() {
 
 	var charges atomic.Int64
 	v1.POST("/charges", func(c echo.Context) error {
-		var req struct {
-			Amount int64 `json:"amount"`
-		}
-		if err := c.Bind(&req); err != nil { // idemkit hands the body back
-			return err // rendered by e.HTTPErrorHandler, and stored like any 400
-		}
-		n := charges.Add(1)
-		return c.JSON(http.StatusCreated, map[string]any{"id": fmt.Sprintf("ch_%d", n), "amount": req.Amount})
+		// The handler runs with the lock's context: the key it holds (and
+		// its fencing token) can go downstream, as a payment provider's own
+		// idempotency key, say. c.Bind and c.Request().Body read the body
+		// as usual: idemkit hands it back.
+		held, _ := idem.HeldKey(c.Request().Context())
+		return c.JSON(http.StatusCreated, map[string]any{"id": fmt.Sprintf("ch_%d", charges.Add(1)), "key": held.ID.Key})
 	})
-	srv := httptest.NewServer(e)
-	defer srv.Close()
 
-	post := func(key, body string) {
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/charges", strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer acct_1")
-		req.Header.Set("Idempotency-Key", key)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			panic(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		fmt.Println(resp.StatusCode, resp.Header.Get("Idempotent-Replayed"), strings.TrimSpace(string(b)))
+	// A charge, its retry (replayed, not charged again), and the same key
+	// for another charge; Post serves each with e and prints the status,
+	// the Idempotent-Replayed header and the body.
+	for _, body := range []string{`{"amount":1999}`, `{ "amount": 1999 }`, `{"amount":2999}`} {
+		echotest.Post(e, "/v1/charges", `"order-1234"`, body, "Authorization", "Bearer acct_1")
 	}
-	post(`"order-1234"`, `{"amount":1999}`)
-	post(`"order-1234"`, `{ "amount": 1999 }`) // a retry: replayed, not charged again
-	post(`"order-1234"`, `{"amount":2999}`)    // the same key for another charge
 	fmt.Println("charges made:", charges.Load())
 	// Output:
-	// 201  {"amount":1999,"id":"ch_1"}
-	// 201 true {"amount":1999,"id":"ch_1"}
+	// 201  {"id":"ch_1","key":"order-1234"}
+	// 201 true {"id":"ch_1","key":"order-1234"}
 	// 422  {"type":"https://github.com/idemkit/idemkit/blob/main/docs/problems.md#key-reused","title":"Idempotency-Key reused with a different request","status":422,"detail":"This Idempotency-Key was already used with a different request (method, path or body)."}
 	// charges made: 1
 }

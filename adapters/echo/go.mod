@@ -4,6 +4,7 @@ go 1.26
 
 require (
 	github.com/idemkit/idemkit v0.0.0
+	github.com/idemkit/idemkit/adapters/internal/echocore v0.0.0
 	github.com/labstack/echo/v4 v4.16.0
 )
 
@@ -20,4 +21,7 @@ require (
 	golang.org/x/time v0.15.0 // indirect
 )
 
-replace github.com/idemkit/idemkit => ../..
+replace (
+	github.com/idemkit/idemkit => ../..
+	github.com/idemkit/idemkit/adapters/internal/echocore => ../internal/echocore
+)

@@ -1,14 +1,16 @@
 package idemecho
 
-import "github.com/labstack/echo/v4"
+import (
+	"github.com/idemkit/idemkit/adapters/internal/echocore"
+	"github.com/labstack/echo/v4"
+)
 
 // Option configures the middleware.
 type Option func(*options)
 
+// options are what the shared middleware takes.
 type options struct {
-	scope func(echo.Context) string
-	key   func(echo.Context) (string, bool)
-	skip  func(echo.Context) bool
+	core echocore.Options[echo.Context]
 }
 
 // WithScope sets how a request's tenant is found (an account id, an API
@@ -17,7 +19,7 @@ type options struct {
 // after the middleware registered before idemkit, so it can read what an
 // authentication middleware stored with c.Set.
 func WithScope(scope func(echo.Context) string) Option {
-	return func(o *options) { o.scope = scope }
+	return func(o *options) { o.core.Scope = scope }
 }
 
 // WithKey takes each request's key from key instead of the key header
@@ -29,7 +31,7 @@ func WithScope(scope func(echo.Context) string) Option {
 // are optional). If key reads the request body, it must leave it for the
 // middleware to read.
 func WithKey(key func(echo.Context) (key string, ok bool)) Option {
-	return func(o *options) { o.key = key }
+	return func(o *options) { o.core.Key = key }
 }
 
 // WithSkipper lets every request for which skip returns true pass through
@@ -41,5 +43,5 @@ func WithKey(key func(echo.Context) (key string, ok bool)) Option {
 // called only for the methods the Engine guards (Config.Methods), after the
 // middleware registered before idemkit.
 func WithSkipper(skip func(echo.Context) bool) Option {
-	return func(o *options) { o.skip = skip }
+	return func(o *options) { o.core.Skip = skip }
 }

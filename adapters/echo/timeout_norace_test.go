@@ -10,27 +10,10 @@
 package idemecho_test
 
 import (
-	"net/http"
 	"testing"
-	"time"
 
-	idemecho "github.com/idemkit/idemkit/adapters/echo"
-	idem "github.com/idemkit/idemkit/core"
-	"github.com/idemkit/idemkit/core/idemtest"
-	"github.com/labstack/echo/v4"
-	"github.com/labstack/echo/v4/middleware"
+	"github.com/idemkit/idemkit/adapters/internal/echocore/echotest"
 )
 
-func TestTimeoutMiddlewareInsideNoRace(t *testing.T) {
-	for _, msg := range []string{"", "custom timeout message"} {
-		t.Run("ErrorMessage "+msg, func(t *testing.T) {
-			idemtest.TestTimeoutInside(t, func(e *idem.Engine, h http.Handler) http.Handler {
-				ec := newEcho()
-				ec.Use(idemecho.Middleware(e), middleware.TimeoutWithConfig(middleware.TimeoutConfig{
-					Timeout: 50 * time.Millisecond, ErrorMessage: msg}))
-				ec.Any("/*", echo.WrapHandler(h))
-				return ec
-			})
-		})
-	}
-}
+// TestTimeoutInsideNoRace: Echo's Timeout middleware, inside idemkit.
+func TestTimeoutInsideNoRace(t *testing.T) { echotest.TimeoutInside(t, adapter) }

@@ -1,11 +1,9 @@
 package idemfiber
 
 import (
-	"errors"
-
 	"github.com/gofiber/fiber/v2"
-	"github.com/valyala/fasthttp"
 
+	"github.com/idemkit/idemkit/adapters/internal/fasthttpcore"
 	idem "github.com/idemkit/idemkit/core"
 )
 
@@ -24,19 +22,5 @@ import (
 // too, so a handler returning fiber.ErrRequestEntityTooLarge gets the same
 // problem; an error of its own with status 413 (fiber.NewError) goes to next.
 func ErrorHandler(e *idem.Engine, next fiber.ErrorHandler) fiber.ErrorHandler {
-	if next == nil {
-		next = fiber.DefaultErrorHandler
-	}
-	return func(c *fiber.Ctx, err error) error {
-		if !errors.Is(err, fiber.ErrRequestEntityTooLarge) {
-			return next(c, err)
-		}
-		limit := c.App().Server().MaxRequestBodySize // BodyLimit, as fasthttp enforces it
-		if limit <= 0 {
-			limit = fasthttp.DefaultMaxRequestBodySize
-		}
-		problem := e.BodyTooLarge(int64(limit))
-		respond(c.Response(), &problem, false)
-		return nil
-	}
+	return fasthttpcore.ErrorHandler(e, &fiberV2, next)
 }

@@ -5,7 +5,7 @@ go 1.26.0
 require (
 	github.com/gofiber/fiber/v2 v2.52.15
 	github.com/idemkit/idemkit v0.0.0
-	github.com/valyala/fasthttp v1.77.0
+	github.com/idemkit/idemkit/adapters/internal/fasthttpcore v0.0.0
 )
 
 require (
@@ -17,7 +17,11 @@ require (
 	github.com/molecule-man/go-brrr v1.3.0 // indirect
 	github.com/rivo/uniseg v0.2.0 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
+	github.com/valyala/fasthttp v1.77.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 )
 
-replace github.com/idemkit/idemkit => ../..
+replace (
+	github.com/idemkit/idemkit => ../..
+	github.com/idemkit/idemkit/adapters/internal/fasthttpcore => ../internal/fasthttpcore
+)

@@ -1,14 +1,17 @@
 package idemfiber
 
-import "github.com/gofiber/fiber/v2"
+import (
+	"github.com/gofiber/fiber/v2"
+
+	"github.com/idemkit/idemkit/adapters/internal/fasthttpcore"
+)
 
 // Option configures the middleware.
 type Option func(*options)
 
+// options are what the shared middleware takes.
 type options struct {
-	scope func(*fiber.Ctx) string
-	key   func(*fiber.Ctx) (string, bool)
-	next  func(*fiber.Ctx) bool
+	core fasthttpcore.Options[*fiber.Ctx]
 }
 
 // WithScope sets how a request's tenant is found (an account id, an API
@@ -20,7 +23,7 @@ type options struct {
 // could probe another tenant's keys. The middleware copies the returned
 // string, so scope may return a value that aliases fasthttp's buffers.
 func WithScope(scope func(*fiber.Ctx) string) Option {
-	return func(o *options) { o.scope = scope }
+	return func(o *options) { o.core.Scope = scope }
 }
 
 // WithKey takes each request's key from key instead of the key header
@@ -34,7 +37,7 @@ func WithScope(scope func(*fiber.Ctx) string) Option {
 // The middleware copies the returned key, so key may return a value that
 // aliases fasthttp's buffers.
 func WithKey(key func(*fiber.Ctx) (key string, ok bool)) Option {
-	return func(o *options) { o.key = key }
+	return func(o *options) { o.core.Key = key }
 }
 
 // WithNext lets every request for which next returns true pass through
@@ -45,5 +48,5 @@ func WithKey(key func(*fiber.Ctx) (key string, ok bool)) Option {
 // called only for the methods the Engine guards (Config.Methods), after the
 // middleware registered before idemkit.
 func WithNext(next func(*fiber.Ctx) bool) Option {
-	return func(o *options) { o.next = next }
+	return func(o *options) { o.core.Next = next }
 }

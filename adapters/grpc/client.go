@@ -3,6 +3,7 @@ package idemgrpc
 import (
 	"context"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/idemkit/idemkit/core/idemclient"
@@ -65,8 +66,9 @@ type ClientConfig struct {
 
 // UnaryClientInterceptor returns a unary client interceptor that gives
 // every guarded call a key, unless its outgoing metadata already carries
-// one (set with metadata.AppendToOutgoingContext, for a key kept with a
-// pending operation, say), and retries the call with that same key.
+// one (set with WithOutgoingKey, for a key kept with a pending operation,
+// say), and retries the call with that same key. The KeyUsed call option
+// tells the caller which key that was.
 //
 // The key is a random UUID from idemclient.NewKey, made once per call, so
 // every attempt of the call carries it: this interceptor's own retries,
@@ -77,7 +79,10 @@ type ClientConfig struct {
 // full carry one), else an exponential backoff with full jitter: a random
 // duration below min(MaxBackoff, BaseBackoff·2^(n-1)) after the n-th
 // attempt. No wait is started that would end after the call's deadline;
-// the last status is then returned as it is.
+// the last status is then returned as it is. A call whose context ends
+// before its retry starts (the caller cancelled it, or its deadline
+// passed during the wait) returns the context's error as a status,
+// CANCELLED or DEADLINE_EXCEEDED, since that is what became of it.
 func UnaryClientInterceptor(cfg ClientConfig) grpc.UnaryClientInterceptor {
 	cfg.setDefaults()
 	c := &client{cfg: cfg, methods: &methods{guard: cfg.Methods}, retry: map[codes.Code]bool{}}
@@ -119,20 +124,40 @@ type client struct {
 }
 
 func (c *client) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	key := md.Get(c.cfg.KeyName)
 	if !c.methods.lookup(method).guarded {
+		reportKey(opts, key)
 		return invoker(ctx, method, req, reply, cc, opts...)
 	}
-	if md, _ := metadata.FromOutgoingContext(ctx); len(md.Get(c.cfg.KeyName)) == 0 {
-		ctx = metadata.AppendToOutgoingContext(ctx, c.cfg.KeyName, idemclient.NewKey())
+	if len(key) == 0 {
+		key = []string{idemclient.NewKey()}
+		ctx = metadata.AppendToOutgoingContext(ctx, c.cfg.KeyName, key[0])
 	}
+	reportKey(opts, key)
 	for attempt := 1; ; attempt++ {
 		err := invoker(ctx, method, req, reply, cc, opts...)
 		if err == nil || attempt >= c.cfg.MaxAttempts {
 			return err
 		}
 		wait, ok := c.retryWait(err, attempt)
-		if !ok || !canWait(ctx, wait) || c.cfg.Sleep(ctx, wait) != nil {
+		if !ok {
 			return err
+		}
+		if ctx.Err() != nil {
+			// The caller gave up, or its deadline passed, before a retry
+			// could start: that, not the last attempt's status, is what
+			// became of its call.
+			return status.FromContextError(ctx.Err()).Err()
+		}
+		if !canWait(ctx, wait) {
+			return err
+		}
+		if serr := c.cfg.Sleep(ctx, wait); serr != nil {
+			if ctx.Err() != nil {
+				serr = ctx.Err()
+			}
+			return status.FromContextError(serr).Err()
 		}
 	}
 }
@@ -182,13 +207,10 @@ func (c *client) backoff(attempt int) time.Duration {
 	return time.Duration(min(f, 1) * float64(ceiling))
 }
 
-// canWait reports whether a wait of d is worth starting: the call's
-// context must still be alive and, if it has a deadline, leave time after
-// the wait for another attempt.
+// canWait reports whether a wait of d is worth starting: if the call's
+// context has a deadline, it must leave time after the wait for another
+// attempt.
 func canWait(ctx context.Context, d time.Duration) bool {
-	if ctx.Err() != nil {
-		return false
-	}
 	dl, ok := ctx.Deadline()
 	return !ok || d < time.Until(dl)
 }
@@ -202,6 +224,57 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	case <-t.C:
 		return nil
+	}
+}
+
+// WithOutgoingKey returns a copy of ctx whose outgoing metadata carries
+// key as the call's idempotency key (the KeyMetadata entry), in place of
+// any key it carried. key is sent as it is: a value KeyUsed reported, one
+// from idemclient.NewKey, or a key of the caller's own that the server's
+// key syntax accepts. A client interceptor with another ClientConfig.KeyName
+// needs metadata.AppendToOutgoingContext with that name instead.
+//
+// Every call made with the copy carries key, and the client interceptor
+// sends it instead of a key of its own: the way to retry an operation
+// after its call returned (a DEADLINE_EXCEEDED, a process restart) so that
+// it still runs once.
+func WithOutgoingKey(ctx context.Context, key string) context.Context {
+	md, _ := metadata.FromOutgoingContext(ctx) // a copy, or nil
+	if md == nil {
+		md = metadata.MD{}
+	}
+	md.Set(KeyMetadata, key)
+	return metadata.NewOutgoingContext(ctx, md)
+}
+
+// KeyUsed returns a call option that makes the client interceptor store in
+// *key the idempotency key the call is sent with, before its first
+// attempt: the key of the call's outgoing metadata, or the one the
+// interceptor made for it, exactly as sent (a made key is a quoted
+// sf-string). A call sent without a key leaves "". Without the client
+// interceptor, the option does nothing.
+//
+// A caller that retries the call itself, after a status the interceptor
+// does not retry (DEADLINE_EXCEEDED) or after the interceptor gave up,
+// sends the same key again with WithOutgoingKey, so that the operation
+// runs once: a retry with a new key is a new operation.
+func KeyUsed(key *string) grpc.CallOption {
+	return keyUsed{key: key}
+}
+
+// keyUsed is the call option of KeyUsed: gRPC itself ignores it.
+type keyUsed struct {
+	grpc.EmptyCallOption
+	key *string
+}
+
+// reportKey stores the call's key (its metadata values, one if valid) in
+// every KeyUsed option among opts.
+func reportKey(opts []grpc.CallOption, key []string) {
+	for _, o := range opts {
+		if k, ok := o.(keyUsed); ok && k.key != nil {
+			*k.key = strings.Join(key, ", ")
+		}
 	}
 }
 

@@ -11,9 +11,13 @@ import (
 	idemgrpc "github.com/idemkit/idemkit/adapters/grpc"
 	"github.com/idemkit/idemkit/adapters/grpc/internal/grpcsuite"
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemtest"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // clientEnv is a server on loopback whose every call's key is noted, as it
@@ -61,6 +65,12 @@ func (l *keyLog) seen() []string {
 // if set. dial adds dial options.
 func newClientEnv(t *testing.T, configure func(*idem.Config), cfg idemgrpc.ClientConfig, sleep func(time.Duration), dial ...grpc.DialOption) *clientEnv {
 	t.Helper()
+	return newClientEnvFor(t, nil, configure, cfg, sleep, dial...)
+}
+
+// newClientEnvFor is newClientEnv with the server interceptor's options.
+func newClientEnvFor(t *testing.T, server []idemgrpc.Option, configure func(*idem.Config), cfg idemgrpc.ClientConfig, sleep func(time.Duration), dial ...grpc.DialOption) *clientEnv {
+	t.Helper()
 	c := &clientEnv{app: grpcsuite.NewApp(), keys: &keyLog{}}
 	ecfg := idem.Config{Store: memStore(t)}
 	if configure != nil {
@@ -68,7 +78,7 @@ func newClientEnv(t *testing.T, configure func(*idem.Config), cfg idemgrpc.Clien
 	}
 	lis := grpcsuite.Listen(t)
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(c.keys.intercept, grpcsuite.Recover,
-		idemgrpc.UnaryServerInterceptor(idem.New(ecfg))))
+		idemgrpc.UnaryServerInterceptor(idem.New(ecfg), server...)))
 	grpcsuite.Register(srv, c.app)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
@@ -89,13 +99,55 @@ func newClientEnv(t *testing.T, configure func(*idem.Config), cfg idemgrpc.Clien
 }
 
 // call makes a call through the interceptor, with md as its outgoing
-// metadata.
+// metadata, bounded by a deadline of 10 s.
 func (c *clientEnv) call(ctx context.Context, method string, req map[string]any, md ...string) *grpcsuite.Result {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
+	return c.invoke(metadata.AppendToOutgoingContext(ctx, md...), method, req)
+}
+
+// invoke makes a call through the interceptor with ctx as it is, and the
+// call options opts.
+func (c *clientEnv) invoke(ctx context.Context, method string, req map[string]any, opts ...grpc.CallOption) *grpcsuite.Result {
 	r := &grpcsuite.Result{Reply: grpcsuite.NewReply(method)}
-	r.Err = c.conn.Invoke(metadata.AppendToOutgoingContext(ctx, md...), method, grpcsuite.Request(req), r.Reply, grpc.Header(&r.Header))
+	r.Err = c.conn.Invoke(ctx, method, grpcsuite.Request(req), r.Reply, append(opts, grpc.Header(&r.Header))...)
 	return r
+}
+
+// deadlineContext is a context whose deadline passes when the test says
+// so: once pass is called it is done, with context.DeadlineExceeded, as
+// a context whose deadline has passed is. Its children learn it as they
+// learn of any context of another package's type, a moment later.
+type deadlineContext struct {
+	done chan struct{}
+	once sync.Once
+}
+
+func newDeadlineContext() *deadlineContext { return &deadlineContext{done: make(chan struct{})} }
+
+func (c *deadlineContext) pass() { c.once.Do(func() { close(c.done) }) }
+
+func (c *deadlineContext) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (c *deadlineContext) Done() <-chan struct{}       { return c.done }
+func (c *deadlineContext) Value(any) any               { return nil }
+func (c *deadlineContext) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+// errorReason returns the reason of the ErrorInfo detail of err's status,
+// or "".
+func errorReason(err error) string {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info.GetReason()
+		}
+	}
+	return ""
 }
 
 var uuidKey = regexp.MustCompile(`^"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"$`)
@@ -282,4 +334,120 @@ func TestClientWithGRPCRetryPolicy(t *testing.T) {
 			t.Fatalf("the handler ran %d times", calls)
 		}
 	})
+}
+
+// TestClientEndsWithTheCallersContext: a caller whose context ends while
+// the interceptor waits to retry gets its context's end as the call's
+// status, CANCELLED or DEADLINE_EXCEEDED, not the status of the attempt
+// before, and no further attempt is made.
+func TestClientEndsWithTheCallersContext(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ctx  func() (context.Context, func())
+		code codes.Code
+	}{
+		{name: "Cancelled", code: codes.Canceled, ctx: func() (context.Context, func()) {
+			return context.WithCancel(context.Background())
+		}},
+		{name: "DeadlinePassed", code: codes.DeadlineExceeded, ctx: func() (context.Context, func()) {
+			ctx := newDeadlineContext()
+			return ctx, ctx.pass
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, end := tc.ctx()
+			defer end()
+			c := newClientEnv(t, nil, idemgrpc.ClientConfig{}, func(time.Duration) { end() })
+			r := c.invoke(ctx, grpcsuite.Fail, map[string]any{"code": int(codes.Unavailable)})
+			if r.Code() != tc.code {
+				t.Fatalf("%v, want %v: the caller's context ended during the backoff wait", r.Err, tc.code)
+			}
+			if len(c.waits) != 1 || len(c.keys.seen()) != 1 || c.app.Calls() != 1 {
+				t.Fatalf("waited %v, sent %d attempts, ran %d: want one attempt and the wait it ended",
+					c.waits, len(c.keys.seen()), c.app.Calls())
+			}
+		})
+	}
+}
+
+// TestClientKeyNotAccepted: the server guards only Create; a client with
+// its defaults sends a key with a call to Fail (a refund, say, whose proto
+// declares nothing, so the client counts on a guard), which answers
+// UNAVAILABLE when it runs. The server refuses the key rather than run the
+// call unguarded, the client does not retry the refusal, and its caller
+// gets it: the call never runs, where it ran once per attempt, the
+// client's retries included.
+func TestClientKeyNotAccepted(t *testing.T) {
+	onlyCreate := idemgrpc.WithMethods(func(m string) bool { return m == grpcsuite.Create })
+	c := newClientEnvFor(t, []idemgrpc.Option{onlyCreate}, nil, idemgrpc.ClientConfig{}, nil)
+	r := c.call(context.Background(), grpcsuite.Fail, map[string]any{"code": int(codes.Unavailable)})
+	if r.Code() != codes.FailedPrecondition || errorReason(r.Err) != "KEY_NOT_ACCEPTED" {
+		t.Fatalf("%v, want FAILED_PRECONDITION KEY_NOT_ACCEPTED", r.Err)
+	}
+	if calls := c.app.Calls(); calls != 0 || len(c.waits) != 0 || len(c.keys.seen()) != 1 {
+		t.Fatalf("the method ran %d times, in %d attempts, after the waits %v: want one attempt, refused",
+			calls, len(c.keys.seen()), c.waits)
+	}
+}
+
+// TestClientCallerRetriesWithTheKeyUsed: a call's deadline passes while its
+// handler runs (DEADLINE_EXCEEDED, which the interceptor does not retry).
+// Its caller learnt the key the interceptor made for it (KeyUsed) and
+// retries with it (WithOutgoingKey): the handler, which went on and
+// finished, ran once, and the retry gets its reply, replayed.
+func TestClientCallerRetriesWithTheKeyUsed(t *testing.T) {
+	outcomes, events := idemtest.Outcomes()
+	c := newClientEnv(t, outcomes, idemgrpc.ClientConfig{}, nil)
+	ctx := newDeadlineContext()
+	var key string
+	done := make(chan *grpcsuite.Result, 1)
+	go func() { done <- c.invoke(ctx, grpcsuite.Slow, nil, idemgrpc.KeyUsed(&key)) }()
+	grpcsuite.WaitEntered(t, c.app)
+	ctx.pass()
+	if r := <-done; r.Code() != codes.DeadlineExceeded {
+		t.Fatalf("%v, want DEADLINE_EXCEEDED", r.Err)
+	}
+	if !uuidKey.MatchString(key) {
+		t.Fatalf("KeyUsed gave %q, want the key the interceptor made", key)
+	}
+	c.app.ReleaseSlow()
+	idemtest.WantOutcome(t, events, idem.EventStored, "")
+
+	var again string
+	retry, cancel := context.WithTimeout(idemgrpc.WithOutgoingKey(context.Background(), key), 10*time.Second)
+	defer cancel()
+	r := c.invoke(retry, grpcsuite.Slow, nil, idemgrpc.KeyUsed(&again))
+	if r.Err != nil || !r.Replayed() {
+		t.Fatalf("%v (replayed %v), want the first call's reply, replayed", r.Err, r.Replayed())
+	}
+	if id := r.Reply.(*structpb.Struct).GetFields()["id"].GetStringValue(); id != "ch_1" {
+		t.Fatalf("the retry got %q, want ch_1", id)
+	}
+	if keys := c.keys.seen(); again != key || !slices.Equal(keys, []string{key, key}) {
+		t.Fatalf("the server saw the keys %q; KeyUsed gave %q, then %q", keys, key, again)
+	}
+	if calls := c.app.Calls(); calls != 1 {
+		t.Fatalf("the handler ran %d times, want once", calls)
+	}
+}
+
+// TestClientWithOutgoingKey: the key WithOutgoingKey puts in a context
+// replaces any the context carried, and KeyUsed reports it, also for a
+// call the interceptor does not guard.
+func TestClientWithOutgoingKey(t *testing.T) {
+	c := newClientEnv(t, nil, idemgrpc.ClientConfig{}, nil)
+	ctx := metadata.AppendToOutgoingContext(context.Background(), idemgrpc.KeyMetadata, "old", "x-other", "kept")
+	ctx = idemgrpc.WithOutgoingKey(idemgrpc.WithOutgoingKey(ctx, "order-7"), "order-8")
+	md, _ := metadata.FromOutgoingContext(ctx)
+	if !slices.Equal(md.Get(idemgrpc.KeyMetadata), []string{"order-8"}) || !slices.Equal(md.Get("x-other"), []string{"kept"}) {
+		t.Fatalf("outgoing metadata %v, want the last key alone and the other entries kept", md)
+	}
+	var key string
+	if r := c.invoke(ctx, grpcsuite.Create, nil, idemgrpc.KeyUsed(&key)); r.Err != nil || key != "order-8" {
+		t.Fatalf("%v; KeyUsed gave %q, want order-8", r.Err, key)
+	}
+	key = "unset"
+	if r := c.invoke(context.Background(), grpcsuite.Get, nil, idemgrpc.KeyUsed(&key)); r.Err != nil || key != "" {
+		t.Fatalf("%v; KeyUsed gave %q for a call sent without a key", r.Err, key)
+	}
 }

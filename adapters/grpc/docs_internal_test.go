@@ -143,3 +143,46 @@ func TestDocsOtherAnswers(t *testing.T) {
 		}
 	}
 }
+
+// TestDocsExcerpts checks that every Go block of the README noted
+// <!-- excerpt: FILE --> is a run of lines of FILE, a file of this
+// module whose examples are compiled and run, as it is there (each line
+// of FILE taken without its first tab, as in a function's body).
+func TestDocsExcerpts(t *testing.T) {
+	src, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const note = "<!-- excerpt: "
+	rest, n := string(src), 0
+	for {
+		_, after, ok := strings.Cut(rest, note)
+		if !ok {
+			break
+		}
+		name, after, _ := strings.Cut(after, " -->\n")
+		block, ok := strings.CutPrefix(after, "```go\n")
+		if !ok {
+			t.Fatalf("README.md: the note for %s is not followed by a Go block", name)
+		}
+		block, rest, ok = strings.Cut(block, "```\n")
+		if !ok {
+			t.Fatalf("README.md: the Go block from %s does not end", name)
+		}
+		code, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatalf("README.md quotes %s: %v", name, err)
+		}
+		lines := strings.Split(string(code), "\n")
+		for i, l := range lines {
+			lines[i] = strings.TrimPrefix(l, "\t")
+		}
+		if !strings.Contains(strings.Join(lines, "\n"), block) {
+			t.Errorf("README.md: this block is not in %s as it is there:\n%s", name, block)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatalf("README.md has no block noted %sFILE -->", note)
+	}
+}

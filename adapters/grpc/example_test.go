@@ -74,3 +74,54 @@ func Example() {
 	// ch_1 (replayed: true)
 	// FailedPrecondition
 }
+
+// A caller that retries an operation itself, after a call that ended in
+// DEADLINE_EXCEEDED, say (which the interceptor does not retry: the charge
+// may have been taken), sends the key the interceptor used the first time,
+// so that the retry gets that charge instead of taking another.
+func ExampleKeyUsed() {
+	client, stop := chargesClient()
+	defer stop()
+	ctx := context.Background()
+	charge := &grpc_testing.SimpleRequest{Payload: &grpc_testing.Payload{Body: []byte("1999 usd")}}
+
+	var key string // the key the call is sent with, made by the interceptor
+	_, err := client.UnaryCall(ctx, charge, idemgrpc.KeyUsed(&key))
+	fmt.Println("first call:", status.Code(err))
+
+	// Whatever became of the call (DEADLINE_EXCEEDED, say: the charge may
+	// have been taken), the operation is tried again with the same key.
+	var header metadata.MD
+	reply, err := client.UnaryCall(idemgrpc.WithOutgoingKey(ctx, key), charge, grpc.Header(&header))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%s (replayed: %v)\n", reply.GetPayload().GetBody(), idemgrpc.Replayed(header))
+	// Output:
+	// first call: OK
+	// ch_1 (replayed: true)
+}
+
+// chargesClient serves charges behind the server interceptor on loopback
+// and returns a client of it with the client interceptor, and a function
+// that stops both.
+func chargesClient() (grpc_testing.TestServiceClient, func()) {
+	store := memstore.New()
+	srv := grpc.NewServer(grpc.UnaryInterceptor(idemgrpc.UnaryServerInterceptor(idem.New(idem.Config{Store: store}))))
+	grpc_testing.RegisterTestServiceServer(srv, &charges{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	go srv.Serve(lis)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithUnaryInterceptor(idemgrpc.UnaryClientInterceptor(idemgrpc.ClientConfig{})))
+	if err != nil {
+		log.Fatal(err)
+	}
+	return grpc_testing.NewTestServiceClient(conn), func() {
+		conn.Close()
+		srv.Stop()
+		store.Close()
+	}
+}

@@ -95,8 +95,12 @@ func mysqlURL(t *testing.T, dsn string) string {
 
 var quiet = &gorm.Config{Logger: logger.Discard}
 
-func sqliteTarget(t *testing.T) *target {
-	path := filepath.Join(t.TempDir(), "records.db")
+func sqliteTarget(t *testing.T) *target { return sqliteTargetNamed(t, "records.db") }
+
+// sqliteTargetNamed is sqliteTarget on a file of the given name, in a
+// directory of the test's own.
+func sqliteTargetNamed(t *testing.T, name string) *target {
+	path := filepath.Join(t.TempDir(), name)
 	tg := &target{name: "sqlite", args: []string{"-store", path}}
 	var db *gorm.DB
 	tg.reopen = func(t *testing.T) {
@@ -244,6 +248,18 @@ func newApp(store idem.Store) *app {
 	return a
 }
 
+// firstRequest sends the order of a new key to a new app on tg's store,
+// and returns the app, the key's scope and the key.
+func firstRequest(t *testing.T, tg *target) (a *app, scope, key string) {
+	t.Helper()
+	scope, key = random("acct_"), random("order-")
+	a = newApp(tg.store)
+	if code, _ := a.post(t, scope, key); code != 201 {
+		t.Fatalf("first request: %d", code)
+	}
+	return a, scope, key
+}
+
 // post sends the order with key as scope's and returns the status and
 // whether it was replayed.
 func (a *app) post(t *testing.T, scope, key string) (int, bool) {
@@ -276,6 +292,13 @@ var built struct {
 // its own.
 func ctlBinary(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return ctlBinaryWithin(t, 2*time.Minute, stdin, args...)
+}
+
+// ctlBinaryWithin is ctlBinary, killing idemctl if it runs longer than
+// limit: it then fails the test.
+func ctlBinaryWithin(t *testing.T, limit time.Duration, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	built.once.Do(func() {
 		dir, err := os.MkdirTemp("", "idemctl-bin")
 		if err != nil {
@@ -288,13 +311,16 @@ func ctlBinary(t *testing.T, stdin string, args ...string) (code int, stdout, st
 	if built.err != nil {
 		t.Fatalf("go build: %v\n%s", built.err, built.out)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), limit)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, built.path, args...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()
+	if ctx.Err() != nil && t.Context().Err() == nil {
+		t.Fatalf("idemctl %q still ran after %v; it was killed:\n%s%s", args, limit, out.String(), errOut.String())
+	}
 	if ee, ok := err.(*exec.ExitError); ok {
 		return ee.ExitCode(), out.String(), errOut.String()
 	}

@@ -1,15 +1,22 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemadmin"
+	"github.com/idemkit/idemkit/core/idemtest"
+	"github.com/idemkit/idemkit/core/memstore"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 )
 
@@ -19,6 +26,7 @@ import (
 // anew. On SQLite idemctl runs as a built binary, in a process of its own,
 // after the application's process let the file go.
 func TestFindForgetRetry(t *testing.T) {
+	t.Setenv(secretEnv, "test-secret")
 	for _, tc := range targets {
 		t.Run(tc.name, func(t *testing.T) {
 			tg := tc.open(t)
@@ -26,11 +34,7 @@ func TestFindForgetRetry(t *testing.T) {
 			if tg.name == "sqlite" {
 				run = ctlBinary
 			}
-			scope, key := random("acct_"), random("order-")
-			a := newApp(tg.store)
-			if code, _ := a.post(t, scope, key); code != 201 {
-				t.Fatalf("first request: %d", code)
-			}
+			a, scope, key := firstRequest(t, tg)
 			if code, replayed := a.post(t, scope, key); code != 201 || !replayed || a.runs.Load() != 1 {
 				t.Fatalf("retry before forget: %d replayed=%v runs=%d; want the replay", code, replayed, a.runs.Load())
 			}
@@ -66,7 +70,7 @@ func TestFindForgetRetry(t *testing.T) {
 			if err := json.Unmarshal([]byte(out), &st); err != nil {
 				t.Fatalf("stats -json: %v\n%s", err, out)
 			}
-			want := []idemadmin.ScopeCount{{Scope: idemadmin.ScopeDigest(scope), Records: 1}}
+			want := []idemadmin.ScopeCount{{Scope: idemadmin.ScopeLabel([]byte("test-secret"), idemadmin.ScopeDigest(scope)), Records: 1}}
 			if st.Completed != 1 || st.InFlight != 0 || st.Expired != 0 || len(st.TopScopes) != 1 || st.TopScopes[0] != want[0] {
 				t.Fatalf("stats: %+v; want one completed record of the scope %v", st, want)
 			}
@@ -204,11 +208,7 @@ func TestPurge(t *testing.T) {
 // handler the forget works, and the retry runs anew.
 func TestSQLiteHeldByAnotherProcess(t *testing.T) {
 	tg := sqliteTarget(t)
-	scope, key := random("acct_"), random("order-")
-	a := newApp(tg.store)
-	if code, _ := a.post(t, scope, key); code != 201 {
-		t.Fatalf("first request: %d", code)
-	}
+	a, scope, key := firstRequest(t, tg)
 	ids := []string{"-scope", scope, "-key", key}
 
 	code, out, errOut := ctlBinary(t, "", append(append([]string{"get"}, tg.args...), ids...)...)
@@ -245,11 +245,49 @@ func TestSQLiteHeldByAnotherProcess(t *testing.T) {
 	}
 }
 
+// Defect: SQLite took the file's path as a URI, so that "%25" in a name
+// read as "%" and "%20" as a space: the application wrote "50% a b.db",
+// and idemctl, given the file's name, found it, then failed to open it
+// ("out of memory (14)"). Each opens the file named, and nothing else.
+func TestSQLiteFileNameWithPercent(t *testing.T) {
+	const name = "50%25 a%20b.db"
+	tg := sqliteTargetNamed(t, name)
+	a, scope, key := firstRequest(t, tg)
+	ids := []string{"-scope", scope, "-key", key}
+	code, out, errOut := ctlBinary(t, "", append(append([]string{"get"}, tg.args...), ids...)...)
+	if code != 0 || !strings.Contains(out, "completed") {
+		t.Fatalf("get: exit %d:\n%s%s", code, out, errOut)
+	}
+	tg.close(t)
+	code, out, errOut = ctlBinary(t, "", append(append([]string{"forget"}, tg.args...), ids...)...)
+	if code != 0 || !strings.Contains(out, "forgotten") {
+		t.Fatalf("forget: exit %d:\n%s%s", code, out, errOut)
+	}
+	tg.reopen(t)
+	a = newApp(tg.store)
+	if code, replayed := a.post(t, scope, key); code != 201 || replayed || a.runs.Load() != 1 {
+		t.Fatalf("retry after forget: %d replayed=%v runs=%d; want the handler run anew", code, replayed, a.runs.Load())
+	}
+	entries, err := os.ReadDir(filepath.Dir(tg.args[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !strings.HasPrefix(e.Name(), name) {
+			t.Errorf("a file of another name: %q", e.Name())
+		}
+	}
+}
+
 // TestBadInput: a bad command line or a store that cannot be reached is a
 // clear error and a non-zero exit, never a panic, and no password is
 // printed.
 func TestBadInput(t *testing.T) {
 	missing := t.TempDir() + "/missing.db"
+	notSQLite := filepath.Join(t.TempDir(), "orders.csv")
+	if err := os.WriteFile(notSQLite, []byte("order,amount\n1,100\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -265,12 +303,28 @@ func TestBadInput(t *testing.T) {
 		{"unsupported scheme", []string{"get", "-store", "oracle://scott:tiger@db/x", "-key", "k"}, exitFailed, "unsupported database"},
 		{"missing SQLite file", []string{"get", "-store", missing, "-key", "k"}, exitFailed, "missing.db"},
 		{"missing SQLite file, forget", []string{"forget", "-store", missing, "-key", "k"}, exitFailed, "missing.db"},
+		{"not a SQLite file", []string{"get", "-store", notSQLite, "-key", "k"}, exitFailed, "orders.csv\" is not a valid SQLite database"},
+		{"not a SQLite file, purge", []string{"purge", "-store", notSQLite}, exitFailed, "orders.csv\" is not a valid SQLite database"},
 		{"unreachable PostgreSQL", []string{"get", "-store", "postgres://app:s3cretpw@127.0.0.1:1/none?connect_timeout=2", "-key", "k"}, exitFailed, "postgres://app@127.0.0.1:1/none"},
 		{"unreachable MySQL", []string{"stats", "-store", "mysql://app:s3cretpw@127.0.0.1:1/none?timeout=2s"}, exitFailed, "mysql://app@127.0.0.1:1/none"},
 		{"unreachable Redis", []string{"stats", "-store", "redis://:s3cretpw@127.0.0.1:1"}, exitFailed, "127.0.0.1:1"},
 		{"bad Redis URL", []string{"stats", "-store", "redis://127.0.0.1:1/notadb"}, exitFailed, "-store"},
 		{"unreachable admin", []string{"stats", "-admin", "http://127.0.0.1:1/idemadmin", "-timeout", "5s"}, exitFailed, "127.0.0.1:1"},
 		{"bad admin URL", []string{"stats", "-admin", "127.0.0.1:1"}, exitFailed, "http://"},
+		// Defect: each of these printed s3cretpw.
+		{"password in the query", []string{"get", "-store", "postgres://app@127.0.0.1:1/none?password=s3cretpw&connect_timeout=2", "-key", "k"}, exitFailed, "password=xxxxx"},
+		{"password in the query, forget", []string{"forget", "-store", "postgres://app@127.0.0.1:1/none?sslmode=disable&password=s3cretpw", "-key", "k"}, exitFailed, "postgres://app@127.0.0.1:1/none"},
+		{"key=value DSN", []string{"get", "-store", "host=127.0.0.1 port=1 user=app password=s3cretpw dbname=none connect_timeout=2", "-key", "k"}, exitFailed, "password=xxxxx"},
+		{"key=value DSN, forget", []string{"forget", "-store", "host=127.0.0.1 port=1 user=app password='s3cretpw' dbname=none", "-key", "k"}, exitFailed, "user=app"},
+		{"Go MySQL DSN", []string{"get", "-store", "app:s3cretpw@tcp(127.0.0.1:1)/none?timeout=2s", "-key", "k"}, exitFailed, "app:xxxxx@tcp(127.0.0.1:1)/none"},
+		{"Go MySQL DSN, forget", []string{"forget", "-store", "app:s3cretpw@tcp(127.0.0.1:1)/none", "-key", "k"}, exitFailed, "127.0.0.1:1"},
+		{"malformed mysql URL", []string{"get", "-store", "mysql://app:s3cretpw@[::1/none", "-key", "k"}, exitFailed, "mysql://"},
+		{"malformed mysql URL, forget", []string{"forget", "-store", "mysql://app:s3cretpw@127.0.0.1:port/none", "-key", "k"}, exitFailed, "mysql://"},
+		{"malformed redis URL", []string{"get", "-store", "redis://:s3cretpw@[::1", "-key", "k"}, exitFailed, "redis://"},
+		{"malformed redis URL, forget", []string{"forget", "-store", "redis://:s3cretpw@127.0.0.1:port/0", "-key", "k"}, exitFailed, "redis://"},
+		{"admin URL with a password", []string{"get", "-admin", "http://op:s3cretpw@127.0.0.1:1/idemadmin", "-key", "k"}, exitFailed, "IDEMCTL_ADMIN_TOKEN"},
+		{"admin URL with a password, forget", []string{"forget", "-admin", "http://op:s3cretpw@127.0.0.1:1/idemadmin", "-key", "k"}, exitFailed, "-admin"},
+		{"password as an extra argument", []string{"get", "-key", "k", "postgres://app:s3cretpw@db/x"}, exitUsage, "unexpected argument"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out, errOut := ctlBinary(t, "", tc.args...)
@@ -279,5 +333,131 @@ func TestBadInput(t *testing.T) {
 				t.Fatalf("exit %d, stderr:\n%s\nwant exit %d and an error containing %q, without the password", code, errOut, tc.code, tc.want)
 			}
 		})
+	}
+}
+
+// Defect: a DSN could only be given on the command line, where the
+// process list shows it. -store-file and IDEMCTL_STORE give it instead,
+// and their passwords are not printed either.
+func TestStoreFromFileOrEnvironment(t *testing.T) {
+	tg := sqliteTarget(t)
+	a := newApp(tg.store)
+	if code, _ := a.post(t, "acct_1", "k-1"); code != 201 {
+		t.Fatalf("first request: %d", code)
+	}
+	tg.close(t)
+	file := t.TempDir() + "/dsn"
+	if err := os.WriteFile(file, []byte(tg.args[1]+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := ctlBinary(t, "", "get", "-store-file", file, "-scope", "acct_1", "-key", "k-1"); code != 0 || !strings.Contains(out, "completed") {
+		t.Fatalf("get -store-file: exit %d:\n%s%s", code, out, errOut)
+	}
+	t.Setenv(storeEnv, tg.args[1])
+	if code, out, errOut := ctlBinary(t, "", "get", "-scope", "acct_1", "-key", "k-1"); code != 0 || !strings.Contains(out, "completed") {
+		t.Fatalf("get with %s: exit %d:\n%s%s", storeEnv, code, out, errOut)
+	}
+	if code, _, errOut := ctlBinary(t, "", "get", "-store-file", file, "-store", tg.args[1], "-key", "k"); code != exitUsage {
+		t.Fatalf("-store and -store-file together: exit %d: %s", code, errOut)
+	}
+	t.Setenv(storeEnv, "postgres://app:s3cretpw@127.0.0.1:1/none?connect_timeout=2")
+	if code, out, errOut := ctlBinary(t, "", "stats"); code != exitFailed || strings.Contains(out+errOut, "s3cretpw") ||
+		!strings.Contains(errOut, "postgres://app@127.0.0.1:1/none") {
+		t.Fatalf("stats with %s of an unreachable PostgreSQL: exit %d:\n%s%s", storeEnv, code, out, errOut)
+	}
+	if err := os.WriteFile(file, []byte("mysql://app:s3cretpw@[::1/none\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := ctlBinary(t, "", "stats", "-store-file", file); code != exitFailed || strings.Contains(out+errOut, "s3cretpw") {
+		t.Fatalf("stats -store-file of a malformed URL: exit %d:\n%s%s", code, out, errOut)
+	}
+}
+
+// Defect: -timeout was ignored while connecting to PostgreSQL or MySQL: a
+// server that accepted and never answered (as a SIGSTOPped one does) held
+// idemctl -timeout 2s for over 130 s. Every way to a store gives up at
+// -timeout, with an error saying so, and no password.
+func TestTimeoutWhileConnecting(t *testing.T) {
+	addr := idemtest.SilentServer(t)
+	for _, store := range []string{
+		"postgres://app:s3cretpw@" + addr + "/payments?sslmode=disable",
+		"mysql://app:s3cretpw@" + addr + "/payments",
+		"app:s3cretpw@tcp(" + addr + ")/payments",
+		"host=" + strings.Split(addr, ":")[0] + " port=" + strings.Split(addr, ":")[1] + " user=app password=s3cretpw dbname=payments sslmode=disable",
+		"redis://:s3cretpw@" + addr + "/0",
+	} {
+		for _, op := range []string{"get", "forget"} {
+			args := []string{op, "-store", store, "-timeout", "1s", "-key", "k"}
+			code, out, errOut := ctlBinaryWithin(t, time.Minute, "", args...)
+			if code != exitFailed || !strings.Contains(errOut, "deadline exceeded") || strings.Contains(out+errOut, "s3cretpw") {
+				t.Errorf("%s on a server that never answers: exit %d:\n%s%s\nwant exit 1 and the deadline, without the password", op, code, out, errOut)
+			}
+		}
+	}
+	code, out, errOut := ctlBinaryWithin(t, time.Minute, "", "stats", "-admin", "http://"+addr+"/idemadmin", "-timeout", "1s")
+	if code != exitFailed || !strings.Contains(errOut, "deadline exceeded") {
+		t.Errorf("stats -admin on a server that never answers: exit %d:\n%s%s", code, out, errOut)
+	}
+}
+
+// TestAdminToken: through -admin, idemctl sends the token of
+// IDEMCTL_ADMIN_TOKEN or -admin-token-file; without it, an endpoint that
+// has one refuses, and says what is missing.
+func TestAdminToken(t *testing.T) {
+	const token = "an-admin-token-0123456789"
+	srv := httptest.NewServer(idemadmin.Handler(memstore.New(), idemadmin.HandlerOptions{Token: token}))
+	defer srv.Close()
+	code, _, errOut := ctlBinary(t, "", "stats", "-admin", srv.URL+"/idemadmin")
+	if code != exitFailed || !strings.Contains(errOut, "token") {
+		t.Fatalf("stats without the token: exit %d: %s", code, errOut)
+	}
+	file := t.TempDir() + "/token"
+	if err := os.WriteFile(file, []byte(token+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := ctlBinary(t, "", "stats", "-admin", srv.URL+"/idemadmin", "-admin-token-file", file); code != 0 {
+		t.Fatalf("stats -admin-token-file: exit %d: %s%s", code, out, errOut)
+	}
+	t.Setenv(adminTokenEnv, token)
+	if code, out, errOut := ctlBinary(t, "", "stats", "-admin", srv.URL+"/idemadmin"); code != 0 || strings.Contains(out+errOut, token) {
+		t.Fatalf("stats with %s: exit %d: %s%s", adminTokenEnv, code, out, errOut)
+	}
+}
+
+// Defect: get -body wrote the stored bytes raw: a response body holding
+// escape sequences acted on the operator's terminal (retitled it, cleared
+// it, hid text behind a carriage return or reordered it). Text output
+// escapes every byte a terminal acts on; -json gives the exact bytes.
+func TestGetBodyIsSafeForATerminal(t *testing.T) {
+	tg := sqliteTarget(t)
+	hostile := []byte("{\"note\":\"\x1b]0;pwned\x07\x1b[2J\x1b[31mred\rhidden\x7f\xff\xc2\x9b\u202eevil\tok\"}\n")
+	id := idem.ID{Scope: "acct", Key: "k-body"}
+	now := time.Now()
+	if _, _, err := tg.store.Acquire(t.Context(), idem.Acquire{ID: id, Token: "t", Now: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.store.Complete(t.Context(), id, "t", idem.Completion{Response: idem.Response{Status: 200, Body: hostile},
+		CompletedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	tg.close(t)
+	code, out, errOut := ctl(t, "", append(append([]string{"get"}, tg.args...), "-scope", "acct", "-key", "k-body", "-body")...)
+	if code != 0 {
+		t.Fatalf("get -body: exit %d: %s", code, errOut)
+	}
+	for i, r := range out {
+		if r == utf8.RuneError || r < 0x20 && r != '\n' && r != '\t' || r >= 0x7f && r <= 0x9f || unicode.Is(unicode.Bidi_Control, r) {
+			t.Fatalf("get -body printed %U at byte %d:\n%q", r, i, out)
+		}
+	}
+	for _, want := range []string{`\x1b]0;pwned\x07`, `\x1b[2J`, `red\x0dhidden\x7f\xff\u009b\u202eevil` + "\tok", "-json gives the body exactly"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("get -body does not show %q:\n%s", want, out)
+		}
+	}
+	code, out, errOut = ctl(t, "", append(append([]string{"get"}, tg.args...), "-scope", "acct", "-key", "k-body", "-body", "-json")...)
+	var in idemadmin.Info
+	if code != 0 || json.Unmarshal([]byte(out), &in) != nil || !bytes.Equal(in.Body, hostile) {
+		t.Fatalf("get -body -json: exit %d, body %q: %s; want the exact bytes", code, in.Body, errOut)
 	}
 }

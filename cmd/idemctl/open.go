@@ -12,6 +12,7 @@ import (
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemadmin"
+	"github.com/idemkit/idemkit/internal/redact"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 	"github.com/idemkit/idemkit/stores/gorm/opendb"
 	redisstore "github.com/idemkit/idemkit/stores/redis"
@@ -41,22 +42,25 @@ func open(ctx context.Context, cfg config) (backend, error) {
 	if cfg.admin != "" {
 		u, err := url.Parse(cfg.admin)
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return backend{}, fmt.Errorf("-admin must be an http:// or https:// URL of a process's admin endpoint, such as http://127.0.0.1:9090/idemadmin")
+			return backend{}, fmt.Errorf("-admin must be an http:// or https:// URL of a process's admin endpoint, such as http://127.0.0.1:9091/idemadmin")
 		}
-		c := idemadmin.NewClient(cfg.admin, &http.Client{})
+		if u.User != nil {
+			return backend{}, fmt.Errorf("-admin must not carry a user or password: give the endpoint's token in %s or in the file -admin-token-file names", adminTokenEnv)
+		}
+		c := idemadmin.NewClient(cfg.admin, cfg.adminToken, &http.Client{})
 		return backend{reader: c, writer: c, close: func() {}}, nil
 	}
 	if strings.HasPrefix(cfg.store, "redis://") || strings.HasPrefix(cfg.store, "rediss://") {
 		return openRedis(ctx, cfg)
 	}
-	return openSQL(cfg)
+	return openSQL(ctx, cfg)
 }
 
 // openSQL opens a SQL store. On SQLite, get and stats read the file
 // without taking its lock (a running process may hold it), and forget and
 // purge take the lock as a store does: refused, with the way through the
 // process, if it is held.
-func openSQL(cfg config) (backend, error) {
+func openSQL(ctx context.Context, cfg config) (backend, error) {
 	kind, err := opendb.KindOf(cfg.store)
 	if err != nil {
 		return backend{}, err
@@ -76,9 +80,9 @@ func openSQL(cfg config) (backend, error) {
 	}
 	var db *gorm.DB
 	if readOnly {
-		db, err = opendb.OpenReadOnly(cfg.store, quiet)
+		db, err = opendb.OpenReadOnly(ctx, cfg.store, quiet)
 	} else {
-		db, err = opendb.Open(cfg.store, quiet)
+		db, err = opendb.OpenContext(ctx, cfg.store, quiet)
 	}
 	if err != nil {
 		return backend{}, fmt.Errorf("open %s: %w", label, err)
@@ -100,7 +104,7 @@ func openSQL(cfg config) (backend, error) {
 		sqlDB.Close()
 		return backend{}, fmt.Errorf("%s refused: a running process holds the SQLite file %s (its lock file %s): "+
 			"its records in flight live in that process's memory, and it alone writes the file. "+
-			"Run %s through that process's admin endpoint instead: idemctl %s -admin http://ADMIN-ADDR/idemadmin ... "+
+			"Run %s through that process's admin endpoint instead: idemctl %s -admin http://RECORDS-ADMIN-ADDR/idemadmin ... "+
 			"(get and stats work on the file itself)", cfg.op, cfg.store, cfg.store+"-idemkit.lock", cfg.op, cfg.op)
 	}
 	if err != nil {
@@ -115,7 +119,11 @@ func openSQL(cfg config) (backend, error) {
 func openRedis(ctx context.Context, cfg config) (backend, error) {
 	opt, err := redis.ParseURL(cfg.store)
 	if err != nil {
-		return backend{}, fmt.Errorf("-store: %w", err)
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the URL, which it quotes whole
+		}
+		return backend{}, fmt.Errorf("-store %s: %w", redact.DSN(cfg.store), err)
 	}
 	opt.ContextTimeoutEnabled = true
 	opt.DialerRetries = 1

@@ -3,6 +3,7 @@ package idemadmin_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -27,13 +28,14 @@ func TestHandlerOnMemstore(t *testing.T) {
 	// can differ from the caller's by however far the wall clock was
 	// slewed meanwhile (a few hundred nanoseconds failed this test).
 	now := time.Now().Round(0)
+	secret := []byte("test-secret")
 	var paths []string
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		paths = append(paths, r.URL.String())
-		idemadmin.Handler(store, idemadmin.HandlerOptions{Now: func() time.Time { return now }}).ServeHTTP(w, r)
+		idemadmin.Handler(store, idemadmin.HandlerOptions{Now: func() time.Time { return now }, Secret: secret}).ServeHTTP(w, r)
 	}))
 	defer srv.Close()
-	c := idemadmin.NewClient(srv.URL+"/idemadmin/", nil)
+	c := idemadmin.NewClient(srv.URL+"/idemadmin/", "", nil)
 	ctx := context.Background()
 
 	held := idem.ID{Scope: "tenant-a", Key: "k-held"}
@@ -73,7 +75,7 @@ func TestHandlerOnMemstore(t *testing.T) {
 	}
 	st, err := c.RecordStats(ctx, time.Time{}, 1)
 	if err != nil || st.Completed != 2 || st.InFlight != 1 || st.Expired != 1 || !st.OldestLeaseEnd.Equal(now.Add(time.Minute)) ||
-		len(st.TopScopes) != 1 || st.TopScopes[0] != (idemadmin.ScopeCount{Scope: idemadmin.ScopeDigest("tenant-a"), Records: 2}) {
+		len(st.TopScopes) != 1 || st.TopScopes[0] != (idemadmin.ScopeCount{Scope: idemadmin.ScopeLabel(secret, idemadmin.ScopeDigest("tenant-a")), Records: 2}) {
 		t.Fatalf("RecordStats = %+v, %v", st, err)
 	}
 
@@ -105,6 +107,41 @@ func TestHandlerOnMemstore(t *testing.T) {
 	}
 }
 
+// changingStore is a store whose every record changes between Forget's
+// read and its delete: Forget deletes nothing and says so.
+type changingStore struct{ *memstore.Store }
+
+func (changingStore) Forget(context.Context, idem.ID, bool) error { return idemadmin.ErrChanged }
+
+// TestHandlerForgetChanged: a Forget that found the record changed after
+// its read (idemadmin.ErrChanged) reaches the operator as that error, a
+// 409 "changed" problem on the wire: not a store failure, which would say
+// to try again later, nor a success.
+func TestHandlerForgetChanged(t *testing.T) {
+	store := memstore.New(memstore.WithPurgeInterval(0))
+	defer store.Close()
+	srv := httptest.NewServer(idemadmin.Handler(changingStore{store}, idemadmin.HandlerOptions{}))
+	defer srv.Close()
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/forget", strings.NewReader(`{"scope":"a","key":"k","force":true}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusConflict || !strings.Contains(string(body), idemadmin.ProblemBase+"changed") {
+		t.Fatalf("forget of a record that changed: %d %s, want 409 %schanged", resp.StatusCode, body, idemadmin.ProblemBase)
+	}
+	c := idemadmin.NewClient(srv.URL+"/", "", nil)
+	if err := c.Forget(context.Background(), idem.ID{Scope: "a", Key: "k"}, true); !errors.Is(err, idemadmin.ErrChanged) {
+		t.Fatalf("the client's Forget of a record that changed: %v, want ErrChanged", err)
+	}
+}
+
 // TestHandlerRefusesBadRequests: a bad request is a problem with a type of
 // its own, never a store call.
 func TestHandlerRefusesBadRequests(t *testing.T) {
@@ -125,10 +162,38 @@ func TestHandlerRefusesBadRequests(t *testing.T) {
 		{"POST", "/x/forget", `{"key":"missing"}`, 404, "not-found"},
 	} {
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, strings.NewReader(tc.body)))
+		r := httptest.NewRequest(tc.method, "http://localhost"+tc.path, strings.NewReader(tc.body))
+		r.RemoteAddr = "127.0.0.1:4000"
+		r.Header.Set("Content-Type", "application/json")
+		h.ServeHTTP(rec, r)
 		if rec.Code != tc.status || rec.Header().Get("Content-Type") != idem.ProblemContentType ||
 			!strings.Contains(rec.Body.String(), `"type":"`+idemadmin.ProblemBase+tc.typ+`"`) {
 			t.Errorf("%s %s %s: %d %s; want %d, problem %s", tc.method, tc.path, tc.body, rec.Code, rec.Body, tc.status, tc.typ)
 		}
+	}
+}
+
+// TestShown: what operators are shown of a store's counts: scopes by their
+// keyed label, and a store that takes no leases said to take none, not a
+// lease ending a century ahead.
+func TestShown(t *testing.T) {
+	now := time.Now()
+	secret := []byte("s")
+	st := idemadmin.Shown(idemadmin.Stats{InFlight: 1, OldestInFlight: now, OldestLeaseEnd: now.Add(idem.MaxDuration),
+		TopScopes: []idemadmin.ScopeCount{{Scope: idemadmin.ScopeDigest("acct_42"), Records: 3}, {Scope: idemadmin.UnknownScope, Records: 1}}}, secret)
+	if !st.NoLease || !st.OldestLeaseEnd.IsZero() || st.TopScopes[0].Scope != idemadmin.ScopeLabel(secret, idemadmin.ScopeDigest("acct_42")) ||
+		len(st.TopScopes[0].Scope) != 16 || st.TopScopes[1].Scope != idemadmin.UnknownScope {
+		t.Fatalf("Shown = %+v", st)
+	}
+	if st := idemadmin.Shown(idemadmin.Stats{InFlight: 1, OldestInFlight: now, OldestLeaseEnd: now.Add(30 * time.Second)}, secret); st.NoLease ||
+		!st.OldestLeaseEnd.Equal(now.Add(30*time.Second)) {
+		t.Fatalf("Shown of a 30 s lease = %+v", st)
+	}
+	if idemadmin.ScopeLabel([]byte("a"), "x") == idemadmin.ScopeLabel([]byte("b"), "x") {
+		t.Fatal("ScopeLabel does not depend on the secret")
+	}
+	in := idemadmin.NewInfo(idem.Record{State: idem.InFlight, CreatedAt: now, LeaseUntil: now.Add(idem.MaxDuration), ExpiresAt: now.Add(time.Hour)}, "")
+	if !in.NoLease || !in.LeaseUntil.IsZero() || in.ExpiredAt(now.Add(2*time.Hour)) {
+		t.Fatalf("NewInfo of a record without lease = %+v; want NoLease, and not expired past its ExpiresAt while in flight", in)
 	}
 }

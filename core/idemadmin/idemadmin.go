@@ -8,13 +8,15 @@
 //
 // Scopes and keys are never written anywhere by this package: they travel
 // in request bodies, never in URLs (which access logs keep), and a record
-// is described by its state, times and digests. A scope appears in counts
-// as its digest (ScopeDigest).
+// is described by its state, times and digests. A scope appears in counts,
+// and in the handler's audit lines, by a keyed hash (ScopeLabel), never by
+// its digest, which a guessed scope could be checked against.
 package idemadmin
 
 import (
 	"cmp"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -50,6 +52,39 @@ type Store interface {
 	Purge(ctx context.Context, now time.Time, limit int) (int, error)
 }
 
+// Locator is implemented by stores that can say where they keep, or would
+// keep, the record of an ID, by digests only (the table and its key
+// columns, the Redis key): what Info.Location says of a record found. A
+// search that finds nothing says where it looked (NotFoundError).
+type Locator interface {
+	Locate(id idem.ID) string
+}
+
+// Locate is s's Locate of id if s is a Locator, else "".
+func Locate(s any, id idem.ID) string {
+	if l, ok := s.(Locator); ok {
+		return l.Locate(id)
+	}
+	return ""
+}
+
+// NotFoundError is the Client's error for a record that does not exist,
+// with where the store looked for it, if it said. It matches
+// idem.ErrNotFound.
+type NotFoundError struct {
+	Location string
+}
+
+func (e *NotFoundError) Error() string {
+	if e.Location == "" {
+		return idem.ErrNotFound.Error()
+	}
+	return idem.ErrNotFound.Error() + " (looked up: " + e.Location + ")"
+}
+
+// Is makes errors.Is(err, idem.ErrNotFound) true.
+func (e *NotFoundError) Is(target error) bool { return target == idem.ErrNotFound }
+
 // ErrInFlight is Forget's refusal of a record in flight without force.
 var ErrInFlight = errors.New("idemadmin: the record is in flight: its handler may be running; forget it with force only if that holder is gone")
 
@@ -73,9 +108,13 @@ type Info struct {
 	CompletedAt time.Time `json:"completed_at,omitzero"`
 	ExpiresAt   time.Time `json:"expires_at"`
 	// LeaseToken and LeaseUntil are the holder of a record in flight and
-	// the end of its lease; empty on a completed record.
+	// the end of its lease; empty on a completed record. NoLease says that
+	// the store takes no leases (a SQLite file, the memory store: one
+	// process holds every key until its handler ends, see Leaseless):
+	// LeaseUntil is then empty.
 	LeaseToken string    `json:"lease_token,omitempty"`
 	LeaseUntil time.Time `json:"lease_until,omitzero"`
+	NoLease    bool      `json:"no_lease,omitempty"`
 	// Status, HeaderNames and BodySize describe a completed record's
 	// stored response.
 	Status      int      `json:"status,omitempty"`
@@ -101,6 +140,9 @@ func NewInfo(rec idem.Record, location string) Info {
 	}
 	if rec.State == idem.InFlight {
 		in.LeaseToken, in.LeaseUntil = rec.Token, rec.LeaseUntil
+		if Leaseless(rec.CreatedAt, rec.LeaseUntil) {
+			in.LeaseUntil, in.NoLease = time.Time{}, true
+		}
 		return in
 	}
 	in.Status = rec.Response.Status
@@ -112,13 +154,22 @@ func NewInfo(rec idem.Record, location string) Info {
 	return in
 }
 
+// Leaseless reports whether a record in flight created at created with a
+// lease until leaseUntil was taken by an Engine on a store that takes no
+// leases (idem.LocalStore, or a store used by one process alone, such as a
+// SQLite file): such an Engine writes a lease of idem.MaxDuration, and the
+// key is held until its handler ends, or its process does.
+func Leaseless(created, leaseUntil time.Time) bool {
+	return !created.IsZero() && !leaseUntil.Before(created.Add(idem.MaxDuration))
+}
+
 // ExpiredAt reports whether the record described no longer holds its key
 // at now, as idem.Record.Expired.
 func (in *Info) ExpiredAt(now time.Time) bool {
 	if now.Before(in.ExpiresAt) {
 		return false
 	}
-	return in.State == idem.Completed.String() || !now.Before(in.LeaseUntil)
+	return in.State == idem.Completed.String() || !in.NoLease && !now.Before(in.LeaseUntil)
 }
 
 // Stats are a store's counts of records.
@@ -130,9 +181,11 @@ type Stats struct {
 	// OldestInFlight is when the oldest record in flight was taken, and
 	// OldestLeaseEnd the earliest end of a lease in flight: one in the
 	// past is a holder that stopped renewing (a process that died). Zero
-	// without records in flight.
+	// without records in flight; OldestLeaseEnd zero too, and NoLease set,
+	// on a store that takes no leases (Leaseless), once Shown.
 	OldestInFlight time.Time `json:"oldest_in_flight,omitzero"`
 	OldestLeaseEnd time.Time `json:"oldest_lease_end,omitzero"`
+	NoLease        bool      `json:"no_lease,omitempty"`
 	// Expired counts the records expired at the time of the count, waiting
 	// for the purge.
 	Expired int64 `json:"expired"`
@@ -145,10 +198,28 @@ type Stats struct {
 
 // ScopeCount is the number of records of one scope.
 type ScopeCount struct {
-	// Scope is the scope's digest (ScopeDigest); UnknownScope for records
-	// whose store did not keep it.
-	Scope   string `json:"scope_sha256"`
+	// Scope stands for the scope. A store's RecordStats gives its digest
+	// (ScopeDigest), UnknownScope for records whose store did not keep it;
+	// what operators are shown (Shown: the Handler's answer, idemctl) is
+	// its ScopeLabel instead, which a guessed scope cannot be checked
+	// against without the secret.
+	Scope   string `json:"scope_hash"`
 	Records int64  `json:"records"`
+}
+
+// Shown is st as operators are shown it: each of its TopScopes by its
+// ScopeLabel under secret, never by its digest; and on a store that takes
+// no leases, no OldestLeaseEnd (a century ahead) but NoLease.
+func Shown(st Stats, secret []byte) Stats {
+	top := make([]ScopeCount, len(st.TopScopes))
+	for i, sc := range st.TopScopes {
+		top[i] = ScopeCount{Scope: ScopeLabel(secret, sc.Scope), Records: sc.Records}
+	}
+	st.TopScopes = top
+	if st.InFlight > 0 && Leaseless(st.OldestInFlight, st.OldestLeaseEnd) {
+		st.OldestLeaseEnd, st.NoLease = time.Time{}, true
+	}
+	return st
 }
 
 // UnknownScope stands in ScopeCount for records written without their
@@ -160,6 +231,36 @@ const UnknownScope = "unknown"
 func ScopeDigest(scope string) string {
 	sum := sha256.Sum256([]byte(scope))
 	return hex.EncodeToString(sum[:])
+}
+
+// ScopeLabel is how a scope is shown to operators, from its digest
+// (ScopeDigest, as a store's RecordStats gives it): the first 16 hex digits
+// of the HMAC-SHA256 of the digest's hex text under secret. The digest
+// alone would not do: whoever can guess a scope (acct_42) can hash the
+// guess and compare. Under the same secret a scope has the same label, so
+// labels tell scopes apart and match across outputs; UnknownScope stays
+// itself. In a shell:
+//
+//	printf %s "$(printf %s "$SCOPE" | sha256sum | cut -c1-64)" | openssl dgst -sha256 -hmac "$SECRET" | awk '{print $NF}' | cut -c1-16
+func ScopeLabel(secret []byte, scopeDigest string) string {
+	if scopeDigest == UnknownScope {
+		return UnknownScope
+	}
+	return hmacHex(secret, scopeDigest, 8)
+}
+
+// KeyHash is how a key is shown in the handler's audit lines: the first 12
+// hex digits of the HMAC-SHA256 of the key under secret, as the Engine's
+// log lines show it (idem.Event.KeyHash) when secret is its
+// Config.KeyHashSecret.
+func KeyHash(secret []byte, key string) string {
+	return hmacHex(secret, key, 6)
+}
+
+func hmacHex(secret []byte, data string, n int) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write([]byte(data))
+	return hex.EncodeToString(m.Sum(nil)[:n])
 }
 
 // PurgeAll runs s.Purge in batches of batch records until one comes back

@@ -53,6 +53,20 @@ func (s neverTakesOver) Acquire(ctx context.Context, a idem.Acquire) (idem.Recor
 	return s.Store.Acquire(ctx, a)
 }
 
+// batchIgnoresToken renews, in batches, the in-flight record of each ID
+// whoever holds it: a statement that left the token out of its WHERE.
+type batchIgnoresToken struct{ *memstore.Store }
+
+func (s batchIgnoresToken) RenewBatch(ctx context.Context, held []idem.Held, until time.Time, lost []bool) error {
+	for i, h := range held {
+		rec, err := s.Get(ctx, h.ID)
+		if err != nil || rec.State != idem.InFlight || s.Renew(ctx, h.ID, rec.Token, until) != nil {
+			lost[i] = true
+		}
+	}
+	return nil
+}
+
 func TestSimCatchesBrokenStores(t *testing.T) {
 	const maxSeeds = 500
 	for _, c := range []struct {
@@ -68,6 +82,7 @@ func TestSimCatchesBrokenStores(t *testing.T) {
 		{"RenewForgets", func(s *memstore.Store) idem.Store { return renewForgets{s} }, "1 "},
 		{"CompleteIgnoresToken", func(s *memstore.Store) idem.Store { return completeIgnoresToken{s} }, ""},
 		{"NeverTakesOver", func(s *memstore.Store) idem.Store { return neverTakesOver{s} }, "4 "},
+		{"BatchIgnoresToken", func(s *memstore.Store) idem.Store { return batchIgnoresToken{s} }, "4 "},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			// Remote, as memTarget: a stale holder's completion that lands

@@ -20,6 +20,8 @@
 //				s := newEmptyStore(tb) // its background purger off
 //				return s, func() { s.Close() }
 //			},
+//			// or, for a store whose purger runs on an idem.Clock:
+//			// OpenWithClock: func(tb testing.TB, c idem.Clock) (idem.Store, func()) {...},
 //			Remote: true, // reached over a network
 //			Replay: "go test ./mystore -run TestSim -seed %d -v",
 //		}, simOptions)
@@ -67,8 +69,19 @@
 // also gets ghost writes: a call whose caller gave up (on its way, or
 // stuck in the network) lands later, up to two leases later. On a store
 // that renews in batches (idem.BatchRenewer), some engines renew lease by
-// lease instead. After the chaos every engine is up, the store and
-// clients behave, and every logical request keeps retrying.
+// lease instead, and a batch sometimes fails in part, as on a store
+// spread over nodes one of which fails: the leases on that node are not
+// renewed (or are, and the answer is lost), and the call returns an
+// idem.PartialRenewal naming them. A store opened with its own purger on
+// (Target.OpenWithClock) purges on the world's clock, between the steps
+// of the simulated goroutines, beside the world's own purger. After the
+// chaos every engine is up, the store and clients behave, and every
+// logical request keeps retrying.
+//
+// This package's own tests run the memory store, with its purger on,
+// twice: as it is, renewing lease by lease, and behind a wrapper that
+// renews in batches, so that the Engine's renewer takes both of its paths;
+// each gets half the budget.
 //
 // Requests are POST or PATCH, to paths with and without a query, with a
 // JSON body (nested, with escapes, sometimes with members whose names
@@ -123,7 +136,10 @@
 // tokenizer, in member order, compared by the policy's rule; forms part
 // by part), not by idem.DefaultFingerprint; what is stored by the
 // policy's table, not by the Engine's own; when a record expires by the
-// contract's rule, not by idem.Record.Expired. A replay is recognised by
+// contract's rule, not by idem.Record.Expired; what each store call must
+// ask for (a lease of Config.Lease, an expiry of Config.TTL, from the
+// engine's clock as it reads now) by the configuration the world gave the
+// engines, not by what the Engine sends. A replay is recognised by
 // evidence, not by its Idempotent-Replayed header: no handler ran for the
 // request (the model counts every run), and the response names the run
 // that wrote it (in its body, or its Location). A bug in one of those
@@ -146,10 +162,13 @@
 //     (RenewEvery/4) of its context being cancelled (the model's
 //     handlers and jobs take up to a tick), and the engines' clocks agree
 //     (they share the virtual clock). The Engine tells a handler its lease
-//     is lost at least one tick before the lease ends. A handler that
-//     ignores its context, or whose process freezes while it runs, cannot
-//     be told in time: such runs are exempt (they are documented, not
-//     bugs), and only fencing protects the record from them.
+//     is lost at least one tick before the lease ends: at the end of every
+//     lease the Engine was granted (its Acquire's, moved on by each
+//     renewal it was told succeeded), the run holding it, if it still
+//     works, must have been told. A handler that ignores its context, or
+//     whose process freezes while it runs, cannot be told in time: such
+//     runs are exempt (they are documented, not bugs), and only fencing
+//     protects the record from them.
 //  2. With transactional completion, never two committed executions per
 //     record lifetime: a job's result is never followed by a second,
 //     different one. The model counts an execution as committed when
@@ -179,7 +198,11 @@
 //     a definitive answer (any status but 408, 409, 425, 429 and 5xx),
 //     and every job the queue keeps delivering with a definitive outcome,
 //     within a bounded time after the chaos: a key a failed job held
-//     never stays locked (ErrInProgress for ever).
+//     never stays locked (ErrInProgress for ever). And the Engine keeps
+//     the leases its store would renew: a run is told its lease ran out
+//     only if the store refused a renewal, or its own Acquire or some
+//     renewal call of its process was slow or failed within the last
+//     lease and renewal interval (or is still under way).
 //  6. After the run: no proc left and no timer pending (every Engine's
 //     renewer idle), at most one record per key used, and none once every
 //     record has expired and been purged.
@@ -207,9 +230,20 @@
 //     ran, the error is one Do documents (ErrInProgress, ErrKeyReused,
 //     ErrStoreUnavailable, ErrStoreFull, or the caller's context's).
 //
+// Invariant 7 also holds every store call to what the configuration says,
+// by the engine's clock: an Acquire taken as the clock reads now, with a
+// lease of Config.Lease and an expiry of Config.TTL from then; a Complete
+// at now, kept for Config.TTL; a renewal for Config.Lease from a reading of
+// the clock taken since the Engine last heard back about that lease, and
+// never from a later one. And a run is told its lease is lost at most a
+// renewal interval before the end of the lease its Engine was granted,
+// unless the store refused a renewal.
+//
 // Besides, every answer of the store is checked against its contract (the
 // doc comments of idem.Store), on a shadow of every record kept from the
-// calls that reached it; -simnocontract leaves the judgement to the seven
-// invariants. A panic anywhere, or a store error with no fault injected,
+// calls that reached it, and so is the store's own purger, if it runs:
+// after each of its passes, none of the records expired by then is left
+// and every other is as it was; -simnocontract leaves the judgement to
+// the seven invariants. A panic anywhere, or a store error with no fault injected,
 // fails the run too.
 package idemsim

@@ -126,6 +126,7 @@ func (f *faultStore) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, 
 	}
 	m.newToken(a.Token, f.n, a.ID, att)
 	m.leaseAsked(a.Token, a.LeaseUntil)
+	m.checkAcquireAsked(f.n, a)
 	var (
 		rec idem.Record
 		out idem.AcquireOutcome
@@ -140,7 +141,11 @@ func (f *faultStore) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, 
 		r, o, e := f.w.store.Acquire(context.Background(), a)
 		m.observeAcquire(f.n, a, r, o, e)
 	}
-	if e := f.call(ctx, "acquire "+idName(a.ID)+" "+m.label(a.Token), apply, ghost); e != nil {
+	start := f.w.s.now
+	e := f.call(ctx, "acquire "+idName(a.ID)+" "+m.label(a.Token), apply, ghost)
+	m.lease(a.Token).slowAcquire = e != nil || f.w.s.now.Sub(start) > f.w.p.renewEvery/8
+	m.answered(f.n, a.Token, e == nil && err == nil && out != idem.AcquireExisting, a.LeaseUntil, false)
+	if e != nil {
 		return idem.Record{}, 0, e
 	}
 	if att != nil && err == nil {
@@ -153,6 +158,7 @@ func (f *faultStore) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, 
 func (f *faultStore) Renew(ctx context.Context, id idem.ID, token string, until time.Time) error {
 	m := f.w.m
 	m.leaseAsked(token, until)
+	m.checkRenewAsked(f.n, id, token, until)
 	apply := func(ctx context.Context) error {
 		err := f.w.store.Renew(ctx, id, token, until)
 		m.observeRenew(id, token, until, err)
@@ -161,35 +167,89 @@ func (f *faultStore) Renew(ctx context.Context, id idem.ID, token string, until 
 	ghost := func() {
 		m.observeRenew(id, token, until, f.w.store.Renew(context.Background(), id, token, until))
 	}
-	return f.call(ctx, "renew "+idName(id)+" "+m.label(token), apply, ghost)
+	ended := m.renewalCall(f.n)
+	err := f.call(ctx, "renew "+idName(id)+" "+m.label(token), apply, ghost)
+	ended(err)
+	m.answered(f.n, token, err == nil, until, errors.Is(err, idem.ErrLockLost))
+	return err
 }
 
-// RenewBatch implements idem.BatchRenewer.
+// RenewBatch implements idem.BatchRenewer. During the chaos, a batch
+// sometimes fails in part, as on a store spread over nodes one of which
+// failed: the leases of that node (drawn) are not renewed, or are and the
+// answer is lost, and the call returns an idem.PartialRenewal naming them,
+// with the others' outcomes as the store gave them.
 func (f batchFaultStore) RenewBatch(ctx context.Context, held []idem.Held, until time.Time, lost []bool) error {
-	m := f.w.m
+	w, m := f.w, f.w.m
 	what := "renew batch"
 	for _, h := range held {
 		m.leaseAsked(h.Token, until)
+		m.checkRenewAsked(f.n, h.ID, h.Token, until)
 		what += " " + m.label(h.Token)
 	}
-	br := f.w.store.(idem.BatchRenewer)
-	apply := func(ctx context.Context) error {
-		err := br.RenewBatch(ctx, held, until, lost)
-		m.observeRenewBatch(held, until, lost, err)
+	br := w.store.(idem.BatchRenewer)
+	sick, sickLands := w.planPartial(len(held))
+	if sick != nil {
+		what += " (one node fails:"
+		for i, h := range held {
+			if sick[i] {
+				what += " " + m.label(h.Token)
+			}
+		}
+		what += ")"
+	}
+	// renew renews the leases of held whose sick entry is want, as one
+	// call of the store's, and records their outcomes in lost.
+	renew := func(ctx context.Context, want bool, lost []bool) error {
+		var part []idem.Held
+		var at []int
+		for i, h := range held {
+			if sick == nil || sick[i] == want {
+				part, at = append(part, h), append(at, i)
+			}
+		}
+		if len(part) == 0 {
+			return nil
+		}
+		partLost := make([]bool, len(part))
+		err := br.RenewBatch(ctx, part, until, partLost)
+		m.observeRenewBatch(part, until, partLost, err)
+		for j, i := range at {
+			lost[i] = partLost[j]
+		}
 		return err
+	}
+	apply := func(ctx context.Context) error {
+		if err := renew(ctx, false, lost); err != nil || sick == nil {
+			return err
+		}
+		if sickLands {
+			_ = renew(ctx, true, make([]bool, len(held)))
+		}
+		return partialRenewal{sick: sick}
 	}
 	held2 := slices.Clone(held)
 	ghost := func() {
 		lost := make([]bool, len(held2))
 		m.observeRenewBatch(held2, until, lost, br.RenewBatch(context.Background(), held2, until, lost))
 	}
-	return f.call(ctx, what, apply, ghost)
+	ended := m.renewalCall(f.n)
+	err := f.call(ctx, what, apply, ghost)
+	ended(err)
+	var partial idem.PartialRenewal
+	isPartial := errors.As(err, &partial)
+	for i, h := range held {
+		ok := err == nil || isPartial && !partial.Unrenewed(i)
+		m.answered(f.n, h.Token, ok && !lost[i], until, ok && lost[i])
+	}
+	return err
 }
 
 // Complete implements idem.Store.
 func (f *faultStore) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
 	m := f.w.m
 	f.fromRequest("Complete")
+	m.checkCompleteAsked(f.n, id, token, c)
 	if t := m.tokens[token]; t != nil {
 		t.recorded = true
 	}

@@ -205,12 +205,14 @@ func (w *world) admit(r *http.Request) (*attempt, idem.Held, bool) {
 // spells does x's work, spell by spell, and reports false if it stopped
 // first because ctx was cancelled. A deaf run never notices.
 func (w *world) spells(ctx context.Context, x *exec, work []time.Duration, react time.Duration, deaf bool) bool {
+	x.ctx = ctx
 	if deaf {
 		x.exempt = "ignores its context"
 		ctx = context.WithoutCancel(ctx)
 	}
 	for _, d := range work {
-		if !w.work(ctx, d, react) {
+		if ok, woke := w.work(ctx, d, react); !ok {
+			w.m.checkLeaseLost(x, ctx, woke)
 			return false
 		}
 	}
@@ -361,17 +363,19 @@ func (pl execPlan) extras() string {
 }
 
 // work spends d of virtual time on the handler's work, and reports false
-// if the handler stopped because its context was cancelled first.
-func (w *world) work(ctx context.Context, d, react time.Duration) bool {
+// if the handler stopped because its context was cancelled first, with
+// the instant that happened (the handler stops within react of it).
+func (w *world) work(ctx context.Context, d, react time.Duration) (ok bool, woke time.Time) {
 	s := w.s
 	end := s.now.Add(d)
 	s.wait(end, ctx, nil)
 	if !s.now.Before(end) {
-		return true
+		return true, s.now
 	}
+	woke = s.now
 	// The handler notices at its next check of the context, within react.
 	s.sleep(min(react, end.Sub(s.now)))
-	return false
+	return false, woke
 }
 
 func sum(ds []time.Duration) time.Duration {

@@ -2,6 +2,7 @@ package idemsim
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -54,7 +55,9 @@ type model struct {
 	running map[idem.ID]*exec // the execution of each key running now
 
 	shadow   map[idem.ID]*shadowRec
-	maxLease map[string]time.Time // per token: the latest lease its holder asked for
+	maxLease map[string]time.Time  // per token: the latest lease its holder asked for
+	leases   map[string]*leaseInfo // per token: its lease as its Engine learnt it (config.go)
+
 	tokens   map[string]*tokenInfo
 	execOf   map[string]*exec // by token
 	order    []string         // the tokens, in order of first appearance
@@ -95,9 +98,10 @@ type exec struct {
 	end       time.Time
 	running   bool
 	outcome   string
-	resp      *response // the whole response it wrote, if it wrote one
-	wrote     bool      // it did its work (Effects)
-	committed bool      // its completion committed
+	ctx       context.Context // the handler's or job's, once it works (see spells)
+	resp      *response       // the whole response it wrote, if it wrote one
+	wrote     bool            // it did its work (Effects)
+	committed bool            // its completion committed
 	// withheld: the Engine was told its completion found another holder
 	// (ErrLockLost) or undid its work (ErrRolledBack), so its response
 	// must not reach its client as the key's outcome.
@@ -143,6 +147,7 @@ func newModel(w *world, contract bool) *model {
 		requests: map[string][]*attempt{},
 		shadow:   map[idem.ID]*shadowRec{},
 		maxLease: map[string]time.Time{},
+		leases:   map[string]*leaseInfo{},
 		tokens:   map[string]*tokenInfo{},
 		execOf:   map[string]*exec{},
 		idSeen:   map[idem.ID]bool{},
@@ -496,6 +501,42 @@ func (m *model) observePurge(now time.Time, limit, n int, err error) {
 		m.contractf("Purge deleted %d records; %d had expired", n, want)
 	}
 	m.w.tracef("purge → %d", n)
+}
+
+// storePurged checks, once a timer of the store's clock has done its work
+// (a pass of its purger, which reads the clock when it fires), that the
+// store then holds none of the records expired by then, and every other
+// one as it was: its purger deletes what has expired, all of it, and
+// nothing else.
+func (m *model) storePurged() {
+	at := m.w.s.now
+	deleted := 0
+	for _, id := range m.ids {
+		s := m.shadow[id]
+		if s == nil || s.rec.State == 0 {
+			continue
+		}
+		rec, err := m.w.store.Get(context.Background(), id)
+		switch {
+		case err != nil && !errors.Is(err, idem.ErrNotFound):
+			m.ownError("Get", err)
+			return
+		case expiredAt(s.rec, at):
+			if err == nil {
+				m.contractf("the store's purger, at %s, left %s (%s), expired by then", m.w.at(at), idName(id), m.describe(s.rec))
+			}
+			s.rec = idem.Record{}
+			deleted++
+		case err != nil:
+			m.contractf("the store's purger, at %s, deleted %s (%s), which had not expired", m.w.at(at), idName(id), m.describe(s.rec))
+			s.rec = idem.Record{}
+		default:
+			if e := sameRecord(rec, s.rec); e != nil {
+				m.contractf("the store's purger, at %s, changed %s: %v", m.w.at(at), idName(id), e)
+			}
+		}
+	}
+	m.w.tracef("the store's purger at %s → %d expired", m.w.at(at), deleted)
 }
 
 // nextExpiry returns the earliest instant after now at which a record the

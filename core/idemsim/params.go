@@ -58,6 +58,10 @@ type params struct {
 	pJobPanic  float64
 	pDeadline  float64 // the consumer gives the job its own deadline: the visibility timeout
 	pLostAck   float64 // a message done is delivered once more (its acknowledgement was lost)
+
+	// Per batch renewal of two leases or more, during the chaos, on a
+	// store that renews in batches: one node of the store fails.
+	pPartial float64
 }
 
 // window is a spell of bad weather for the store, as every engine sees it
@@ -113,6 +117,7 @@ func drawParams(seed uint64) params {
 	p.drawStore(r)
 	p.drawClients(r)
 	p.drawJobs(r)
+	p.drawBatches(r)
 	return p
 }
 
@@ -233,6 +238,12 @@ func (p *params) drawJobs(r *rand.Rand) {
 	p.pJobPanic = 0.05 * r.Float64()
 	p.pDeadline = r.Float64()
 	p.pLostAck = 0.5 * r.Float64()
+}
+
+// drawBatches draws how often a batch renewal fails in part. It draws
+// after the jobs, so that the rest of a seed's world is as it was before.
+func (p *params) drawBatches(r *rand.Rand) {
+	p.pPartial = 0.3 * r.Float64()
 }
 
 // drawClients draws how clients and handlers misbehave.

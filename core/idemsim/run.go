@@ -21,6 +21,15 @@ type Target struct {
 	// work (a purger) must be off: the simulation purges by itself, at
 	// virtual times. Open fails tb if it cannot make a store.
 	Open func(tb testing.TB) (idem.Store, func())
+	// OpenWithClock, if set, is used instead of Open: it opens the store
+	// with its own background purger on, running on clock, the world's
+	// virtual time (e.g. memstore.WithClock and WithPurgeInterval). The
+	// clock's timers run between the steps of the simulated goroutines,
+	// and are the passes of the purger: after each, the simulation checks
+	// that the store holds none of the records expired by then and every
+	// other as it was. The world's own purger runs too. Run and RunOne use
+	// it; RunSeed is for stores opened with Open.
+	OpenWithClock func(tb testing.TB, clock idem.Clock) (idem.Store, func())
 	// Remote says the store is reached over a network: a call whose caller
 	// gave up may still land on it later (a ghost write), as a statement
 	// a database server received goes on running after its client left,
@@ -168,13 +177,44 @@ func (s Stats) String() string {
 		s.Seeds, s.Steps, s.Requests, s.Attempts, s.Jobs, s.Deliveries, s.Executions, s.Crashes, s.Virtual.Round(time.Second))
 }
 
-// RunSeed simulates one seed against store, which must be new and empty,
-// and returns the run's first violation (nil if none) and what it did.
+// RunSeed simulates one seed against store, which must be new and empty
+// (opened with target.Open), and returns the run's first violation (nil
+// if none) and what it did.
 func RunSeed(seed uint64, store idem.Store, target Target, o *Options) (*Failure, Stats) {
+	return runSeed(seed, store, nil, target, o)
+}
+
+// RunOne opens a store for target (with OpenWithClock if it is set, with
+// Open otherwise), simulates one seed against it as RunSeed does, and
+// disposes of it.
+func RunOne(tb testing.TB, seed uint64, target Target, o *Options) (*Failure, Stats) {
+	tb.Helper()
+	store, clock, done := target.open(tb)
+	if done != nil {
+		defer done()
+	}
+	return runSeed(seed, store, clock, target, o)
+}
+
+// open opens a store for one run; clock is the store's, if it has one.
+func (t Target) open(tb testing.TB) (store idem.Store, clock *storeClock, done func()) {
+	if t.OpenWithClock != nil {
+		clock = new(storeClock)
+		store, done = t.OpenWithClock(tb, clock)
+		return store, clock, done
+	}
+	store, done = t.Open(tb)
+	return store, nil, done
+}
+
+func runSeed(seed uint64, store idem.Store, clock *storeClock, target Target, o *Options) (*Failure, Stats) {
 	if o == nil {
 		o = &Options{}
 	}
 	w := newWorld(seed, store, target.Remote, !o.NoContract)
+	if clock != nil {
+		clock.bind(w)
+	}
 	w.effects = target.Effects
 	w.trace.all = o.Trace
 	f := w.run()
@@ -198,11 +238,7 @@ func Run(t *testing.T, target Target, o *Options) Stats {
 	}
 	var total Stats
 	one := func(seed uint64) bool {
-		store, done := target.Open(t)
-		f, st := RunSeed(seed, store, target, o)
-		if done != nil {
-			done()
-		}
+		f, st := RunOne(t, seed, target, o)
 		total.add(st)
 		if f != nil {
 			t.Error(f.Error())
@@ -226,11 +262,7 @@ func Run(t *testing.T, target Target, o *Options) Stats {
 	// the scheduler, would make a failing seed impossible to replay.
 	var hashes [2]uint64
 	for i := range hashes {
-		store, done := target.Open(t)
-		_, st := RunSeed(max(o.Start, 1), store, target, &Options{NoContract: o.NoContract})
-		if done != nil {
-			done()
-		}
+		_, st := RunOne(t, max(o.Start, 1), target, &Options{NoContract: o.NoContract})
 		hashes[i] = st.TraceHash
 	}
 	if hashes[0] != hashes[1] {

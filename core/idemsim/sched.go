@@ -186,11 +186,15 @@ func (s *sched) run(limit time.Time) (idle bool) {
 			continue
 		}
 		next, ok := s.nextEvent()
-		if !ok {
+		if !ok || len(s.procs) == 0 && s.onlyDaemons() {
 			return len(s.procs) == 0
 		}
 		if next.After(limit) {
 			return false
+		}
+		if !next.After(s.now) && len(s.timers) > 0 && !s.timers[0].when.After(s.now) {
+			s.fireTimers() // set for now by a step that just ran (a daemon's, see afterDaemon)
+			continue
 		}
 		if !next.After(s.now) {
 			panic(fmt.Sprintf("idemsim: scheduler stuck at %s: nothing ready, next event at %s", s.now, next))
@@ -219,17 +223,36 @@ func (s *sched) nextEvent() (time.Time, bool) {
 	return next, ok
 }
 
+// fireTimers starts the timers due now as procs, and runs the daemons'
+// at once.
 func (s *sched) fireTimers() {
 	for len(s.timers) > 0 && !s.timers[0].when.After(s.now) {
 		t := heap.Pop(&s.timers).(*timer)
+		if t.daemon {
+			t.f()
+			continue
+		}
 		s.spawn(t.owner, t.owner.name()+" timer", t.f)
 	}
+}
+
+// onlyDaemons reports whether every timer pending is a daemon's.
+func (s *sched) onlyDaemons() bool {
+	for _, t := range s.timers {
+		if !t.daemon {
+			return false
+		}
+	}
+	return true
 }
 
 // abort ends the run: every proc left exits at its next wait (or before
 // it starts), running its deferred calls, and every timer is dropped.
 func (s *sched) abort() {
 	s.aborting = true
+	for _, t := range s.timers {
+		t.index = -1
+	}
 	s.timers = nil
 	for len(s.procs) > 0 {
 		s.resume(s.procs[0])
@@ -262,13 +285,26 @@ func (s *sched) afterFunc(owner *node, d time.Duration, f func()) idem.Timer {
 	return t
 }
 
+// afterDaemon is Clock.AfterFunc for the store's own background work (see
+// storeClock): f runs in the scheduler itself when time reaches it,
+// between two steps, and must not wait on the scheduler; and such a timer
+// pending does not keep the world from being idle. Running no proc, it
+// changes nothing in the order in which the seed runs the others.
+func (s *sched) afterDaemon(d time.Duration, f func()) idem.Timer {
+	s.seq++
+	t := &timer{s: s, when: s.now.Add(max(d, 0)), seq: s.seq, f: f, daemon: true}
+	heap.Push(&s.timers, t)
+	return t
+}
+
 type timer struct {
-	s     *sched
-	when  time.Time
-	seq   uint64
-	f     func()
-	owner *node
-	index int // in the heap; -1 once fired, stopped or dropped
+	s      *sched
+	when   time.Time
+	seq    uint64
+	f      func()
+	owner  *node
+	daemon bool // see afterDaemon
+	index  int  // in the heap; -1 once fired, stopped or dropped
 }
 
 // Stop implements idem.Timer.

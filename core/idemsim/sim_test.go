@@ -1,6 +1,8 @@
 package idemsim_test
 
 import (
+	"context"
+	"errors"
 	"flag"
 	"runtime"
 	"testing"
@@ -17,19 +19,67 @@ var simOptions = idemsim.Flags(flag.CommandLine)
 // simulation's store wrapper never passes on idem.LocalStore, so the
 // Engine gives every call a deadline, and Remote lets calls whose caller
 // gave up land late, so that the Engine meets ghost writes in this
-// module's own tests too.
+// module's own tests too. Its background purger runs, on the world's
+// clock, every 30 s of virtual time, two records a batch.
 var memTarget = idemsim.Target{
-	Open: func(testing.TB) (idem.Store, func()) {
-		s := memstore.New(memstore.WithPurgeInterval(0))
+	OpenWithClock: func(_ testing.TB, clock idem.Clock) (idem.Store, func()) {
+		s := openMem(clock)
 		return s, func() { _ = s.Close() }
 	},
 	Remote: true,
-	Replay: "go test ./core/idemsim -run TestSim -seed %d -v",
+	Replay: "go test ./core/idemsim -run TestSim/memory -seed %d -v",
 }
 
+func openMem(clock idem.Clock) *memstore.Store {
+	return memstore.New(memstore.WithClock(clock), memstore.WithPurgeInterval(30*time.Second), memstore.WithPurgeBatch(2))
+}
+
+// batchTarget is the memory store renewing leases in batches
+// (idem.BatchRenewer), as every durable store does: the Engine's renewer
+// takes its batch path, and the simulation fails some of its batches in
+// part (idem.PartialRenewal), as on a store spread over nodes.
+var batchTarget = idemsim.Target{
+	OpenWithClock: func(_ testing.TB, clock idem.Clock) (idem.Store, func()) {
+		s := openMem(clock)
+		return batchStore{s}, func() { _ = s.Close() }
+	},
+	Remote: true,
+	Replay: "go test ./core/idemsim -run TestSim/batches -seed %d -v",
+}
+
+// batchStore renews a batch of leases in one step of the simulation, as
+// one statement or script would.
+type batchStore struct{ *memstore.Store }
+
+var _ idem.BatchRenewer = batchStore{}
+
+func (s batchStore) RenewBatch(ctx context.Context, held []idem.Held, until time.Time, lost []bool) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for i, h := range held {
+		switch err := s.Renew(ctx, h.ID, h.Token, until); {
+		case errors.Is(err, idem.ErrLockLost):
+			lost[i] = true
+		case err != nil:
+			return err
+		}
+	}
+	return nil
+}
+
+// TestSim runs the simulation against the memory store twice: renewing
+// lease by lease, and in batches. Each gets half the budget.
 func TestSim(t *testing.T) {
 	before := runtime.NumGoroutine()
-	idemsim.Run(t, memTarget, simOptions)
+	half := *simOptions
+	half.Budget /= 2
+	for _, c := range []struct {
+		name   string
+		target idemsim.Target
+	}{{"memory", memTarget}, {"batches", batchTarget}} {
+		t.Run(c.name, func(t *testing.T) { idemsim.Run(t, c.target, &half) })
+	}
 	// Invariant 6 for real goroutines: every simulated one has ended.
 	deadline := time.Now().Add(5 * time.Second)
 	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
@@ -46,9 +96,7 @@ func TestSimDeterministic(t *testing.T) {
 	for _, seed := range []uint64{1, 7, 2101} {
 		var hashes [2]uint64
 		for i := range hashes {
-			store, done := memTarget.Open(t)
-			f, st := idemsim.RunSeed(seed, store, memTarget, nil)
-			done()
+			f, st := idemsim.RunOne(t, seed, memTarget, nil)
 			if f != nil {
 				t.Fatal(f)
 			}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -62,6 +63,12 @@ type node struct {
 	skew        time.Duration // its clock's error
 	engine      *idem.Engine
 	h           http.Handler
+
+	// Its renewal calls that did not answer promptly, for
+	// model.checkLeaseLost: when the last of them ended, and when those
+	// under way started.
+	slowRenewal time.Time
+	renewals    []time.Time
 }
 
 func (n *node) isDead() bool { return n != nil && n.dead }
@@ -499,6 +506,29 @@ func (w *world) planCall(n *node) callPlan {
 		}
 	}
 	return pl
+}
+
+// planPartial draws whether a batch renewal of n leases fails in part
+// (see batchFaultStore.RenewBatch): nil if not, else which leases are on
+// the node that fails (at least one, never all), and whether their
+// renewal lands before that node's answer is lost.
+func (w *world) planPartial(n int) (sick []bool, lands bool) {
+	r := w.rng
+	if n < 2 || !w.s.now.Before(w.calmAt) || r.Float64() >= w.p.pPartial {
+		return nil, false
+	}
+	sick = make([]bool, n)
+	first := r.IntN(n)
+	sick[first] = true
+	for i := range sick {
+		if i != first && r.IntN(2) == 0 {
+			sick[i] = true
+		}
+	}
+	if !slices.Contains(sick, false) {
+		sick[(first+1)%n] = false
+	}
+	return sick, r.IntN(2) == 0
 }
 
 // weather applies to pl the spells of bad weather that n's call meets, at

@@ -55,6 +55,8 @@ var appRoutes = map[string]func(*app, http.ResponseWriter, *http.Request, appCal
 	"/hints":        (*app).serveHints,
 	"/unwrap-flush": (*app).serveUnwrapFlush,
 	"/late-header":  (*app).serveLateHeader,
+	"/status-late":  (*app).serveStatusLate,
+	"/status-twice": (*app).serveStatusTwice,
 	"/links":        (*app).serveLinks,
 	"/held":         (*app).serveHeld,
 	"/ctx":          (*app).serveCtx,
@@ -185,6 +187,27 @@ func (a *app) serveLateHeader(w http.ResponseWriter, _ *http.Request, c appCall)
 	w.Header().Set("X-Late", "set after the header")
 	w.Header().Set("Content-Type", "text/plain; changed=after-the-header")
 	w.Header()["X-Early"][0] = "changed in place after the header"
+	fmt.Fprintf(w, `{"call":%d}`, c.n)
+}
+
+// serveStatusLate writes its body first, then the status in the query's
+// code: net/http has sent 200 with the body by then, and ignores the
+// later status (it logs "superfluous response.WriteHeader call").
+func (a *app) serveStatusLate(w http.ResponseWriter, _ *http.Request, c appCall) {
+	code, _ := strconv.Atoi(c.query.Get("code"))
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprintf(w, `{"call":%d}`, c.n)
+	w.WriteHeader(code)
+}
+
+// serveStatusTwice writes the status in the query's first, then the one
+// in then, then its body: net/http sends the first and ignores the other.
+func (a *app) serveStatusTwice(w http.ResponseWriter, _ *http.Request, c appCall) {
+	first, _ := strconv.Atoi(c.query.Get("first"))
+	then, _ := strconv.Atoi(c.query.Get("then"))
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(first)
+	w.WriteHeader(then)
 	fmt.Fprintf(w, `{"call":%d}`, c.n)
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemadmin"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
@@ -618,4 +619,126 @@ func (s *readThenTakeOver) Acquire(ctx context.Context, a idem.Acquire) (idem.Re
 	}
 	s.window.wait()
 	return acquiredRecord(a), idem.AcquireTookOver, overwrite(ctx, s.Store, &s.mu, a)
+}
+
+// Broken stores of the operator's calls (idemadmin.Store).
+
+// forgetMissingSucceeds answers a Forget of a missing record with success:
+// the count of the DELETE is not read.
+type forgetMissingSucceeds struct{ *memstore.Store }
+
+func (s forgetMissingSucceeds) Forget(ctx context.Context, id idem.ID, force bool) error {
+	if err := s.Store.Forget(ctx, id, force); !errors.Is(err, idem.ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+// forgetIgnoresForce forgets a record in flight without force.
+type forgetIgnoresForce struct{ *memstore.Store }
+
+func (s forgetIgnoresForce) Forget(ctx context.Context, id idem.ID, _ bool) error {
+	return s.Store.Forget(ctx, id, true)
+}
+
+// forgetsCompletedOnly deletes only completed records: a DELETE that names
+// the completed state whatever it read. A record in flight stays, its
+// stuck holder's key locked.
+type forgetsCompletedOnly struct{ *memstore.Store }
+
+func (s forgetsCompletedOnly) Forget(ctx context.Context, id idem.ID, force bool) error {
+	if rec, err := s.Get(ctx, id); err == nil && rec.State == idem.InFlight {
+		if !force {
+			return idemadmin.ErrInFlight
+		}
+		return nil
+	}
+	return s.Store.Forget(ctx, id, force)
+}
+
+// forgetsInFlightOnly deletes only records in flight: the state the other
+// way round.
+type forgetsInFlightOnly struct{ *memstore.Store }
+
+func (s forgetsInFlightOnly) Forget(ctx context.Context, id idem.ID, force bool) error {
+	if rec, err := s.Get(ctx, id); err == nil && rec.State == idem.Completed {
+		return nil
+	}
+	return s.Store.Forget(ctx, id, force)
+}
+
+// forgetIgnoresScope forgets the key in every scope: a DELETE without the
+// scope column. It keeps the scopes it saw to play that.
+type forgetIgnoresScope struct {
+	*memstore.Store
+	mu     sync.Mutex
+	scopes map[string]bool
+}
+
+func newForgetIgnoresScope(s *memstore.Store) *forgetIgnoresScope {
+	return &forgetIgnoresScope{Store: s, scopes: map[string]bool{}}
+}
+
+func (s *forgetIgnoresScope) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
+	s.mu.Lock()
+	s.scopes[a.ID.Scope] = true
+	s.mu.Unlock()
+	return s.Store.Acquire(ctx, a)
+}
+
+func (s *forgetIgnoresScope) Forget(ctx context.Context, id idem.ID, force bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	err := s.Store.Forget(ctx, id, force)
+	for scope := range s.scopes {
+		if scope != id.Scope {
+			_ = s.Store.Forget(ctx, idem.ID{Scope: scope, Key: id.Key}, force)
+		}
+	}
+	return err
+}
+
+// twoStepForget reads the record, runs between (TestForgetFenced's
+// change), then deletes it if it still is what it read, as cond decides:
+// the condition of a DELETE that names too little of what it read. With
+// uncounted, a DELETE that found nothing is taken for done: its count of
+// rows is not read.
+type twoStepForget struct {
+	*memstore.Store
+	between   func()
+	cond      func(read, now idem.Record) bool
+	uncounted bool
+}
+
+func newTwoStepForget(s *memstore.Store, cond func(read, now idem.Record) bool) *twoStepForget {
+	return &twoStepForget{Store: s, cond: cond}
+}
+
+func forgetByKey(_, _ idem.Record) bool        { return true }
+func forgetByToken(read, now idem.Record) bool { return now.Token == read.Token }
+func forgetByState(read, now idem.Record) bool { return now.State == read.State }
+func forgetByBoth(read, now idem.Record) bool {
+	return forgetByToken(read, now) && forgetByState(read, now)
+}
+
+func (s *twoStepForget) Forget(ctx context.Context, id idem.ID, force bool) error {
+	read, err := s.Get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if read.State == idem.InFlight && !force {
+		return idemadmin.ErrInFlight
+	}
+	if f := s.between; f != nil {
+		s.between = nil
+		f()
+	}
+	now, err := s.Get(ctx, id)
+	switch {
+	case errors.Is(err, idem.ErrNotFound) && s.uncounted:
+		return nil
+	case err != nil || !s.cond(read, now):
+		return idemadmin.ErrChanged
+	}
+	return s.Store.Forget(ctx, id, true)
 }

@@ -305,6 +305,32 @@ func wantReplay(t *testing.T, first, r *result) {
 	}
 }
 
+// wantRecordedAsSent sends c twice, for a handler that wrote one of the
+// statuses sent (what decides which is the framework's), and checks that
+// the retry replays the first response, sent with a storable status, or
+// runs the handler again, after a 5xx.
+func wantRecordedAsSent(t *testing.T, e *env, c call, what string, sent ...int) {
+	t.Helper()
+	before := e.app.calls.Load()
+	first := e.settled(t, c)
+	if first.err != nil || !slices.Contains(sent, first.status) {
+		t.Fatalf("%s: the first response is %d (%v), want one of %v", what, first.status, first.err, sent)
+	}
+	r := e.settled(t, c)
+	runs := e.app.calls.Load() - before
+	if first.status >= 500 {
+		if r.replayed() || runs != 2 {
+			t.Fatalf("%s: the client got %d, yet the retry got %d (replayed %v) after %d runs; want the handler run again",
+				what, first.status, r.status, r.replayed(), runs)
+		}
+		return
+	}
+	wantReplay(t, first, r)
+	if runs != 1 {
+		t.Fatalf("%s: the handler ran %d times, want once", what, runs)
+	}
+}
+
 // wantProblem checks an RFC 9457 problem response of the given type.
 func wantProblem(t *testing.T, r *result, status int, name string) {
 	t.Helper()
@@ -499,6 +525,26 @@ var httpCases = []httpCase{
 			wantReplay(t, first, e.must(t, c, code))
 		}
 		e.wantCalls(t, 9)
+	}},
+	{name: "Replay/StatusAfterBody", run: func(t *testing.T, e *env) {
+		// A handler that writes its body and then a status: the client got
+		// what the framework sent (net/http sends 200 with the body and
+		// ignores the later status; Fiber sends its response, with the
+		// later status, once the handler returns), and that is what is
+		// stored and replayed, or, if it is not storable, nothing is.
+		for _, code := range []int{201, 503} {
+			wantRecordedAsSent(t, e, call{key: fmt.Sprintf("k-%d", code), path: fmt.Sprintf("/status-late?code=%d", code)},
+				fmt.Sprintf("status %d after the body", code), 200, code)
+		}
+	}},
+	{name: "Replay/StatusTwice", run: func(t *testing.T, e *env) {
+		// A handler that writes two statuses: the client got one of them
+		// (net/http sends the first), and that one is stored and replayed,
+		// or, if it is not storable, nothing is.
+		for _, c := range []struct{ first, then int }{{201, 202}, {201, 500}, {503, 201}} {
+			wantRecordedAsSent(t, e, call{key: fmt.Sprintf("k-%d-%d", c.first, c.then), path: fmt.Sprintf("/status-twice?first=%d&then=%d", c.first, c.then)},
+				fmt.Sprintf("statuses %d then %d", c.first, c.then), c.first, c.then)
+		}
 	}},
 	{name: "Replay/NoContentType", run: func(t *testing.T, e *env) {
 		// A replay carries the headers the client received, no more: a

@@ -13,11 +13,15 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemadmin"
 )
 
 // TestStore runs the store contract (the doc comments of idem.Store) against
 // stores made by newStore, a fresh, empty store for each subtest. Subtests
-// are named after the clauses they check.
+// are named after the clauses they check. A store that an operator can
+// inspect and repair (idemadmin.Store, as every store of idemkit) is also
+// held to the clauses of Forget (subtests Admin/...); see TestForgetFenced
+// for the one a store with a Forget of two steps must add.
 func TestStore(t *testing.T, newStore func(testing.TB) idem.Store) {
 	t.Helper()
 	for _, c := range storeChecks {
@@ -29,6 +33,249 @@ func TestStore(t *testing.T, newStore func(testing.TB) idem.Store) {
 			}
 		})
 	}
+	if _, ok := newStore(t).(AdminStore); !ok {
+		return
+	}
+	for _, c := range adminChecks {
+		t.Run("Admin/"+c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := c.check(ctx, newStore(t).(AdminStore)); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// AdminStore is a store an operator can inspect and repair.
+type AdminStore interface {
+	idem.Store
+	idemadmin.Store
+}
+
+type adminCheck struct {
+	name  string
+	check func(context.Context, AdminStore) error
+}
+
+// adminChecks are the clauses of idemadmin.Store's Forget that hold on
+// every store.
+var adminChecks = []adminCheck{
+	{"Forget/NotFound", checkForgetNotFound},
+	{"Forget/InFlightNeedsForce", checkForgetNeedsForce},
+	{"Forget/ForceFencesHolder", checkForgetFencesHolder},
+	{"Forget/Completed", checkForgetCompleted},
+	{"Forget/ScopesApart", checkForgetScopesApart},
+}
+
+func checkForgetNotFound(ctx context.Context, s AdminStore) error {
+	return wantErr("Forget of a missing record", s.Forget(ctx, idem.ID{Key: "k-never"}, true), idem.ErrNotFound)
+}
+
+// checkForgetNeedsForce: a record in flight, whose handler may run, is
+// forgotten only with force; without, it is left to its holder.
+func checkForgetNeedsForce(ctx context.Context, s AdminStore) error {
+	id := idem.ID{Key: "k-forget-running"}
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.AcquireCreated); err != nil {
+		return err
+	}
+	if err := wantErr("Forget of a record in flight without force", s.Forget(ctx, id, false), idemadmin.ErrInFlight); err != nil {
+		return err
+	}
+	if err := completeAt(ctx, s, id, "tok", sampleResponse(), t0); err != nil {
+		return fmt.Errorf("the holder, after a Forget without force: %w", err)
+	}
+	return nil
+}
+
+// checkForgetFencesHolder: a record in flight forgotten with force is
+// gone; its holder's later Renew, Complete or Release fails with
+// ErrLockLost and never touches the record a new request writes after.
+func checkForgetFencesHolder(ctx context.Context, s AdminStore) error {
+	id := idem.ID{Key: "k-forget-stuck"}
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-stuck", t0), idem.AcquireCreated); err != nil {
+		return err
+	}
+	if err := s.Forget(ctx, id, true); err != nil {
+		return fmt.Errorf("Forget of a record in flight with force: %w", err)
+	}
+	if _, err := s.Get(ctx, id); !errors.Is(err, idem.ErrNotFound) {
+		return fmt.Errorf("Get after a Forget with force: %v, want ErrNotFound", err)
+	}
+	if err := wantErr("Renew by the forgotten holder", s.Renew(ctx, id, "tok-stuck", t0.Add(2*lease)), idem.ErrLockLost); err != nil {
+		return err
+	}
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-new", t0.Add(time.Second)), idem.AcquireCreated); err != nil {
+		return fmt.Errorf("after a Forget with force: %w", err)
+	}
+	c := idem.Completion{Response: sampleResponse(), CompletedAt: t0, ExpiresAt: t0.Add(ttl)}
+	if err := wantErr("Complete by the forgotten holder", s.Complete(ctx, id, "tok-stuck", c), idem.ErrLockLost); err != nil {
+		return err
+	}
+	if err := wantErr("Release by the forgotten holder", s.Release(ctx, id, "tok-stuck"), idem.ErrLockLost); err != nil {
+		return err
+	}
+	if rec, err := s.Get(ctx, id); err != nil || rec.State != idem.InFlight || rec.Token != "tok-new" {
+		return fmt.Errorf("the new request's record, after the forgotten holder's calls: %v by %q (%v), want in flight by tok-new",
+			rec.State, rec.Token, err)
+	}
+	return nil
+}
+
+// checkForgetCompleted: a completed record is forgotten without force, and
+// its key runs anew.
+func checkForgetCompleted(ctx context.Context, s AdminStore) error {
+	id := idem.ID{Key: "k-forget-done"}
+	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.AcquireCreated); err != nil {
+		return err
+	}
+	if err := completeAt(ctx, s, id, "tok", sampleResponse(), t0); err != nil {
+		return err
+	}
+	if err := s.Forget(ctx, id, false); err != nil {
+		return fmt.Errorf("Forget of a completed record: %w", err)
+	}
+	if _, err := s.Get(ctx, id); !errors.Is(err, idem.ErrNotFound) {
+		return fmt.Errorf("Get after Forget: %v, want ErrNotFound", err)
+	}
+	_, err := acquire(ctx, s, acquireAt(id, fpA, "tok-again", t0.Add(time.Second)), idem.AcquireCreated)
+	return err
+}
+
+// checkForgetScopesApart: forgetting a key of one tenant leaves another
+// tenant's record of the same key alone.
+func checkForgetScopesApart(ctx context.Context, s AdminStore) error {
+	a, b := idem.ID{Scope: "tenant-a", Key: "k-forget-shared"}, idem.ID{Scope: "tenant-b", Key: "k-forget-shared"}
+	for _, id := range []idem.ID{a, b} {
+		if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok-"+id.Scope, t0), idem.AcquireCreated); err != nil {
+			return err
+		}
+		if err := completeAt(ctx, s, id, "tok-"+id.Scope, sampleResponse(), t0); err != nil {
+			return err
+		}
+	}
+	if err := s.Forget(ctx, a, false); err != nil {
+		return fmt.Errorf("Forget: %w", err)
+	}
+	if rec, err := s.Get(ctx, b); err != nil || rec.State != idem.Completed {
+		return fmt.Errorf("another tenant's record of the same key, after Forget: %v (%v), want it completed", rec.State, err)
+	}
+	return nil
+}
+
+// TestForgetFenced checks, for a store whose Forget reads the record and
+// then deletes it in a second, conditional step (a statement or script),
+// that a record changed between the two is left as it is and Forget
+// answers idemadmin.ErrChanged: completed by its holder, taken over by
+// another request, released, or recreated after it expired. A Forget that
+// deleted by key alone, or by its token or state alone, would delete a
+// response recorded meanwhile (its request then runs again) or a running
+// handler's record. newStore makes a fresh, empty store for each subtest;
+// between(s, f) makes f run in the next Forget on s once, after its read
+// and before its delete (a store's statement hook does it, in the store's
+// own tests). A store whose Forget is one atomic step (the memory store's)
+// has no such gap and need not run it.
+func TestForgetFenced(t *testing.T, newStore func(testing.TB) AdminStore, between func(s AdminStore, f func())) {
+	t.Helper()
+	for _, c := range fencedForgets {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := checkForgetChanged(ctx, newStore(t), between, c); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// fencedForget is a record, a change made to it between Forget's read and
+// its delete, and what the record must be after.
+type fencedForget struct {
+	name   string
+	force  bool
+	before func(ctx context.Context, s idem.Store, id idem.ID) error
+	change func(ctx context.Context, s idem.Store, id idem.ID) error
+	after  func(rec idem.Record, err error) error // the record Get finds after
+}
+
+var fencedForgets = []fencedForget{
+	{name: "CompletedMeanwhile", force: true, before: inFlightByTok1,
+		change: func(ctx context.Context, s idem.Store, id idem.ID) error {
+			return completeAt(ctx, s, id, "tok-1", sampleResponse(), t0.Add(time.Second))
+		},
+		after: func(rec idem.Record, err error) error {
+			if err != nil || rec.State != idem.Completed {
+				return fmt.Errorf("the response its holder recorded meanwhile: %v (%v), want it kept", rec.State, err)
+			}
+			return checkResponse(rec.Response, sampleResponse())
+		}},
+	{name: "TakenOverMeanwhile", force: true, before: inFlightByTok1,
+		change: takenBy("tok-2", t0.Add(lease+time.Second), idem.AcquireTookOver), after: heldBy("tok-2")},
+	{name: "RecreatedMeanwhile", force: false,
+		before: func(ctx context.Context, s idem.Store, id idem.ID) error {
+			if err := inFlightByTok1(ctx, s, id); err != nil {
+				return err
+			}
+			return completeAt(ctx, s, id, "tok-1", sampleResponse(), t0)
+		},
+		change: takenBy("tok-2", t0.Add(ttl+time.Second), idem.AcquireCreated), after: heldBy("tok-2")},
+	{name: "ReleasedMeanwhile", force: true, before: inFlightByTok1,
+		change: func(ctx context.Context, s idem.Store, id idem.ID) error { return s.Release(ctx, id, "tok-1") },
+		after: func(rec idem.Record, err error) error {
+			if !errors.Is(err, idem.ErrNotFound) {
+				return fmt.Errorf("Get: %v (%v), want ErrNotFound", rec.State, err)
+			}
+			return nil
+		}},
+}
+
+// inFlightByTok1 is a fencedForget's before: a record in flight, held by
+// tok-1 from t0.
+func inFlightByTok1(ctx context.Context, s idem.Store, id idem.ID) error {
+	return takenBy("tok-1", t0, idem.AcquireCreated)(ctx, s, id)
+}
+
+// takenBy returns a fencedForget's step: token acquires the key at now,
+// with outcome want.
+func takenBy(token string, now time.Time, want idem.AcquireOutcome) func(context.Context, idem.Store, idem.ID) error {
+	return func(ctx context.Context, s idem.Store, id idem.ID) error {
+		_, err := acquire(ctx, s, acquireAt(id, fpA, token, now), want)
+		return err
+	}
+}
+
+// heldBy is a fencedForget's after for a record a request took meanwhile.
+func heldBy(token string) func(idem.Record, error) error {
+	return func(rec idem.Record, err error) error {
+		if err != nil || rec.State != idem.InFlight || rec.Token != token {
+			return fmt.Errorf("the record %s took meanwhile: %v by %q (%v), want it kept", token, rec.State, rec.Token, err)
+		}
+		return nil
+	}
+}
+
+func checkForgetChanged(ctx context.Context, s AdminStore, between func(AdminStore, func()), c fencedForget) error {
+	id := idem.ID{Scope: "ops", Key: "k-forget-" + c.name}
+	if err := c.before(ctx, s, id); err != nil {
+		return err
+	}
+	var changed error
+	ran := false
+	between(s, func() {
+		ran = true
+		changed = c.change(ctx, s, id)
+	})
+	err := s.Forget(ctx, id, c.force)
+	switch {
+	case !ran:
+		return errors.New("the change never ran inside Forget: the test proves nothing")
+	case changed != nil:
+		return fmt.Errorf("the change between Forget's read and its delete: %w", changed)
+	case !errors.Is(err, idemadmin.ErrChanged):
+		return fmt.Errorf("Forget of a record changed after its read: %v, want ErrChanged", err)
+	}
+	rec, err := s.Get(ctx, id)
+	return c.after(rec, err)
 }
 
 type storeCheck struct {

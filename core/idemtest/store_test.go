@@ -96,16 +96,56 @@ var brokenStores = []brokenStore{
 		func(s *memstore.Store) idem.Store { return newReadThenWrite(s) }},
 	{"Concurrent/OneTakeover", "ReadThenTakeOver", "concurrent takeovers",
 		func(s *memstore.Store) idem.Store { return newReadThenTakeOver(s) }},
+	{"Admin/Forget/NotFound", "ForgetMissingSucceeds", "Forget of a missing record",
+		func(s *memstore.Store) idem.Store { return forgetMissingSucceeds{s} }},
+	{"Admin/Forget/InFlightNeedsForce", "ForgetIgnoresForce", "without force",
+		func(s *memstore.Store) idem.Store { return forgetIgnoresForce{s} }},
+	{"Admin/Forget/ForceFencesHolder", "ForgetsCompletedOnly", "Get after a Forget with force",
+		func(s *memstore.Store) idem.Store { return forgetsCompletedOnly{s} }},
+	{"Admin/Forget/Completed", "ForgetsInFlightOnly", "Get after Forget",
+		func(s *memstore.Store) idem.Store { return forgetsInFlightOnly{s} }},
+	{"Admin/Forget/ScopesApart", "ForgetIgnoresScope", "another tenant's record",
+		func(s *memstore.Store) idem.Store { return newForgetIgnoresScope(s) }},
+	{"ForgetFenced/CompletedMeanwhile", "ForgetByKeyAlone", "want ErrChanged",
+		func(s *memstore.Store) idem.Store { return newTwoStepForget(s, forgetByKey) }},
+	{"ForgetFenced/CompletedMeanwhile", "ForgetIgnoresState", "want ErrChanged",
+		func(s *memstore.Store) idem.Store { return newTwoStepForget(s, forgetByToken) }},
+	{"ForgetFenced/TakenOverMeanwhile", "ForgetIgnoresToken", "want ErrChanged",
+		func(s *memstore.Store) idem.Store { return newTwoStepForget(s, forgetByState) }},
+	{"ForgetFenced/RecreatedMeanwhile", "ForgetByKeyAlone", "want ErrChanged",
+		func(s *memstore.Store) idem.Store { return newTwoStepForget(s, forgetByKey) }},
+	{"ForgetFenced/ReleasedMeanwhile", "ForgetUncounted", "want ErrChanged",
+		func(s *memstore.Store) idem.Store {
+			f := newTwoStepForget(s, forgetByBoth)
+			f.uncounted = true
+			return f
+		}},
+}
+
+// allChecks are the suite's checks by name: TestStore's, its Admin ones
+// (run on a store that is an AdminStore), and TestForgetFenced's (on a
+// broken store with a hook between Forget's read and its delete).
+func allChecks() map[string]func(context.Context, idem.Store) error {
+	checks := map[string]func(context.Context, idem.Store) error{}
+	for _, c := range storeChecks {
+		checks[c.name] = c.check
+	}
+	for _, c := range adminChecks {
+		checks["Admin/"+c.name] = func(ctx context.Context, s idem.Store) error { return c.check(ctx, s.(AdminStore)) }
+	}
+	for _, c := range fencedForgets {
+		checks["ForgetFenced/"+c.name] = func(ctx context.Context, s idem.Store) error {
+			return checkForgetChanged(ctx, s.(AdminStore), func(s AdminStore, f func()) { s.(*twoStepForget).between = f }, c)
+		}
+	}
+	return checks
 }
 
 // The suite must catch the mistakes a store author is likely to make: a
 // check that no broken store fails would pass a store that ignores its
 // clause. Every check in storeChecks has at least one broken store here.
 func TestStoreSuiteCatchesBrokenStores(t *testing.T) {
-	checks := map[string]func(context.Context, idem.Store) error{}
-	for _, c := range storeChecks {
-		checks[c.name] = c.check
-	}
+	checks := allChecks()
 	covered := map[string]bool{}
 	for _, b := range brokenStores {
 		check, ok := checks[b.check]
@@ -126,9 +166,9 @@ func TestStoreSuiteCatchesBrokenStores(t *testing.T) {
 			t.Logf("caught: %v", err)
 		})
 	}
-	for _, c := range storeChecks {
-		if !covered[c.name] {
-			t.Errorf("check %s has no broken store in brokenStores that it must catch", c.name)
+	for name := range checks {
+		if !covered[name] {
+			t.Errorf("check %s has no broken store in brokenStores that it must catch", name)
 		}
 	}
 }

@@ -8,7 +8,10 @@ import (
 	"github.com/idemkit/idemkit/core/idemadmin"
 )
 
-var _ idemadmin.Store = (*Store)(nil)
+var (
+	_ idemadmin.Store   = (*Store)(nil)
+	_ idemadmin.Locator = (*Store)(nil)
+)
 
 // location is what Inspect reports of where a record is kept.
 const location = "memory of this process"
@@ -24,6 +27,10 @@ func (s *Store) Inspect(ctx context.Context, id idem.ID) (idemadmin.Info, error)
 	rec.Response.Body = append([]byte(nil), rec.Response.Body...)
 	return idemadmin.NewInfo(rec, location), nil
 }
+
+// Locate implements idemadmin.Locator: every record is in this process's
+// memory.
+func (s *Store) Locate(idem.ID) string { return location }
 
 // Forget implements idemadmin.Store, under the record's shard lock: the
 // read and the delete are one step, so ErrChanged never happens here.

@@ -151,7 +151,10 @@ func TestPurgerNeverAheadOfTheEngine(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	// A few passes of the purger.
-	for from := passes.Load(); passes.Load() < from+5; {
+	for from, deadline := passes.Load(), time.Now().Add(10*time.Second); passes.Load() < from+5; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the purger made %d passes in 10 s, want 5 (it runs every millisecond)", passes.Load()-from)
+		}
 		time.Sleep(time.Millisecond)
 	}
 	if code := post("running"); code != http.StatusConflict || runsOf("running") != 1 {

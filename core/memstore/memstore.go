@@ -70,8 +70,7 @@ type Store struct {
 	base time.Time
 
 	purge     purge.Options
-	stop      context.CancelFunc
-	done      chan struct{}
+	stopPurge func() // nil without a purger
 	closeOnce sync.Once
 }
 
@@ -193,7 +192,6 @@ func New(opts ...Option) *Store {
 		tagMask: math.MaxUint32,
 		base:    time.Now(),
 		purge:   o.purge,
-		done:    make(chan struct{}),
 	}
 	s.maxRecords = int64(o.maxRecords)
 	if o.maxPerScope > 0 {
@@ -206,23 +204,20 @@ func New(opts ...Option) *Store {
 		s.shards[i].flights = make(map[idem.ID]flight)
 		s.scopes[i].index = make(map[string]uint32)
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	s.stop = stop
 	if s.purge.Interval > 0 {
-		go func() {
-			defer close(s.done)
-			s.purge.Run(ctx, s.purgeExpired)
-		}()
-	} else {
-		close(s.done)
+		s.stopPurge = s.purge.Start(context.Background(), s.purgeExpired)
 	}
 	return s
 }
 
-// Close stops the purger and waits for it to exit. The Store stays usable.
+// Close stops the purger and waits for a pass under way to end. The
+// Store stays usable.
 func (s *Store) Close() error {
-	s.closeOnce.Do(s.stop)
-	<-s.done
+	s.closeOnce.Do(func() {
+		if s.stopPurge != nil {
+			s.stopPurge()
+		}
+	})
 	return nil
 }
 

@@ -82,6 +82,41 @@ func TestPurgerRunsAndStops(t *testing.T) {
 	t.Fatalf("goroutines: %d before New, %d after Close", before, runtime.NumGoroutine())
 }
 
+// The purger runs on its clock: a clock moved by hand (idemtest.Clock)
+// moves it, pass by pass, and each pass deletes every record expired by
+// the clock's time, batch after batch, and nothing else.
+func TestPurgerRunsOnItsClock(t *testing.T) {
+	clock := idemtest.NewClock(time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC))
+	s := memstore.New(memstore.WithClock(clock), memstore.WithPurgeInterval(time.Minute), memstore.WithPurgeBatch(2))
+	defer s.Close()
+	ctx := context.Background()
+	now := clock.Now()
+	for i := range 10 {
+		expires := now.Add(30 * time.Second)
+		if i%2 == 1 {
+			expires = now.Add(90 * time.Second)
+		}
+		if _, _, err := s.Acquire(ctx, idem.Acquire{ID: idem.ID{Key: fmt.Sprint(i)}, Token: "t", Now: now,
+			LeaseUntil: now.Add(time.Second), ExpiresAt: expires}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, step := range []struct {
+		advance time.Duration
+		left    int
+	}{
+		{59 * time.Second, 10}, // no pass yet
+		{time.Second, 5},       // the first pass: five expired, three batches
+		{30 * time.Second, 5},  // between passes
+		{30 * time.Second, 0},  // the second pass
+	} {
+		clock.Advance(step.advance)
+		if n := s.Len(); n != step.left {
+			t.Fatalf("at +%v: %d records, want %d", clock.Now().Sub(now), n, step.left)
+		}
+	}
+}
+
 // The default bound holds a day of keys at a realistic rate: the old one,
 // 100,000 records, refused new keys after a day at 1.2 a second. Filling
 // a million keys would make the test slow; twice the old bound shows it.

@@ -79,5 +79,7 @@ func WithPurgeInterval(d time.Duration) Option { return func(o *options) { o.pur
 func WithPurgeBatch(n int) Option { return func(o *options) { o.purge.SetBatch(n) } }
 
 // WithClock sets the clock by which the background purger decides what has
-// expired (default the system clock). Give it the Engine's Clock.
+// expired and when it runs: its passes come as the clock's timers fire
+// (idem.Clock.AfterFunc), so a clock moved by hand (idemtest.Clock) moves
+// the purger too. Default the system clock. Give it the Engine's Clock.
 func WithClock(c idem.Clock) Option { return func(o *options) { o.purge.SetClock(c) } }

@@ -7,6 +7,7 @@ package purge
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
@@ -68,15 +69,75 @@ func (o *Options) Now(base time.Time) time.Time {
 
 // Run calls pass every o.Interval until ctx ends, and returns then. pass
 // runs the batches of one purge, and should return early once ctx ends.
+// It is Start, waiting for ctx to end.
 func (o *Options) Run(ctx context.Context, pass func(context.Context)) {
-	t := time.NewTicker(o.Interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			pass(ctx)
+	stop := o.Start(ctx, pass)
+	<-ctx.Done()
+	stop()
+}
+
+// Start calls pass every o.Interval until ctx ends or the function it
+// returns is called; that function cancels the context pass gets, waits
+// for a pass under way to return, and may be called more than once.
+// With no Clock the passes run on a goroutine of their own, on a ticker of
+// the system. With a Clock they run when its timers fire (Clock.AfterFunc,
+// called before Start returns): a test that moves its clock by hand
+// (idemtest.Clock), or a simulation, then decides when the purger runs,
+// as it decides when the Engine's timers fire.
+func (o *Options) Start(ctx context.Context, pass func(context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	if o.Clock == nil {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			t := time.NewTicker(o.Interval)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					pass(ctx)
+				}
+			}
+		}()
+		return func() {
+			cancel()
+			<-done
 		}
+	}
+	var (
+		mu      sync.Mutex
+		timer   idem.Timer
+		stopped bool
+		running sync.WaitGroup
+		tick    func()
+	)
+	tick = func() {
+		mu.Lock()
+		if stopped || ctx.Err() != nil {
+			mu.Unlock()
+			return
+		}
+		running.Add(1)
+		mu.Unlock()
+		defer running.Done()
+		pass(ctx)
+		mu.Lock()
+		if !stopped && ctx.Err() == nil {
+			timer = o.Clock.AfterFunc(o.Interval, tick)
+		}
+		mu.Unlock()
+	}
+	mu.Lock()
+	timer = o.Clock.AfterFunc(o.Interval, tick)
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		timer.Stop()
+		mu.Unlock()
+		cancel()
+		running.Wait()
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -35,6 +36,29 @@ func TestRoundTrip(t *testing.T) {
 		for i := range h {
 			if got[i].Name != h[i].Name || strings.Join(got[i].Values, "\x00") != strings.Join(h[i].Values, "\x00") || len(got[i].Values) != len(h[i].Values) {
 				t.Fatalf("field %d: %+v, want %+v", i, got[i], h[i])
+			}
+		}
+	}
+}
+
+// The fields ReadHeader returns share one array of values; appending to
+// one field's values, as a caller adding a header to a replay may, must
+// not write into the next field's.
+func TestDecodedFieldsAreClipped(t *testing.T) {
+	for _, h := range samples {
+		if len(h) < 2 {
+			continue
+		}
+		got, _, err := storecodec.ReadHeader(storecodec.AppendHeader(nil, h))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range len(got) - 1 {
+			next := slices.Clone(got[i+1].Values)
+			_ = append(got[i].Values, "appended")
+			if !slices.Equal(got[i+1].Values, next) {
+				t.Fatalf("appending to field %d (%s) changed field %d (%s): %q, was %q",
+					i, got[i].Name, i+1, got[i+1].Name, got[i+1].Values, next)
 			}
 		}
 	}

@@ -18,7 +18,8 @@ import (
 // not a failure.
 func parseFlags(args []string, usage io.Writer) (app.Config, error) {
 	cfg := app.DefaultConfig()
-	fs := newFlagSet(&cfg, usage)
+	var tokenFile string
+	fs := newFlagSet(&cfg, &tokenFile, usage)
 	if err := setFromEnvironment(fs); err != nil {
 		return cfg, err
 	}
@@ -51,7 +52,46 @@ func parseFlags(args []string, usage io.Writer) (app.Config, error) {
 	if err := app.CheckEvents(cfg.Events); err != nil {
 		return cfg, err
 	}
+	token, err := recordsAdminToken(tokenFile)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.RecordsAdminToken = token
 	return cfg, nil
+}
+
+// recordsAdminTokenEnv holds the records admin's token, as the file of
+// -records-admin-token-file does: the token has no flag of its own, so
+// that it never shows in the process list.
+const recordsAdminTokenEnv = "PAYMENTS_RECORDS_ADMIN_TOKEN"
+
+// minTokenLength is the shortest records admin token taken: one that can
+// be guessed opens the door that makes charges run again.
+const minTokenLength = 16
+
+// recordsAdminToken reads the records admin's token from file, if named,
+// or from recordsAdminTokenEnv: "" if neither is set.
+func recordsAdminToken(file string) (string, error) {
+	env, inEnv := os.LookupEnv(recordsAdminTokenEnv)
+	var token string
+	switch {
+	case file != "" && inEnv:
+		return "", fmt.Errorf("give the records admin's token in -records-admin-token-file or in %s, not both", recordsAdminTokenEnv)
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("-records-admin-token-file: %w", err)
+		}
+		token = strings.TrimSpace(string(b))
+	case inEnv:
+		token = strings.TrimSpace(env)
+	default:
+		return "", nil
+	}
+	if len(token) < minTokenLength || strings.ContainsAny(token, " \t\r\n") {
+		return "", fmt.Errorf("the records admin's token must be at least %d characters, without spaces (generate one: openssl rand -hex 32)", minTokenLength)
+	}
+	return token, nil
 }
 
 // setFromEnvironment sets every flag whose PAYMENTS_<FLAG> variable is
@@ -69,9 +109,9 @@ func setFromEnvironment(fs *flag.FlagSet) error {
 	return err
 }
 
-// newFlagSet defines the command's flags on cfg, their defaults its
-// values; the usage goes to usage.
-func newFlagSet(cfg *app.Config, usage io.Writer) *flag.FlagSet {
+// newFlagSet defines the command's flags on cfg (and tokenFile), their
+// defaults its values; the usage goes to usage.
+func newFlagSet(cfg *app.Config, tokenFile *string, usage io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("payments", flag.ContinueOnError)
 	fs.SetOutput(usage)
 	fs.Usage = func() {
@@ -88,7 +128,9 @@ Flags:
 	}
 
 	fs.StringVar(&cfg.Addr, "addr", cfg.Addr, "listen address")
-	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, "admin listen address for /metrics, /debug/provider and the records admin /idemadmin (idemctl -admin; default: /metrics and /debug/provider served on -addr, no records admin)")
+	fs.StringVar(&cfg.AdminAddr, "admin-addr", cfg.AdminAddr, "admin listen address for /metrics and /debug/provider, which Prometheus may scrape from another host (default: served on -addr)")
+	fs.StringVar(&cfg.RecordsAdminAddr, "records-admin-addr", cfg.RecordsAdminAddr, "listen address of the records admin /idemadmin that idemctl -admin talks to, which can make a charge run again: it serves loopback peers only, unless a token is given (default: none)")
+	fs.StringVar(tokenFile, "records-admin-token-file", *tokenFile, "a file holding the records admin's token (or set "+recordsAdminTokenEnv+"): with it, the records admin serves any peer that sends Authorization: Bearer <token>, and no one without")
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC listen address for payments.v1.Charges/Create, on the same idempotency keys and database as the API (default: no gRPC listener)")
 	fs.StringVar(&cfg.Framework, "framework", cfg.Framework, strings.Join(server.Frameworks, "|")+" (echo is Echo v4, fiber Fiber v2)")
 	fs.StringVar(&cfg.DB, "db", cfg.DB, "SQLite file path, or a postgres:// or mysql:// DSN")

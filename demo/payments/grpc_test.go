@@ -236,7 +236,7 @@ func readmeClient(ctx context.Context, addr string) error {
 		return err
 	}
 	// The interceptor gives the call a key and keeps it for its retries; a key kept with the
-	// order would go in the metadata too: metadata.AppendToOutgoingContext(ctx, idemgrpc.KeyMetadata, key).
+	// order would go in the metadata too: ctx = idemgrpc.WithOutgoingKey(ctx, key).
 	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer acct_1")
 	var charge structpb.Struct
 	var header metadata.MD

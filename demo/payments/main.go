@@ -31,7 +31,11 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/idemkit/idemkit/core/idemadmin"
+	"github.com/idemkit/idemkit/internal/redact"
+
 	"github.com/idemkit/idemkit/demo/payments/internal/app"
+	"github.com/idemkit/idemkit/demo/payments/internal/server"
 )
 
 func main() {
@@ -42,12 +46,33 @@ func main() {
 	case errors.Is(err, flag.ErrHelp):
 		return // the usage was asked for, and printed
 	case err != nil:
-		log.Error("payments demo not started", "error", err.Error())
+		log.Error("payments demo not started", "error", scrub(err, cfg, os.Args[1:]))
 		os.Exit(2)
 	}
 	if err := run(cfg, log); err != nil {
-		log.Error("payments demo stopped", "error", err.Error())
+		log.Error("payments demo stopped", "error", scrub(err, cfg, os.Args[1:]))
 		os.Exit(1)
+	}
+}
+
+// scrub is err's text without the passwords of the databases and Redis
+// URLs cfg and args name, nor the records admin's token: a driver's error
+// may quote a DSN whole, a URL that does not parse included.
+func scrub(err error, cfg app.Config, args []string) string {
+	var secrets []string
+	for _, s := range append(args, cfg.DB, cfg.Records, cfg.Events, os.Getenv(app.EnvName("db")),
+		os.Getenv(app.EnvName("records")), os.Getenv(app.EnvName("events"))) {
+		secrets = append(secrets, redact.Secrets(s)...)
+	}
+	return redact.Scrub(err.Error(), append(secrets, cfg.RecordsAdminToken, cfg.WebhookSecret)...)
+}
+
+// closeAll closes the listeners of ls opened so far.
+func closeAll(ls app.Listeners) {
+	for _, ln := range []net.Listener{ls.API, ls.Admin, ls.RecordsAdmin, ls.GRPC} {
+		if ln != nil {
+			ln.Close()
+		}
 	}
 }
 
@@ -73,22 +98,35 @@ func run(cfg app.Config, log *slog.Logger) error {
 		"events", cfg.EventsLabel()}
 	if cfg.AdminAddr != "" {
 		if ls.Admin, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
-			apiLn.Close()
+			closeAll(ls)
 			return fmt.Errorf("admin listener: %w", err)
 		}
 		attrs = append(attrs, "admin", "http://"+ls.Admin.Addr().String())
 	}
+	if cfg.RecordsAdminAddr != "" {
+		if ls.RecordsAdmin, err = net.Listen("tcp", cfg.RecordsAdminAddr); err != nil {
+			closeAll(ls)
+			return fmt.Errorf("records admin listener: %w", err)
+		}
+		attrs = append(attrs, "records_admin", "http://"+ls.RecordsAdmin.Addr().String()+server.RecordsAdminPath)
+	}
 	if cfg.GRPCAddr != "" {
 		if ls.GRPC, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
-			apiLn.Close()
-			if ls.Admin != nil {
-				ls.Admin.Close()
-			}
+			closeAll(ls)
 			return fmt.Errorf("gRPC listener: %w", err)
 		}
 		attrs = append(attrs, "grpc", ls.GRPC.Addr().String())
 	}
 	log.Info("payments demo listening", attrs...)
+	if ls.RecordsAdmin != nil && !idemadmin.Loopback(ls.RecordsAdmin.Addr().String()) {
+		if cfg.RecordsAdminToken == "" {
+			log.Warn("the records admin listens beyond loopback without a token: it refuses every peer but loopback ones; give it a token (-records-admin-token-file) to serve others",
+				"records_admin", ls.RecordsAdmin.Addr().String())
+		} else {
+			log.Warn("the records admin listens beyond loopback: any peer with its token can make a charge run again",
+				"records_admin", ls.RecordsAdmin.Addr().String())
+		}
+	}
 
 	// From the first signal on, a second one ends the process.
 	context.AfterFunc(ctx, stop)

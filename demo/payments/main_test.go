@@ -150,7 +150,8 @@ func TestREADMEFlags(t *testing.T) {
 		}
 	}
 	cfg := app.DefaultConfig()
-	fs := newFlagSet(&cfg, io.Discard)
+	var tokenFile string
+	fs := newFlagSet(&cfg, &tokenFile, io.Discard)
 	fs.VisitAll(func(f *flag.Flag) {
 		row, ok := rows[f.Name]
 		if !ok {

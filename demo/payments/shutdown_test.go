@@ -25,10 +25,12 @@ import (
 // for SIGTERM, and served gives Serve's result.
 type serving struct {
 	demo
-	admin  string // the admin listener's base URL, if any
-	grpc   string // the gRPC listener's address, if any
-	stop   context.CancelFunc
-	served chan error
+	admin string // the admin listener's base URL, if any
+	// records is the records admin listener's base URL, if any.
+	records string
+	grpc    string // the gRPC listener's address, if any
+	stop    context.CancelFunc
+	served  chan error
 }
 
 func serve(t *testing.T, cfg app.Config) *serving {
@@ -55,6 +57,13 @@ func serveLogged(t *testing.T, cfg app.Config, log *slog.Logger) *serving {
 		}
 		s.admin = "http://" + adminLn.Addr().String()
 	}
+	var recordsLn net.Listener
+	if cfg.RecordsAdminAddr != "" {
+		if recordsLn, err = net.Listen("tcp", cfg.RecordsAdminAddr); err != nil {
+			t.Fatal(err)
+		}
+		s.records = "http://" + recordsLn.Addr().String()
+	}
 	var grpcLn net.Listener
 	if cfg.GRPCAddr != "" {
 		if grpcLn, err = net.Listen("tcp", cfg.GRPCAddr); err != nil {
@@ -64,7 +73,9 @@ func serveLogged(t *testing.T, cfg app.Config, log *slog.Logger) *serving {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	s.stop = stop
-	go func() { s.served <- a.Serve(ctx, app.Listeners{API: apiLn, Admin: adminLn, GRPC: grpcLn}) }()
+	go func() {
+		s.served <- a.Serve(ctx, app.Listeners{API: apiLn, Admin: adminLn, RecordsAdmin: recordsLn, GRPC: grpcLn})
+	}()
 	t.Cleanup(func() {
 		stop()
 		select {
@@ -184,10 +195,13 @@ func TestShutdownGraceCoversALease(t *testing.T) {
 }
 
 // TestAdminListener: with -admin-addr, the metrics and the provider's
-// debug counts are served there, and no longer on the API's port.
+// debug counts are served there, and no longer on the API's port; with
+// -records-admin-addr, the records admin is served on a listener of its
+// own, and on neither of the others.
 func TestAdminListener(t *testing.T) {
 	cfg := app.DefaultConfig()
 	cfg.DB, cfg.AdminAddr, cfg.ProviderLatency = filepath.Join(t.TempDir(), "p.db"), "127.0.0.1:0", 0
+	cfg.RecordsAdminAddr = "127.0.0.1:0"
 	s := serve(t, cfg)
 	acct, key := newAccount(), newKey()
 	if r := s.do(t, http.MethodPost, "/v1/charges", acct, key, chargeBody); r.status != 201 {
@@ -195,8 +209,8 @@ func TestAdminListener(t *testing.T) {
 	}
 	admin := &demo{url: s.admin, app: s.app}
 	// The records admin (idemctl's -admin) finds the charge's record by
-	// its account and key, on the admin listener only.
-	records := idemadmin.NewClient(s.admin+server.RecordsAdminPath, nil)
+	// its account and key, on its own listener only.
+	records := idemadmin.NewClient(s.records+server.RecordsAdminPath, "", nil)
 	id := idem.ID{Scope: api.AccountScope(acct), Key: strings.Trim(key, `"`)}
 	if in, err := records.Inspect(t.Context(), id); err != nil || in.State != "completed" || in.Status != 201 {
 		t.Fatalf("records admin get: %+v, %v", in, err)
@@ -204,8 +218,14 @@ func TestAdminListener(t *testing.T) {
 	if st, err := records.RecordStats(t.Context(), time.Time{}, 5); err != nil || st.Completed == 0 {
 		t.Fatalf("records admin stats: %+v, %v", st, err)
 	}
-	s.do(t, http.MethodGet, server.RecordsAdminPath+"/stats", acct, "", "").problem(t, 404, "not-found")
-	s.do(t, http.MethodPost, server.RecordsAdminPath+"/forget", acct, "", `{"key":"x"}`).problem(t, 404, "not-found")
+	for _, d := range []*demo{&s.demo, admin} {
+		d.do(t, http.MethodGet, server.RecordsAdminPath+"/stats", acct, "", "").problem(t, 404, "not-found")
+		d.do(t, http.MethodPost, server.RecordsAdminPath+"/forget", acct, "", `{"key":"x"}`).problem(t, 404, "not-found")
+	}
+	recordsDemo := &demo{url: s.records, app: s.app}
+	for _, path := range []string{"/metrics", "/debug/provider", "/healthz", "/v1/balance"} {
+		recordsDemo.do(t, http.MethodGet, path, acct, "", "").problem(t, 404, "not-found")
+	}
 	if r := admin.do(t, http.MethodGet, "/metrics", "", "", ""); r.status != 200 || !bytesContain(r.body, "idemkit_") {
 		t.Fatalf("admin GET /metrics: %d %.300s", r.status, r.body)
 	}

@@ -31,6 +31,7 @@ package examples_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"go/format"
 	"go/parser"
 	"go/token"
@@ -327,6 +328,40 @@ func moduleDir(path string) (string, bool) {
 	return dir, true
 }
 
+// withRequired returns path, if it is a module of the repository, and
+// the other modules of the repository it requires, directly or not, but
+// the root: a checkout must replace those too (the adapters of Echo and
+// Fiber require the module they share, in adapters/internal). Replace
+// lines in a dependency's go.mod do not apply to the module using it.
+func withRequired(t *testing.T, path string) []string {
+	t.Helper()
+	dir, ok := moduleDir(path)
+	if !ok {
+		return nil
+	}
+	out := []string{path}
+	cmd := exec.Command("go", "mod", "edit", "-json", filepath.Join(repoRoot, filepath.FromSlash(dir), "go.mod"))
+	js, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go mod edit -json %s/go.mod: %v", dir, err)
+	}
+	var mod struct{ Require []struct{ Path string } }
+	if err := json.Unmarshal(js, &mod); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range mod.Require {
+		if r.Path == rootModule {
+			continue
+		}
+		for _, p := range withRequired(t, r.Path) {
+			if !slices.Contains(out, p) {
+				out = append(out, p)
+			}
+		}
+	}
+	return out
+}
+
 func checkShellLine(t *testing.T, b block, line string, required map[string]bool) {
 	t.Helper()
 	fields := strings.Fields(line)
@@ -442,7 +477,7 @@ func TestDocsProgramsBuildOutsideTheRepo(t *testing.T) {
 			t.Errorf("no <!-- install: %s --> block says which modules program %s needs", name, name)
 		}
 		for _, path := range installs[name] {
-			if _, ok := moduleDir(path); ok {
+			for _, path := range withRequired(t, path) {
 				replaced[path] = true
 			}
 		}
@@ -455,8 +490,10 @@ func TestDocsProgramsBuildOutsideTheRepo(t *testing.T) {
 		}
 		want := []string{replace(rootModule)}
 		for _, path := range installs[name] {
-			if _, ok := moduleDir(path); ok && path != rootModule {
-				want = append(want, replace(path))
+			for _, path := range withRequired(t, path) {
+				if path != rootModule && !slices.Contains(want, replace(path)) {
+					want = append(want, replace(path))
+				}
 			}
 		}
 		want = append(want, "go mod tidy")

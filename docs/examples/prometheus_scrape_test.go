@@ -207,60 +207,14 @@ func TestPrometheusScrapesTheDemo(t *testing.T) {
 	}
 	t.Logf("built the demo and the storm in %v", time.Since(began).Round(time.Millisecond))
 
-	api, admin, promAddr := freeAddr(t), freeAddr(t), freeAddr(t)
-	if api == admin || admin == promAddr || api == promAddr {
-		t.Fatalf("the same free port twice: %s %s %s", api, admin, promAddr)
+	api, admin := freeAddr(t), freeAddr(t)
+	if api == admin {
+		t.Fatalf("the same free port twice: %s %s", api, admin)
 	}
 	startProgram(t, filepath.Join(bin, "payments"), []string{"-addr", api, "-admin-addr", admin,
 		"-db", "payments.db", "-provider-failure-rate", strconv.FormatFloat(stormProviderFailure/100.0, 'f', -1, 64)}, nil, admin)
 
-	dir := t.TempDir()
-	rules, err := filepath.Abs(filepath.Join(repoRoot, promDir, "rules.yml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	config := fmt.Sprintf(`global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-rule_files:
-  - %q
-scrape_configs:
-  - job_name: payments
-    static_configs:
-      - targets: [%q]
-`, rules, admin)
-	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	var promLog lockedBuffer
-	prom := command(ctx, prometheus, "--config.file="+filepath.Join(dir, "prometheus.yml"),
-		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+promAddr)
-	prom.Dir, prom.Stdout, prom.Stderr = dir, &promLog, &promLog
-	if err := prom.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		prom.Cancel()
-		prom.Wait()
-		if t.Failed() {
-			log := promLog.String()
-			if len(log) > 4000 {
-				log = "..." + log[len(log)-4000:]
-			}
-			t.Logf("Prometheus's log:\n%s", log)
-		}
-	})
-	p := promAPI{t: t, base: "http://" + promAddr}
-	waitFor(t, 30*time.Second, func() string {
-		s, err := p.query(`up{job="payments"}`)
-		if err != nil {
-			return "Prometheus is not ready: " + err.Error()
-		}
-		if len(s) != 1 || s[0].Value != 1 {
-			return fmt.Sprintf("Prometheus has not scraped the demo yet: up is %v", s)
-		}
-		return ""
-	})
+	p := startPrometheus(ctx, t, prometheus, map[string]string{"payments": admin})
 
 	stormStart := time.Now()
 	var stormOut, stormErr bytes.Buffer
@@ -331,6 +285,70 @@ scrape_configs:
 	time.Sleep(time.Until(stormEnd.Add(6 * time.Second)))
 	photographGraph(ctx, t, chromium, p.base, time.Since(stormStart)+2*time.Second, filepath.Join(dest, "metrics.png"))
 	t.Logf("took %v in all", time.Since(began).Round(time.Millisecond))
+}
+
+// startPrometheus starts the prometheus binary on a free loopback port,
+// with the rules of observability/prometheus, scraping each job's target
+// every second and evaluating the rules every second, and waits until it
+// has scraped every target. It stops Prometheus when t ends, and logs its
+// log if t failed.
+func startPrometheus(ctx context.Context, t *testing.T, prometheus string, jobs map[string]string) promAPI {
+	t.Helper()
+	dir := t.TempDir()
+	rules, err := filepath.Abs(filepath.Join(repoRoot, promDir, "rules.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	config := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  evaluation_interval: 1s
+rule_files:
+  - %q
+scrape_configs:
+`, rules)
+	for job, target := range jobs {
+		config += fmt.Sprintf(`  - job_name: %s
+    static_configs:
+      - targets: [%q]
+`, job, target)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	promAddr := freeAddr(t)
+	var promLog lockedBuffer
+	prom := command(ctx, prometheus, "--config.file="+filepath.Join(dir, "prometheus.yml"),
+		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+promAddr)
+	prom.Dir, prom.Stdout, prom.Stderr = dir, &promLog, &promLog
+	if err := prom.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		prom.Cancel()
+		prom.Wait()
+		if t.Failed() {
+			log := promLog.String()
+			if len(log) > 4000 {
+				log = "..." + log[len(log)-4000:]
+			}
+			t.Logf("Prometheus's log:\n%s", log)
+		}
+	})
+	p := promAPI{t: t, base: "http://" + promAddr}
+	waitFor(t, 30*time.Second, func() string {
+		s, err := p.query(`up`)
+		if err != nil {
+			return "Prometheus is not ready: " + err.Error()
+		}
+		up := byLabel(s, "job")
+		for job := range jobs {
+			if up[job] != 1 {
+				return fmt.Sprintf("Prometheus has not scraped %s yet: up is %v", job, s)
+			}
+		}
+		return ""
+	})
+	return p
 }
 
 // orDefault returns s, or fallback if s is empty.

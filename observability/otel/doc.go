@@ -43,6 +43,13 @@
 // only (status, too-large, streamed, panic, lock-lost, store-error,
 // incomplete, timeout-inside, failed).
 //
+// Every series of the three counters, and the in-flight gauge's, exists at
+// zero before its first event: New creates those of the guarded methods
+// ([WithMethods]), and the first event of another method or route creates
+// its own. A series that appeared at its first event with the value 1
+// would show no increase to rate(), and an alert on a single event (a
+// lost lease) would miss the first of a process.
+//
 // The route attribute is off by default: an event's route is the raw
 // request path, and paths holding ids would create one time series per
 // resource. [WithRouteMapper] adds it, mapped to a bounded set of values.

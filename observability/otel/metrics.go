@@ -110,7 +110,14 @@ type Metrics struct {
 	storeAttrs  [len(storeCalls)][storeResults][]metric.RecordOption
 	series      sync.Map // seriesKey -> *seriesAttrs
 	seriesCount atomic.Int64
+	// zeroed holds the method and route pairs whose series were created
+	// at zero (startAtZero).
+	zeroed      sync.Map // requestKey -> struct{}
+	zeroedCount atomic.Int64
 }
+
+// requestKey is a method and a route, as their series carry them.
+type requestKey struct{ method, route string }
 
 // maxCachedSeries bounds the cache of attribute sets, in case a route
 // mapper returns unbounded values: past it, sets are built per event.
@@ -185,7 +192,59 @@ func New(opts ...Option) (*Metrics, error) {
 			return nil, err
 		}
 	}
+	if m.route == nil {
+		methods := o.methods
+		if methods == nil {
+			methods = defaultMethods
+		}
+		for _, method := range methods {
+			m.startAtZero(requestKey{method: method})
+		}
+	}
 	return m, nil
+}
+
+// zeroKinds are the series startAtZero creates for a method and route:
+// every decision, and every outcome and lease event an alert reads.
+var zeroKinds = func() []seriesKey {
+	var ks []seriesKey
+	for k := idem.EventKind(1); k.String() != "unknown"; k++ {
+		if familyOf(k) != familyNone && k != idem.EventNotStored {
+			ks = append(ks, seriesKey{kind: k})
+		}
+	}
+	for _, r := range []idem.Reason{idem.ReasonLockLost, idem.ReasonStore, idem.ReasonTimeoutInside} {
+		ks = append(ks, seriesKey{kind: idem.EventNotStored, reason: string(r)})
+	}
+	return ks
+}()
+
+// startAtZero creates the counters' series of a method and route at zero,
+// and the in-flight gauge's, once: a series that first appears with the
+// value 1 shows no increase to rate() or increase(), so without it the
+// first lost lease or unprotected request of a process would go unseen.
+func (m *Metrics) startAtZero(rk requestKey) {
+	if m.zeroedCount.Load() >= maxCachedSeries {
+		return
+	}
+	if _, loaded := m.zeroed.LoadOrStore(rk, struct{}{}); loaded {
+		return
+	}
+	m.zeroedCount.Add(1)
+	ctx := context.Background()
+	for _, k := range zeroKinds {
+		k.method, k.route = rk.method, rk.route
+		a := newSeriesAttrs(k, m.route != nil)
+		switch familyOf(k.kind) {
+		case familyDecision:
+			m.decisions.Add(ctx, 0, a.count...)
+		case familyOutcome:
+			m.outcomes.Add(ctx, 0, a.count...)
+		case familyLease:
+			m.lease.Add(ctx, 0, a.count...)
+		}
+	}
+	m.inFlight.Add(ctx, 0, newSeriesAttrs(seriesKey{method: rk.method, route: rk.route}, m.route != nil).request...)
 }
 
 // The store calls an event can name (idem.Event.StoreCall).
@@ -252,8 +311,10 @@ func familyOf(k idem.EventKind) int {
 }
 
 // storeCallAttrs returns the attributes of the store call behind ev. A
-// call the client's departure cut short is no sample of the store's
-// speed, nor one of its errors: it is counted apart, as cancelled.
+// call the store answered after its client left (client-gone) is counted
+// apart, as cancelled: no error of the store. One that ran into
+// StoreTimeout is the store's error, whoever left first: the Engine makes
+// it a store-error, with its error.
 func (m *Metrics) storeCallAttrs(ev *idem.Event) []metric.RecordOption {
 	result := resultOK
 	switch {
@@ -283,6 +344,7 @@ func (m *Metrics) attrs(ev *idem.Event) *seriesAttrs {
 	if a, ok := m.series.Load(key); ok {
 		return a.(*seriesAttrs)
 	}
+	m.startAtZero(requestKey{method: key.method, route: key.route})
 	a := newSeriesAttrs(key, m.route != nil)
 	if m.seriesCount.Load() < maxCachedSeries {
 		if _, loaded := m.series.LoadOrStore(key, a); !loaded {

@@ -17,7 +17,11 @@ type options struct {
 	noSpans  bool
 	lease    time.Duration
 	memstore *memstore.Store
+	methods  []string
 }
+
+// defaultMethods are the methods the Engine guards by default.
+var defaultMethods = []string{"POST", "PATCH"}
 
 // defaultLease is the Engine's default Config.Lease.
 const defaultLease = 30 * time.Second
@@ -66,4 +70,15 @@ func WithLease(d time.Duration) Option {
 // collection. Default: none.
 func WithMemoryStore(s *memstore.Store) Option {
 	return func(o *options) { o.memstore = s }
+}
+
+// WithMethods names the methods the Engine guards (its Config.Methods, and
+// "JOB" for Engine.Do), whose series New creates at zero: a series that
+// appears at its first event with the value 1 shows no increase to rate()
+// or increase(), and the first lost lease or unprotected request of a
+// process would page no one. Series of other methods, and of routes
+// (WithRouteMapper), are created at zero when their method and route are
+// first seen. Default: POST and PATCH.
+func WithMethods(methods ...string) Option {
+	return func(o *options) { o.methods = methods }
 }

@@ -166,7 +166,7 @@ func TestSpanEvents(t *testing.T) {
 func TestNoSpanInContext(t *testing.T) {
 	m, reader := newManual(t)
 	m.OnEvent(context.Background(), idem.Event{Kind: idem.EventFirst, Method: "POST"})
-	if got := sums(t, collect(t, reader)[idemotel.DecisionsName]); got["http.request.method=POST;idemkit.event=first;"] != 1 {
+	if got := counted(t, collect(t, reader)[idemotel.DecisionsName]); got["http.request.method=POST;idemkit.event=first;"] != 1 {
 		t.Errorf("events %v, want the first counted", got)
 	}
 }

@@ -3,7 +3,14 @@
 // and prints which were caught (killed) and which were not (survived),
 // with the score. `make mutation` runs it; it is not part of CI.
 //
-//	go run ./scripts/mutation [-list scripts/mutation/mutants.txt] [-only ID,...] [-timeout 5m]
+//	go run ./scripts/mutation [-list scripts/mutation/mutants.txt] [-only ID,...] [-timeout 5m] [-sim]
+//
+// With -sim, each mutant is run against the deterministic simulation alone
+// (TestSim of the module holding its file: core/idemsim for the root
+// module, the store modules' own), with CI's budget of 20 s of seeds per
+// store, instead of its own tests: it tells how many mutants the
+// simulation catches by itself. A mutant in a module without a simulation
+// is reported "no-sim" and left out of that score.
 //
 // Each mutant in the list is a block:
 //
@@ -52,6 +59,7 @@ func run(args []string) int {
 	only := fs.String("only", "", "comma-separated ids to run (default all)")
 	timeout := fs.Duration("timeout", 5*time.Minute, "bound on the tests of one mutant (a mutant that hangs them is killed)")
 	short := fs.Bool("short", false, "run the tests with -short (no database servers: their tests are skipped)")
+	sim := fs.Bool("sim", false, "run each mutant against the simulation alone (TestSim of its module, 20 s of seeds per store) instead of its tests")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -78,12 +86,21 @@ func run(args []string) int {
 	}
 	defer cleanup()
 
-	var killed, survived, stale, equivalent int
+	var killed, survived, stale, equivalent, nosim int
 	var survivors []string
 	start := time.Now()
 	for i, m := range mutants {
 		fmt.Printf("[%d/%d] %-44s ", i+1, len(mutants), m.id)
-		verdict, detail := try(dir, m, *timeout, *short)
+		if *sim {
+			pkg := simulation(dir, m.file)
+			if pkg == "" {
+				fmt.Printf("%-10s %s\n", "no-sim", "its module has no simulation")
+				nosim++
+				continue
+			}
+			m.test, m.run = pkg, "^TestSim$"
+		}
+		verdict, detail := try(dir, m, *timeout, *short, *sim)
 		fmt.Printf("%-10s %s\n", verdict, detail)
 		switch verdict {
 		case "killed":
@@ -102,6 +119,9 @@ func run(args []string) int {
 	total := killed + survived
 	fmt.Printf("\n%d mutants in %v: %d killed, %d survived, %d equivalent (survived, with a reason in the list), %d stale\n",
 		len(mutants), time.Since(start).Round(time.Second), killed, survived, equivalent, stale)
+	if *sim {
+		fmt.Printf("the simulation alone: %d mutants in modules without one left out\n", nosim)
+	}
 	if total > 0 {
 		fmt.Printf("score: %d/%d killed (%.1f%%), equivalent mutants left out\n", killed, total, 100*float64(killed)/float64(total))
 	}
@@ -114,8 +134,29 @@ func run(args []string) int {
 	return 0
 }
 
-// try plants m in the worktree at dir, runs its tests, and restores the file.
-func try(dir string, m mutant, timeout time.Duration, short bool) (verdict, detail string) {
+// simulation returns the package, relative to its module, whose TestSim
+// simulates the module holding file in the repository at root, or "" if
+// that module has none.
+func simulation(root, file string) string {
+	modDir, err := moduleDir(root, file)
+	if err != nil {
+		return ""
+	}
+	if modDir == root {
+		return "./core/idemsim"
+	}
+	if b, err := os.ReadFile(filepath.Join(modDir, "sim_test.go")); err == nil && strings.Contains(string(b), "func TestSim(") {
+		return "."
+	}
+	return ""
+}
+
+// simBudget is CI's budget of new seeds per store (scripts/test-all).
+const simBudget = "20s"
+
+// try plants m in the worktree at dir, runs its tests (with sim, the
+// simulation with CI's budget), and restores the file.
+func try(dir string, m mutant, timeout time.Duration, short, sim bool) (verdict, detail string) {
 	path := filepath.Join(dir, m.file)
 	orig, err := os.ReadFile(path)
 	if err != nil {
@@ -147,6 +188,9 @@ func try(dir string, m mutant, timeout time.Duration, short bool) (verdict, deta
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = modDir
 	cmd.Env = append(os.Environ(), "GOWORK="+filepath.Join(dir, "go.work"))
+	if sim {
+		cmd.Env = append(cmd.Env, "IDEMKIT_SIMTIME="+simBudget)
+	}
 	out, err := cmd.CombinedOutput()
 	note := ""
 	if m.equivalent != "" {

@@ -44,3 +44,36 @@ func TestRunLeavesNoWorktree(t *testing.T) {
 		t.Fatalf("worktrees left after the run:\n%s", wt)
 	}
 }
+
+// -sim runs a mutant against the simulation of the module holding its
+// file: core/idemsim for the root module, the package at the root of a
+// store module with a TestSim, none for a module without one.
+func TestSimulationOfAModule(t *testing.T) {
+	root := t.TempDir()
+	write := func(path, text string) {
+		t.Helper()
+		p := filepath.Join(root, path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("go.mod", "module example.com/root\n")
+	write("core/renewer.go", "package core\n")
+	write("stores/kv/go.mod", "module example.com/kv\n")
+	write("stores/kv/sim_test.go", "package kv\n\nfunc TestSim(t *testing.T) {}\n")
+	write("stores/kv/store.go", "package kv\n")
+	write("adapters/web/go.mod", "module example.com/web\n")
+	write("adapters/web/middleware.go", "package web\n")
+	for file, want := range map[string]string{
+		"core/renewer.go":            "./core/idemsim",
+		"stores/kv/store.go":         ".",
+		"adapters/web/middleware.go": "",
+	} {
+		if got := simulation(root, file); got != want {
+			t.Errorf("simulation of %s = %q, want %q", file, got, want)
+		}
+	}
+}

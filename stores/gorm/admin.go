@@ -19,7 +19,11 @@ import (
 // record is found by its scope and key, hashed as the store hashes them,
 // where SQL alone finds nothing (the table holds only the hashes).
 
-var _ idemadmin.Store = (*Store)(nil)
+var (
+	_ idemadmin.Store   = (*Store)(nil)
+	_ idemadmin.Locator = (*Store)(nil)
+	_ idemadmin.Locator = (*Reader)(nil)
+)
 
 // Inspect implements idemadmin.Store: Get, described. On SQLite a record in
 // flight is found in this process's memory.
@@ -28,11 +32,12 @@ func (s *Store) Inspect(ctx context.Context, id idem.ID) (idemadmin.Info, error)
 	if err != nil {
 		return idemadmin.Info{}, err
 	}
-	return idemadmin.NewInfo(rec, s.location(id)), nil
+	return idemadmin.NewInfo(rec, s.Locate(id)), nil
 }
 
-// location names the row of id by its key columns.
-func (s *Store) location(id idem.ID) string {
+// Locate implements idemadmin.Locator: the table, and the row's key
+// columns.
+func (s *Store) Locate(id idem.ID) string {
 	scope, key := hashID(id)
 	return fmt.Sprintf("table %s, %s %s, %s %s", s.table, colScope, hex.EncodeToString(scope), colKey, hex.EncodeToString(key))
 }
@@ -250,6 +255,9 @@ func NewReader(db *gorm.DB, opts ...Option) (*Reader, error) {
 func (r *Reader) Inspect(ctx context.Context, id idem.ID) (idemadmin.Info, error) {
 	return r.s.Inspect(ctx, id)
 }
+
+// Locate implements idemadmin.Locator, as the Store's.
+func (r *Reader) Locate(id idem.ID) string { return r.s.Locate(id) }
 
 // RecordStats is idemadmin.Store's RecordStats, on the table alone. On
 // SQLite its Note says that records in flight are not counted.

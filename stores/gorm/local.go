@@ -10,11 +10,15 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idemkit/stores/gorm/internal/sqlitefile"
 )
 
 // On SQLite the store serves one process: New takes an OS lock on the
 // database file (lockSuffix), and a store of another process on the same
-// file is refused. What that allows:
+// file is refused. The lock is named after the file's path, so a file with
+// a second name (a hard link) is refused too (sqlitefile.OneName). What
+// that allows:
 //
 //   - Records in flight live in the process's memory (inflight), not in
 //     the table: a new key costs one write, its completed record (or the
@@ -81,6 +85,9 @@ func (s *Store) openLocal(ctx context.Context) (*localState, error) {
 	if path != "" {
 		if info, err = os.Stat(path); err != nil {
 			return nil, fmt.Errorf("gormstore: the SQLite file of schema %q: %w", schema, err)
+		}
+		if err := sqlitefile.OneName(path); err != nil {
+			return nil, fmt.Errorf("gormstore: %w", err)
 		}
 	}
 	sqliteFiles.Lock()

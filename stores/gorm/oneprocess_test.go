@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,14 +22,14 @@ import (
 
 // lockChildEnv, set to an SQLite file's path, makes this test binary a
 // second process that opens a store on that file and says on stdout what
-// New answered.
+// sqlitedb.Open and New answered.
 const lockChildEnv = "IDEMKIT_LOCK_CHILD"
 
 func lockChild() int {
 	db, err := sqlitedb.Open(os.Getenv(lockChildEnv), quiet())
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "lock child:", err)
-		return 2
+		fmt.Println("refused by sqlitedb.Open:", err)
+		return 0
 	}
 	s, err := New(db, WithPurgeInterval(0))
 	if err != nil {
@@ -162,4 +163,89 @@ func TestSQLiteInMemory(t *testing.T) {
 		}
 		return s
 	})
+}
+
+// Defect: the lock is named after the file's path, so a second process on
+// a hard link (another name of the same file) got past it: two locks, and
+// SQLite's write-ahead logs, named after the paths too, two for one
+// database. A file with more than one name is refused, in another process
+// and in this one, naming the file and saying why: by sqlitedb.Open (and
+// OpenReadOnly) before it opens the file, and by New on a pool opened
+// before the link was made. A symbolic link, which SQLite follows to the file's own name,
+// meets the lock.
+func TestSQLiteOtherNames(t *testing.T) {
+	db := openSQLite(t)
+	path := sqlitePaths.get(db)
+	dir := filepath.Dir(path)
+	first := openStore(t, db)
+	ctx := testCtx(t)
+	if err := first.AutoMigrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	id := idem.ID{Key: "held"}
+	if _, o, err := first.Acquire(ctx, acquireAt(id, "tok-1", t0)); err != nil || o != idem.AcquireCreated {
+		t.Fatalf("Acquire: %v, %v", o, err)
+	}
+
+	symlink := filepath.Join(dir, "symlink.db")
+	if err := os.Symlink(path, symlink); err != nil {
+		t.Fatal(err)
+	}
+	if said := secondProcess(t, symlink); !strings.HasPrefix(said, "refused:") || !strings.Contains(said, "one process") {
+		t.Fatalf("a second process through a symbolic link: %q; want it refused by the lock", said)
+	}
+
+	hardLink := filepath.Join(dir, "hard.db")
+	if err := os.Link(path, hardLink); err != nil {
+		t.Fatal(err)
+	}
+	if said := secondProcess(t, hardLink); !strings.HasPrefix(said, "refused") || !strings.Contains(said, hardLink) ||
+		!strings.Contains(said, "2 names") {
+		t.Fatalf("a second process on a hard link to the file: %q; want it refused, naming the file and its 2 names", said)
+	}
+	for _, p := range []string{hardLink, path} {
+		if _, err := sqlitedb.Open(p, quiet()); err == nil || !strings.Contains(err.Error(), "2 names") {
+			t.Fatalf("sqlitedb.Open in this process on %s, while the file has 2 names: %v; want it refused", p, err)
+		}
+		// A reader through the other name would miss the log's commits.
+		if _, err := sqlitedb.OpenReadOnly(p, quiet()); err == nil || !strings.Contains(err.Error(), "2 names") {
+			t.Fatalf("sqlitedb.OpenReadOnly on %s, while the file has 2 names: %v; want it refused", p, err)
+		}
+	}
+	for _, suffix := range []string{"-wal", "-shm"} {
+		if _, err := os.Stat(hardLink + suffix); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s: %v; want SQLite to have made no file for the second name", hardLink+suffix, err)
+		}
+	}
+	// New checks too: the pool may come from elsewhere, or the link after
+	// the pool.
+	other := openSQLite(t)
+	if err := os.Link(sqlitePaths.get(other), filepath.Join(dir, "other-hard.db")); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := New(other, WithPurgeInterval(0)); err == nil || !strings.Contains(err.Error(), "2 names") ||
+		!strings.Contains(err.Error(), sqlitePaths.get(other)) {
+		if err == nil {
+			_ = s.Close()
+		}
+		t.Fatalf("New on a pool whose file got a second name: %v; want it refused, naming the file", err)
+	}
+
+	// The store already open keeps its key, and is the file's only one.
+	if err := first.Complete(ctx, id, "tok-1", idem.Completion{Response: idem.Response{Status: 201},
+		CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(hardLink); err != nil {
+		t.Fatal(err)
+	}
+	if said := secondProcess(t, path); !strings.HasPrefix(said, "refused:") || !strings.Contains(said, "one process") {
+		t.Fatalf("a second process once the hard link is gone: %q; want it refused by the lock", said)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if said := secondProcess(t, symlink); said != "opened" {
+		t.Fatalf("a second process once the store is closed: %q, want it to open the file", said)
+	}
 }

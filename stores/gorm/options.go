@@ -51,8 +51,9 @@ func WithPurgeInterval(d time.Duration) Option { return func(o *options) { o.pur
 func WithPurgeBatch(n int) Option { return func(o *options) { o.purge.SetBatch(n) } }
 
 // WithClock sets the clock by which the background purger decides what has
-// expired (default the system clock). Give it the Engine's Clock. The
-// store's other methods take every time from the Engine.
+// expired and when it runs: its passes come as the clock's timers fire
+// (idem.Clock.AfterFunc). Default the system clock. Give it the Engine's
+// Clock. The store's other methods take every time from the Engine.
 func WithClock(c idem.Clock) Option { return func(o *options) { o.purge.SetClock(c) } }
 
 // WithLogger sets where the background purger reports failed purges

@@ -79,7 +79,9 @@ const maxAttempts = 10
 // against the stores of other processes (a file named after it, with
 // "-idemkit.lock" appended, which it never deletes) and fails, naming the
 // file, if another process holds it (an error wrapping ErrFileHeld). The stores of one process share the
-// lock, which the last one's Close lets go. New also takes one connection
+// lock, which the last one's Close lets go. As the lock is named after the
+// path, New refuses a file with more than one name (hard links), which a
+// process on another name would lock apart. New also takes one connection
 // of db's pool for the store's writes (none from a pool of one), and
 // deletes the records in flight a process that died left in the table.
 // The store's statements never reach db's logger, which would print them

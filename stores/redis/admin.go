@@ -16,7 +16,13 @@ import (
 // record is found by its scope and key through Key, where redis-cli alone
 // finds nothing (the key's name is a digest).
 
-var _ idemadmin.Store = (*Store)(nil)
+var (
+	_ idemadmin.Store   = (*Store)(nil)
+	_ idemadmin.Locator = (*Store)(nil)
+)
+
+// Locate implements idemadmin.Locator: the record's key.
+func (s *Store) Locate(id idem.ID) string { return "key " + s.Key(id) }
 
 // Inspect implements idemadmin.Store: Get, described.
 func (s *Store) Inspect(ctx context.Context, id idem.ID) (idemadmin.Info, error) {
@@ -24,7 +30,7 @@ func (s *Store) Inspect(ctx context.Context, id idem.ID) (idemadmin.Info, error)
 	if err != nil {
 		return idemadmin.Info{}, err
 	}
-	return idemadmin.NewInfo(rec, "key "+s.Key(id)), nil
+	return idemadmin.NewInfo(rec, s.Locate(id)), nil
 }
 
 // Forget implements idemadmin.Store: Get, then one script that deletes the
@@ -36,6 +42,9 @@ func (s *Store) Forget(ctx context.Context, id idem.ID, force bool) error {
 	}
 	if rec.State == idem.InFlight && !force {
 		return idemadmin.ErrInFlight
+	}
+	if s.hooks != nil && s.hooks.forgetRead != nil {
+		s.hooks.forgetRead()
 	}
 	n, err := forgetScript.Run(ctx, s.c, []string{s.Key(id)}, strconv.Itoa(int(rec.State)), rec.Token).Int64()
 	if err != nil {

@@ -157,6 +157,55 @@ func TestPlainClientOnClusterNode(t *testing.T) {
 	renewsAll(t, s, held, "on a Cluster node through a plain client")
 }
 
+// TestPlainClientOnClusterNodeWithoutInfo: a plain client talking to one
+// node of a Cluster as a user without INFO. The server refuses to say
+// what it is, and must be taken for what refuses scripts whose keys are on
+// several slots: a batch of leases on that node, on many slots, is renewed
+// whole. (On a node of no Cluster, as in TestRenewBatchWithoutInfo, either
+// guess works, so only a Cluster node can tell a wrong one.)
+func TestPlainClientOnClusterNodeWithoutInfo(t *testing.T) {
+	cc := dialCluster(t).(*redis.ClusterClient)
+	addr := strings.Split(serverEnv(t, clusterEnv), ",")[0]
+	admin := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = admin.Close() })
+	ctx := testContext(t)
+	user := fmt.Sprint("idemtest-noinfo-", time.Now().UnixNano())
+	if err := admin.Do(ctx, "ACL", "SETUSER", user, "on", ">pw", "~*", "+@all", "-info").Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Do(context.Background(), "ACL", "DELUSER", user).Err() })
+	node := redis.NewClient(&redis.Options{Addr: addr, Username: user, Password: "pw", ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = node.Close() })
+	if err := node.Info(ctx, "cluster").Err(); err == nil {
+		t.Fatal("INFO allowed: the test proves nothing")
+	}
+	s, err := New(node, WithPrefix(testPrefix(t, cc)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held []idem.Held
+	slots := map[int64]bool{}
+	for i := 0; len(held) < 8; i++ {
+		id := idem.ID{Key: fmt.Sprint("k-", i)}
+		if masterAddr(t, cc, s.Key(id)) != addr {
+			continue
+		}
+		slot, err := cc.ClusterKeySlot(ctx, s.Key(id)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		slots[slot] = true
+		held = append(held, idem.Held{ID: id, Token: "tok"})
+		if _, _, err := s.Acquire(ctx, acquireAt(id, "tok", t0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(slots) < 2 {
+		t.Fatalf("the leases are on %d slot: the test proves nothing", len(slots))
+	}
+	renewsAll(t, s, held, "on a Cluster node, as a user without INFO")
+}
+
 // unrenewed is what RenewBatch's error offers when only some leases
 // could not be renewed.
 type unrenewed interface {

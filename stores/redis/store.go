@@ -32,6 +32,16 @@ type Store struct {
 	// order says whether Acquire reads the record before it runs its
 	// script (see Acquire).
 	order acquireorder.Order
+	// hooks, if set, are the tests' (a pointer, so that a Store stays
+	// comparable).
+	hooks *testHooks
+}
+
+// testHooks are places where a test acts inside a call.
+type testHooks struct {
+	// forgetRead runs in Forget between its read and its delete: a
+	// record changed meanwhile.
+	forgetRead func()
 }
 
 var (

@@ -50,7 +50,7 @@ func openConn(path string) (*conn, error) {
 	if rc != sqlite3.SQLITE_OK {
 		err := c.error(rc)
 		c.Close()
-		return nil, cannotOpen(path, err)
+		return nil, openError(path, false, err)
 	}
 	sqlite3.Xsqlite3_extended_result_codes(c.tls, c.db, 1)
 	for _, p := range []string{"PRAGMA journal_mode = WAL", "PRAGMA synchronous = NORMAL"} {

@@ -1,8 +1,11 @@
 package sqlitedb
 
 import (
+	"bytes"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -80,7 +83,7 @@ func TestConcurrentWriters(t *testing.T) {
 }
 
 func TestOpenRejectsBadPaths(t *testing.T) {
-	for _, p := range []string{"", "a?b", "a#b"} {
+	for _, p := range []string{"", "a?b", "a#b", "a\x00b"} {
 		if _, err := Open(p); err == nil {
 			t.Errorf("Open(%q) succeeded", p)
 		}
@@ -140,5 +143,136 @@ func TestOpenErrorsSayWhatIsWrong(t *testing.T) {
 	_, err = Open("app:secret@tcp(127.0.0.1:3306)/payments")
 	if err == nil || !strings.Contains(err.Error(), "gorm.io/driver/mysql") {
 		t.Fatalf("Open of a MySQL DSN: %v, want an error saying it is a server DSN", err)
+	}
+}
+
+// Defect: the driver takes its DSN as an SQLite URI, which decodes %HH in
+// the path, so Open("x%41.db") created xA.db, and a file named
+// "50%25 a%20b.db" was never opened: "50% a b.db", a new empty database,
+// was. A path that begins with "//" named a URI's host. Open and
+// OpenReadOnly open the file named, and nothing else.
+func TestOpenOpensTheFileNamed(t *testing.T) {
+	quiet := &gorm.Config{Logger: logger.Discard}
+	dir := t.TempDir()
+	t.Chdir(dir)
+	names := []string{"x%41.db", "50%25 a%20b.db", "100%.db", "%zz%", "a%00b.db", "%2e%2e%2fup.db"}
+	for _, name := range names {
+		for _, path := range []string{name, filepath.Join(dir, name), "/" + filepath.Join(dir, name)} {
+			t.Run(path, func(t *testing.T) {
+				db, err := Open(path, quiet)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := db.Exec("CREATE TABLE IF NOT EXISTS t (path TEXT)").Error; err == nil {
+					err = db.Exec("INSERT INTO t VALUES (?)", path).Error
+				}
+				closeDB(t, db)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var files []string
+				entries, err := os.ReadDir(dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, e := range entries {
+					files = append(files, e.Name())
+				}
+				if !slices.Contains(files, name) {
+					t.Fatalf("Open(%q) made the files %q, not %q", path, files, name)
+				}
+				ro, err := OpenReadOnly(path, quiet)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer closeDB(t, ro)
+				var paths []string
+				if err := ro.Raw("SELECT path FROM t").Scan(&paths).Error; err != nil || !slices.Contains(paths, path) {
+					t.Fatalf("OpenReadOnly(%q) read %q, %v; want the row written through the same path", path, paths, err)
+				}
+			})
+		}
+	}
+	// Every file is one of the names, or its write-ahead log or shared
+	// memory: none was opened under another name.
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		base := strings.TrimSuffix(strings.TrimSuffix(e.Name(), "-wal"), "-shm")
+		if !slices.Contains(names, base) {
+			t.Errorf("a file no path named: %q", e.Name())
+		}
+	}
+}
+
+// Defect: a file that is not an SQLite database (another kind of file, or
+// one whose header is damaged) failed to open with a message asking
+// whether its directory existed and was writable. The error says what is
+// wrong, names the file, and the file is left as it was.
+func TestOpenNotADatabase(t *testing.T) {
+	quiet := &gorm.Config{Logger: logger.Discard}
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.db")
+	db, err := Open(good, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Exec("CREATE TABLE t (n INTEGER)").Error; err != nil {
+		t.Fatal(err)
+	}
+	closeDB(t, db)
+	valid, err := os.ReadFile(good)
+	if err != nil {
+		t.Fatal(err)
+	}
+	damaged := func(from, to int) []byte {
+		b := bytes.Clone(valid)
+		for i := from; i < to; i++ {
+			b[i] = 0xa5
+		}
+		return b
+	}
+	for name, content := range map[string][]byte{
+		"text":       []byte("order,amount\n1,100\n"),
+		"binary":     bytes.Repeat([]byte{0x7f, 'E', 'L', 'F', 2, 1, 1, 0}, 1024),
+		"header":     damaged(0, 16),           // SQLite's "SQLite format 3" magic
+		"first page": damaged(100, len(valid)), // after the file header: the schema
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "records.db")
+			if err := os.WriteFile(path, content, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Open(path, quiet)
+			// Open leaves nothing beside the file (OpenReadOnly, like any
+			// reader of a database in WAL mode, may leave SQLite's -wal
+			// and -shm, empty).
+			if entries, _ := os.ReadDir(filepath.Dir(path)); len(entries) != 1 {
+				t.Errorf("Open left %d files beside the database, want none", len(entries)-1)
+			}
+			_, roErr := OpenReadOnly(path, quiet)
+			for _, err := range []error{err, roErr} {
+				if err == nil || !strings.Contains(err.Error(), "not a valid SQLite database") ||
+					!strings.Contains(err.Error(), path) || strings.Contains(err.Error(), "directory") {
+					t.Fatalf("Open and OpenReadOnly: %v; want an error naming the file, saying it is not a valid SQLite database", err)
+				}
+			}
+			if after, err := os.ReadFile(path); err != nil || !bytes.Equal(after, content) {
+				t.Fatalf("the file changed (%v)", err)
+			}
+		})
+	}
+}
+
+func closeDB(t *testing.T, db *gorm.DB) {
+	t.Helper()
+	sqlDB, err := db.DB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sqlDB.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -5,6 +5,7 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemadmin"
+	"github.com/idemkit/idemkit/internal/redact"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 	"github.com/idemkit/idemkit/stores/gorm/opendb"
 	redisstore "github.com/idemkit/idemkit/stores/redis"
@@ -38,10 +40,16 @@ import (
 type Config struct {
 	Addr string
 	// AdminAddr, if set, is the admin listener's address: GET /metrics and
-	// GET /debug/provider are served there, and no longer on Addr, and the
-	// records admin (idemctl's -admin) under server.RecordsAdminPath, never
-	// on Addr.
+	// GET /debug/provider are served there, and no longer on Addr.
 	AdminAddr string
+	// RecordsAdminAddr, if set, is the records admin's listener: idemkit's
+	// idemadmin.Handler (idemctl's -admin), under server.RecordsAdminPath,
+	// alone. It can make a charge run again, so it is never on Addr nor on
+	// AdminAddr, and it serves loopback peers only unless
+	// RecordsAdminToken is set (no flag: the command reads it from a file
+	// or the environment, never from its command line).
+	RecordsAdminAddr  string
+	RecordsAdminToken string
 	// GRPCAddr, if set, is the gRPC listener's address: it serves
 	// payments.v1.Charges/Create (api.ChargesCreate) on the same Engine
 	// and database as the HTTP API.
@@ -159,13 +167,7 @@ func (c Config) EventsLabel() string {
 }
 
 // redisLabel is a redis:// URL without its password.
-func redisLabel(rawURL string) string {
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return "redis"
-	}
-	return u.Redacted()
-}
+func redisLabel(rawURL string) string { return redact.DSN(rawURL) }
 
 // CheckRecords reports why records, the value of Config.Records, names no
 // place the demo can keep idempotency records, or nil.
@@ -180,9 +182,19 @@ func CheckRecords(records string) error {
 // URL, or nil.
 func checkRedisURL(what, u string) error {
 	if _, err := redis.ParseURL(u); err != nil {
-		return fmt.Errorf("%s a redis:// or rediss:// URL: %w", what, err)
+		return fmt.Errorf("%s a redis:// or rediss:// URL, not %s: %w", what, redact.DSN(u), withoutURL(err))
 	}
 	return nil
+}
+
+// withoutURL is err without the URL a *url.Error quotes whole, password
+// included.
+func withoutURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 // CheckTTL reports why ttl cannot be how long the demo keeps a key after
@@ -221,6 +233,9 @@ type App struct {
 	// Admin serves GET /metrics and GET /debug/provider when the Config has
 	// an AdminAddr; nil otherwise, and Server serves them.
 	Admin server.Server
+	// RecordsAdmin serves the records admin when the Config has a
+	// RecordsAdminAddr; nil otherwise, and none is served.
+	RecordsAdmin server.Server
 	// GRPC serves api.ChargesCreate when the Config has a GRPCAddr; nil
 	// otherwise.
 	GRPC   server.Server
@@ -308,12 +323,17 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 	if now == nil {
 		now = time.Now
 	}
+	// One secret keys the key hashes of the Engine's log lines and of the
+	// records admin's audit lines, so that they correlate.
+	keyHashSecret := make([]byte, 32)
+	rand.Read(keyHashSecret)
 	engine := idem.New(idem.Config{
-		Store:        rec.store,
-		TTL:          cfg.TTL,
-		Lease:        cfg.Lease,
-		StoreTimeout: storeTimeout,
-		Clock:        engineClock(cfg.Now),
+		KeyHashSecret: keyHashSecret,
+		Store:         rec.store,
+		TTL:           cfg.TTL,
+		Lease:         cfg.Lease,
+		StoreTimeout:  storeTimeout,
+		Clock:         engineClock(cfg.Now),
 		// A charge or refund that has run a whole lease is stuck (a
 		// provider that does not answer): it is abandoned, so that it never
 		// outlasts the shutdown grace.
@@ -353,10 +373,11 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 		Docs:          docs.Handler(docs.Policy{TTL: cfg.TTL, Lease: cfg.Lease, Path: api.DocsPath, NotFound: http.HandlerFunc(a.NotFound)}),
 		Debug:         a.ProviderDebug(provider),
 		SeparateAdmin: cfg.AdminAddr != "",
-		RecordsAdmin:  idemadmin.Handler(rec.admin, idemadmin.HandlerOptions{Now: now}),
-		Checkout:      checkout.Handler(http.HandlerFunc(a.NotFound), cfg.FaultInjection),
-		Network:       network,
-		Logger:        log,
+		RecordsAdmin: idemadmin.Handler(rec.admin, idemadmin.HandlerOptions{Now: now, Token: cfg.RecordsAdminToken,
+			Logger: log, Secret: keyHashSecret}),
+		Checkout: checkout.Handler(http.HandlerFunc(a.NotFound), cfg.FaultInjection),
+		Network:  network,
+		Logger:   log,
 	}
 	srv, err := server.New(scfg)
 	if err != nil {
@@ -369,6 +390,9 @@ func build(ctx context.Context, cfg Config, log *slog.Logger, db *gorm.DB) (*App
 	if scfg.SeparateAdmin {
 		app.Admin = server.NewAdmin(scfg)
 	}
+	if cfg.RecordsAdminAddr != "" {
+		app.RecordsAdmin = server.NewRecordsAdmin(scfg)
+	}
 	if cfg.GRPCAddr != "" {
 		app.GRPC = server.NewGRPC(scfg)
 	}
@@ -380,9 +404,9 @@ type Listeners struct {
 	// API is the HTTP API's.
 	API net.Listener
 	// Admin is the admin server's, for an App with one (the Config's
-	// AdminAddr), and GRPC the gRPC server's, for an App with one (the
-	// Config's GRPCAddr); nil otherwise.
-	Admin, GRPC net.Listener
+	// AdminAddr), RecordsAdmin the records admin's (RecordsAdminAddr), and
+	// GRPC the gRPC server's (GRPCAddr); nil otherwise.
+	Admin, RecordsAdmin, GRPC net.Listener
 }
 
 // Serve serves the API on ls.API, and the admin endpoints and the gRPC
@@ -399,7 +423,7 @@ func (a *App) Serve(ctx context.Context, ls Listeners) error {
 		name string
 		err  error
 	}
-	done := make(chan served, 3)
+	done := make(chan served, 4)
 	webhooks := a.cfg.WebhookURL
 	if webhooks == "" {
 		webhooks = "http://" + ls.API.Addr().String() + api.WebhookPath
@@ -413,6 +437,9 @@ func (a *App) Serve(ctx context.Context, ls Listeners) error {
 	running := []listening{{"API", a.Server, ls.API}}
 	if a.Admin != nil {
 		running = append(running, listening{"admin", a.Admin, ls.Admin})
+	}
+	if a.RecordsAdmin != nil {
+		running = append(running, listening{"records admin", a.RecordsAdmin, ls.RecordsAdmin})
 	}
 	if a.GRPC != nil {
 		running = append(running, listening{"gRPC", a.GRPC, ls.GRPC})
@@ -489,7 +516,7 @@ func openRecords(ctx context.Context, records string, db *gorm.DB) (recordStore,
 	}
 	opt, err := redis.ParseURL(records)
 	if err != nil {
-		return recordStore{}, fmt.Errorf("-records: %w", err)
+		return recordStore{}, fmt.Errorf("-records %s: %w", redact.DSN(records), withoutURL(err))
 	}
 	// Store calls keep the Engine's deadlines; and a Redis that is down is
 	// reported after one dial, not five, so requests get their 503 fast.

@@ -172,7 +172,7 @@ func TestEventOnceWithRecordsInRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	loseRecord(t, addr, idem.JobID(api.EventScope, e.ID))
+	loseRecord(t, addr, idem.JobID(api.EventScope, e.ID)) // a job's record, as Do keeps it
 	again, err := a.API.ApplyEvent(t.Context(), e.ID, e.Body())
 	if err != nil {
 		t.Fatal(err)

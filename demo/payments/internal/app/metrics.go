@@ -21,7 +21,10 @@ func newMetrics() (*metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := idemotel.New(idemotel.WithMeterProvider(prom.MeterProvider))
+	// The API guards POST, and the provider's events run as jobs
+	// (Engine.Do): their series start at zero, so that the first lost
+	// lease of a process pages.
+	m, err := idemotel.New(idemotel.WithMeterProvider(prom.MeterProvider), idemotel.WithMethods("POST", "JOB"))
 	if err != nil {
 		return nil, err
 	}

@@ -47,9 +47,11 @@ type Config struct {
 	// SeparateAdmin leaves GET /metrics and GET /debug/provider to the
 	// admin server (NewAdmin): the API server answers 404 for them.
 	SeparateAdmin bool
-	// RecordsAdmin, if set, is idemkit's records admin (idemadmin.Handler),
-	// served under RecordsAdminPath by the admin server alone, never on
-	// the API's listener: it can delete records.
+	// RecordsAdmin is idemkit's records admin (idemadmin.Handler), served
+	// under RecordsAdminPath by the records admin server alone
+	// (NewRecordsAdmin): never on the API's listener, nor on the admin
+	// listener that Prometheus scrapes, since it can make a charge run
+	// again.
 	RecordsAdmin http.Handler
 	// Checkout serves the checkout page's files, GET at checkout.Paths.
 	Checkout http.Handler
@@ -116,25 +118,32 @@ func pages(cfg Config) []page {
 	return append(ps, page{api.DocsPath, cfg.Docs}, page{api.DocsPath + "/:name", cfg.Docs})
 }
 
-// RecordsAdminPath is where the admin server serves Config.RecordsAdmin:
-// idemctl's -admin URL is http://ADMIN-ADDR/idemadmin.
+// RecordsAdminPath is where the records admin server serves
+// Config.RecordsAdmin: idemctl's -admin URL is
+// http://RECORDS-ADMIN-ADDR/idemadmin.
 const RecordsAdminPath = "/idemadmin"
 
 // NewAdmin builds the admin server, for a Config with SeparateAdmin: GET
-// /metrics, GET /debug/provider and GET /healthz, and the records admin
-// under RecordsAdminPath, on net/http whatever the API's framework.
+// /metrics, GET /debug/provider and GET /healthz, on net/http whatever the
+// API's framework. It serves nothing that changes a record: Prometheus may
+// scrape it from another host.
 func NewAdmin(cfg Config) Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", healthz)
 	mux.Handle("GET /metrics", cfg.Metrics)
 	mux.Handle("GET "+DebugPath, cfg.Debug)
 	rs := append(routes{{"/healthz", getOnly}}, adminRoutes()...)
-	if cfg.RecordsAdmin != nil {
-		mux.Handle(RecordsAdminPath+"/", cfg.RecordsAdmin)
-		rs = append(rs, route{RecordsAdminPath + "/get", postOnly}, route{RecordsAdminPath + "/forget", postOnly},
-			route{RecordsAdminPath + "/stats", getOnly}, route{RecordsAdminPath + "/purge", postOnly})
-	}
 	return newHTTPServer(logRequests(cfg.Logger, "admin", guard(cfg.API, rs, recoverPanics(cfg.API, mux))))
+}
+
+// NewRecordsAdmin builds the records admin server: Config.RecordsAdmin
+// under RecordsAdminPath, and nothing else, on a listener of its own.
+func NewRecordsAdmin(cfg Config) Server {
+	mux := http.NewServeMux()
+	mux.Handle(RecordsAdminPath+"/", cfg.RecordsAdmin)
+	rs := routes{{RecordsAdminPath + "/get", postOnly}, {RecordsAdminPath + "/forget", postOnly},
+		{RecordsAdminPath + "/stats", getOnly}, {RecordsAdminPath + "/purge", postOnly}}
+	return newHTTPServer(logRequests(cfg.Logger, "records-admin", guard(cfg.API, rs, recoverPanics(cfg.API, mux))))
 }
 
 // webhookID is where the webhook route takes its idempotency key from:

@@ -2,6 +2,10 @@ package webhook
 
 import (
 	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"net/http"
 	"strconv"
 	"strings"
@@ -76,12 +80,79 @@ func TestVerifyRefuses(t *testing.T) {
 		}
 	}
 	// Within the tolerance, and among signatures of other keys (a secret
-	// being rotated) and other schemes.
-	several := "v1a,xyz " + other.Sign(vectorID, at, body) + " " + vectorSignature
-	for _, now := range []time.Time{at.Add(Tolerance), at.Add(-Tolerance)} {
-		if err := s.Verify(vectorHeader(several, vectorTimestamp), body, now); err != nil {
-			t.Errorf("at %v from the timestamp, among other signatures: %v", now.Sub(at), err)
+	// being rotated) and other schemes, wherever the good one stands.
+	bad := other.Sign(vectorID, at, body)
+	for _, several := range []string{
+		"v1a,xyz " + bad + " " + vectorSignature,
+		vectorSignature + " " + bad + " v1a,xyz",
+		bad + " " + vectorSignature + " v1,***",
+	} {
+		for _, now := range []time.Time{at.Add(Tolerance), at.Add(-Tolerance)} {
+			if err := s.Verify(vectorHeader(several, vectorTimestamp), body, now); err != nil {
+				t.Errorf("at %v from the timestamp, in %q: %v", now.Sub(at), several, err)
+			}
 		}
+	}
+	// Stale and signed with another key: the signature is refused first,
+	// so that no one learns anything from which check failed (see Verify).
+	for _, now := range []time.Time{at.Add(6 * time.Minute), at.Add(-6 * time.Minute)} {
+		err := s.Verify(vectorHeader(bad, vectorTimestamp), body, now)
+		if !errors.Is(err, ErrUnsigned) || errors.Is(err, ErrStale) {
+			t.Errorf("stale and signed with another key, %v from the timestamp: %v, want %v alone", now.Sub(at), err, ErrUnsigned)
+		}
+	}
+}
+
+// TestVerifyComparesInConstantTime: Verify compares the signatures with
+// hmac.Equal or crypto/subtle, whose time does not depend on where two
+// MACs first differ; a comparison with ==, bytes.Equal or bytes.Compare
+// would let an attacker find a valid signature byte by byte. No test of
+// behaviour can see the difference, so this reads the source.
+func TestVerifyComparesInConstantTime(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "sign.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var verify *ast.FuncDecl
+	for _, d := range f.Decls {
+		if fn, ok := d.(*ast.FuncDecl); ok && fn.Name.Name == "Verify" {
+			verify = fn
+		}
+	}
+	if verify == nil {
+		t.Fatal("sign.go has no Verify")
+	}
+	constant := 0
+	ast.Inspect(verify.Body, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.CallExpr:
+			sel, ok := n.Fun.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			pkg, _ := sel.X.(*ast.Ident)
+			switch name := fmt.Sprintf("%v.%s", pkg, sel.Sel.Name); name {
+			case "hmac.Equal", "subtle.ConstantTimeCompare":
+				constant++
+			case "bytes.Equal", "bytes.Compare", "strings.Compare", "strings.EqualFold":
+				t.Errorf("Verify calls %s", name)
+			}
+		case *ast.BinaryExpr:
+			if n.Op == token.EQL || n.Op == token.NEQ {
+				for _, side := range []ast.Expr{n.X, n.Y} {
+					if call, ok := side.(*ast.CallExpr); ok {
+						if id, ok := call.Fun.(*ast.Ident); ok && id.Name == "string" {
+							t.Errorf("Verify compares a conversion to string with %s", n.Op)
+							return false
+						}
+					}
+				}
+			}
+		}
+		return true
+	})
+	if constant == 0 {
+		t.Error("Verify calls neither hmac.Equal nor subtle.ConstantTimeCompare")
 	}
 }
 

@@ -1,4 +1,4 @@
-package idemfiber
+package fasthttpcore
 
 import (
 	"bytes"
