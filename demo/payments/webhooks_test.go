@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -211,6 +212,53 @@ var webhookCases = []struct {
 		d.settled(t, acct, 0, 0, 0)
 		if r := d.webhookAt(t, e.ID, e.Body(), testSecret, time.Now().Add(-4*time.Minute)); r.status != 200 || r.replayed() {
 			t.Fatalf("a delivery signed 4 minutes ago: %d replayed=%v %s", r.status, r.replayed(), r.body)
+		}
+		d.settled(t, acct, 1999, 0, 1)
+	}},
+	{"Webhook/NoClientReachesTheProvidersRecords", func(t *testing.T, d *demo) {
+		// A client whose bearer token names the provider's scopes, with
+		// the webhook's id as its Idempotency-Key, records answers of its
+		// own: the signed webhook must not meet them.
+		acct, e := d.charged(t)
+		for _, token := range []string{api.WebhookScope, api.EventScope, "provider-webhooks", "provider-events"} {
+			r := d.do(t, http.MethodPost, "/v1/charges", token, e.ID, `{"amount":0}`)
+			r.problem(t, 400, api.ProblemInvalidRequest)
+			if again := d.do(t, http.MethodPost, "/v1/charges", token, e.ID, `{"amount":0}`); !again.replayed() {
+				t.Fatalf("the client's own 400 under %q was not recorded: the test proves nothing", token)
+			}
+		}
+		if r := d.webhook(t, e); r.status != 200 || r.replayed() {
+			t.Fatalf("the signed webhook after clients used its id: %d replayed=%v %s, want 200, applied", r.status, r.replayed(), r.body)
+		}
+		d.settled(t, acct, 1999, 0, 1)
+	}},
+	{"Webhook/ContentEncodingRefusedRecordsNothing", func(t *testing.T, d *demo) {
+		// A webhook whose body is gzip-encoded, signed over the body
+		// decoded (what a framework that decodes it would check) or as
+		// sent: refused 415 on every framework, before idemkit, so that
+		// the plain delivery of the event is applied, not refused.
+		acct, e := d.charged(t)
+		var zipped bytes.Buffer
+		zw := gzip.NewWriter(&zipped)
+		zw.Write(e.Body())
+		zw.Close()
+		for name, signed := range map[string][]byte{"decoded": e.Body(), "as sent": zipped.Bytes()} {
+			for _, coding := range []string{"gzip", "GZIP", "identity, gzip"} {
+				now := time.Now()
+				h := http.Header{}
+				h.Set(webhook.HeaderID, e.ID)
+				h.Set(webhook.HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
+				h.Set(webhook.HeaderSignature, testSecret.Sign(e.ID, now, signed))
+				h.Set("Content-Encoding", coding)
+				r := d.doHeader(t, http.MethodPost, api.WebhookPath, h, "", zipped.String())
+				if r.problem(t, 415, api.ProblemWebhookEncodingUnsupported); r.header.Get("Accept-Encoding") != "identity" {
+					t.Fatalf("signed over the body %s, Content-Encoding %q: Accept-Encoding %q, want identity", name, coding, r.header.Get("Accept-Encoding"))
+				}
+			}
+		}
+		d.settled(t, acct, 0, 0, 0)
+		if r := d.webhook(t, e); r.status != 200 || r.replayed() {
+			t.Fatalf("the plain delivery after the encoded ones: %d replayed=%v %s, want 200, applied", r.status, r.replayed(), r.body)
 		}
 		d.settled(t, acct, 1999, 0, 1)
 	}},

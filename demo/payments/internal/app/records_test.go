@@ -20,6 +20,7 @@ import (
 	redisstore "github.com/idemkit/idemkit/stores/redis"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemkit/idemkit/demo/payments/internal/api"
 	"github.com/idemkit/idemkit/demo/payments/internal/payments"
 )
 
@@ -146,7 +147,7 @@ func TestRecordsInRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := names.Key(idem.ID{Scope: acct, Key: "redis-1"})
+	key := names.Key(idem.ID{Scope: api.AccountScope(acct), Key: "redis-1"})
 	if n, err := client.Exists(t.Context(), key).Result(); err != nil || n != 1 {
 		t.Fatalf("the charge's record %s is not in Redis (%d, %v)", key, n, err)
 	}
@@ -165,7 +166,7 @@ func TestExpiredKeyIsNewWithRecordsInRedis(t *testing.T) {
 	clock := idemtest.NewClock(time.Now())
 	cfg := DefaultConfig()
 	cfg.DB, cfg.Records, cfg.ProviderLatency = filepath.Join(t.TempDir(), "p.db"), "redis://"+addr+"/0", 0
-	cfg.TTL, cfg.Now = time.Minute, clock.Now
+	cfg.TTL, cfg.Now = 10*time.Minute, clock.Now
 	a, base := serve(t, cfg)
 
 	acct, key := "acct_"+rand.Text()[:10], "expiring-"+rand.Text()
@@ -190,7 +191,7 @@ func TestExpiredKeyIsNewWithRecordsInRedis(t *testing.T) {
 
 	// Redis loses the new charge's record before it expires: the retry
 	// runs the handler again, which answers with the charge under the key.
-	loseRecord(t, addr, idem.ID{Scope: acct, Key: key})
+	loseRecord(t, addr, idem.ID{Scope: api.AccountScope(acct), Key: key})
 	want("the retry after Redis lost the record", post(1999), 201, second.id, false)
 
 	// Expired again, the key comes back with another amount: a charge of

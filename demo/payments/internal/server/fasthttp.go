@@ -52,14 +52,16 @@ func guardFastHTTP(a *api.API, rs routes, method, path string, resp *fasthttp.Re
 	return false
 }
 
-// checkWebhookFastHTTP is api.API.ReadWebhook on fasthttp, whose body
-// (Fiber's Ctx.Body) is read already: it answers a webhook that fails, and
-// reports whether it passed.
-func checkWebhookFastHTTP(a *api.API, rc *fasthttp.RequestCtx, body []byte) bool {
-	resp, ok := a.WebhookBody(body, nil)
-	if ok {
-		resp, ok = a.CheckWebhook(fastHTTPHeader(rc), body)
+// checkWebhookFastHTTP is api.API.ReadWebhook on fasthttp: it checks the
+// body as received (fasthttp's Request.Body, which the handler is served:
+// not Fiber's Ctx.Body, which decodes gzip), answers a webhook that fails,
+// and reports whether it passed.
+func checkWebhookFastHTTP(a *api.API, rc *fasthttp.RequestCtx) bool {
+	var codings []string
+	for _, v := range rc.Request.Header.PeekAll("Content-Encoding") {
+		codings = append(codings, string(v))
 	}
+	resp, ok := a.CheckWebhookBody(fastHTTPHeader(rc), codings, rc.Request.Body(), nil)
 	if !ok {
 		writeFastHTTP(&rc.Response, resp)
 	}

@@ -53,7 +53,7 @@ func newFiber(cfg Config) *fiberServer {
 	// path under its prefix.
 	app.Post(api.WebhookPath,
 		func(c *fiber.Ctx) error {
-			if !checkWebhookFastHTTP(cfg.API, c.Context(), c.Body()) {
+			if !checkWebhookFastHTTP(cfg.API, c.Context()) {
 				return nil
 			}
 			return c.Next()

@@ -57,7 +57,7 @@ func newFiberV3(cfg Config) *fiberV3Server {
 	// Before the /v1 group, as on Fiber v2.
 	app.Post(api.WebhookPath,
 		func(c fiber.Ctx) error {
-			if !checkWebhookFastHTTP(cfg.API, c.RequestCtx(), c.Body()) {
+			if !checkWebhookFastHTTP(cfg.API, c.RequestCtx()) {
 				return nil
 			}
 			return c.Next()

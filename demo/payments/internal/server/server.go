@@ -157,10 +157,11 @@ func webhookID(header func(string) string) (string, bool) {
 // webhookScope is the scope of the webhooks' records.
 func webhookScope() string { return api.WebhookScope }
 
-// scope is the tenant of a request: its account.
+// scope is the tenant of a request: its account's scope, which no scope
+// of the provider's webhooks and events can be (api.AccountScope).
 func scope(authorization string) string {
 	acct, _ := api.Account(authorization)
-	return acct
+	return api.AccountScope(acct)
 }
 
 // frameworkError is the problem for an error a framework reports itself
