@@ -59,7 +59,7 @@ func (l *lock) storedHeader(h exchange.HeaderReader, hs *headerScratch) []exchan
 	return found
 }
 
-// headerSent keeps the replayable headers of h as they are now, when the
+// HeaderSent keeps the replayable headers of h as they are now, when the
 // response's header goes out: what the client got is what a replay gives,
 // not the header as a handler left it afterwards (net/http sends nothing a
 // handler sets after WriteHeader). Only the first call counts. The values

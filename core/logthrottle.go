@@ -36,7 +36,7 @@ type throttled struct {
 	flushing bool      // a timer will log the count at until
 }
 
-// level returns the level to log ev at: its own, or DEBUG if a line of its
+// throttled returns the level to log ev at: its own, or DEBUG if a line of its
 // kind was logged at that level less than an interval ago.
 func (e *Engine) throttled(ev *idemevent.Event, level slog.Level) slog.Level {
 	if level < slog.LevelWarn {

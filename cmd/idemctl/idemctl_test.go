@@ -254,7 +254,7 @@ func TestSQLiteHeldByAnotherProcess(t *testing.T) {
 func TestSQLiteFileNameWithPercent(t *testing.T) {
 	const name = "50%25 a%20b.db"
 	tg := sqliteTargetNamed(t, name)
-	a, scope, key := firstRequest(t, tg)
+	_, scope, key := firstRequest(t, tg)
 	ids := []string{"-scope", scope, "-key", key}
 	code, out, errOut := ctlBinary(t, "", append(append([]string{"get"}, tg.args...), ids...)...)
 	if code != 0 || !strings.Contains(out, "completed") {
@@ -266,7 +266,7 @@ func TestSQLiteFileNameWithPercent(t *testing.T) {
 		t.Fatalf("forget: exit %d:\n%s%s", code, out, errOut)
 	}
 	tg.reopen(t)
-	a = newApp(tg.store)
+	a := newApp(tg.store)
 	if code, replayed := a.post(t, scope, key); code != 201 || replayed || a.runs.Load() != 1 {
 		t.Fatalf("retry after forget: %d replayed=%v runs=%d; want the handler run anew", code, replayed, a.runs.Load())
 	}

@@ -561,17 +561,6 @@ func (m *model) nextExpiry(now time.Time) (time.Time, bool) {
 	return next, !next.IsZero()
 }
 
-// live counts the records the shadow holds.
-func (m *model) live() int {
-	n := 0
-	for _, id := range m.ids {
-		if s := m.shadow[id]; s != nil && s.rec.State != 0 {
-			n++
-		}
-	}
-	return n
-}
-
 func sameRecord(got, want idem.Record) error {
 	switch {
 	case got.ID != want.ID:

@@ -98,7 +98,7 @@ func checkForgetFencesHolder(ctx context.Context, s AdminStore) error {
 		return err
 	}
 	if err := s.Forget(ctx, id, true); err != nil {
-		return fmt.Errorf("Forget of a record in flight with force: %w", err)
+		return fmt.Errorf("forgetting a record in flight with force: %w", err)
 	}
 	if _, err := s.Get(ctx, id); !errors.Is(err, idem.ErrNotFound) {
 		return fmt.Errorf("Get after a Forget with force: %v, want ErrNotFound", err)
@@ -134,7 +134,7 @@ func checkForgetCompleted(ctx context.Context, s AdminStore) error {
 		return err
 	}
 	if err := s.Forget(ctx, id, false); err != nil {
-		return fmt.Errorf("Forget of a completed record: %w", err)
+		return fmt.Errorf("forgetting a completed record: %w", err)
 	}
 	if _, err := s.Get(ctx, id); !errors.Is(err, idem.ErrNotFound) {
 		return fmt.Errorf("Get after Forget: %v, want ErrNotFound", err)
@@ -156,7 +156,7 @@ func checkForgetScopesApart(ctx context.Context, s AdminStore) error {
 		}
 	}
 	if err := s.Forget(ctx, a, false); err != nil {
-		return fmt.Errorf("Forget: %w", err)
+		return fmt.Errorf("forgetting: %w", err)
 	}
 	if rec, err := s.Get(ctx, b); err != nil || rec.State != idem.Completed {
 		return fmt.Errorf("another tenant's record of the same key, after Forget: %v (%v), want it completed", rec.State, err)
@@ -273,7 +273,7 @@ func checkForgetChanged(ctx context.Context, s AdminStore, between func(AdminSto
 	case changed != nil:
 		return fmt.Errorf("the change between Forget's read and its delete: %w", changed)
 	case !errors.Is(err, idemadmin.ErrChanged):
-		return fmt.Errorf("Forget of a record changed after its read: %v, want ErrChanged", err)
+		return fmt.Errorf("forgetting a record changed after its read: %v, want ErrChanged", err)
 	}
 	rec, err := s.Get(ctx, id)
 	return c.after(rec, err)
@@ -412,7 +412,7 @@ func checkAcquireInFlight(ctx context.Context, s idem.Store) error {
 			return err
 		}
 		if err := checkRecord(rec, first); err != nil {
-			return fmt.Errorf("Existing record: %w", err)
+			return fmt.Errorf("the existing record: %w", err)
 		}
 	}
 	return nil

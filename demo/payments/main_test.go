@@ -369,7 +369,13 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	time.Sleep(300 * time.Millisecond) // the charge is with the provider
+	// The charge is running (with the provider, for a minute) once the
+	// demo's metrics count a request in flight.
+	for deadline := time.Now().Add(30 * time.Second); !inFlight(t, base); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the charge never ran:\n%s", logs.String())
+		}
+	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -388,4 +394,25 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the demo did not stop on the second SIGTERM:\n%s", logs.String())
 	}
+}
+
+// inFlight reports whether the demo at base counts a request holding its
+// key (the idemkit_in_flight gauge of its /metrics).
+func inFlight(t *testing.T, base string) bool {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[0], "idemkit_in_flight") && f[1] != "0" {
+			return true
+		}
+	}
+	return false
 }

@@ -81,7 +81,7 @@ func counted(t *testing.T, data metricdata.Aggregation) map[string]int64 {
 func render(s attribute.Set) string {
 	var out string
 	for _, kv := range s.ToSlice() {
-		out += string(kv.Key) + "=" + kv.Value.Emit() + ";"
+		out += string(kv.Key) + "=" + kv.Value.String() + ";"
 	}
 	return out
 }

@@ -176,7 +176,7 @@ func TestNoSpanInContext(t *testing.T) {
 func attrMap(kvs []attribute.KeyValue) map[attribute.Key]string {
 	out := map[attribute.Key]string{}
 	for _, kv := range kvs {
-		out[kv.Key] = kv.Value.Emit()
+		out[kv.Key] = kv.Value.String()
 	}
 	return out
 }
