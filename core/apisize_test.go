@@ -56,39 +56,37 @@ func exportedIdentifiers(t *testing.T, dir string) []string {
 			names = append(names, v.Names...)
 		}
 	}
-	{
-		values(d.Consts)
-		values(d.Vars)
-		for _, f := range d.Funcs {
+	values(d.Consts)
+	values(d.Vars)
+	for _, f := range d.Funcs {
+		names = append(names, f.Name)
+	}
+	for _, ty := range d.Types {
+		names = append(names, ty.Name)
+		values(ty.Consts)
+		values(ty.Vars)
+		for _, f := range ty.Funcs {
 			names = append(names, f.Name)
 		}
-		for _, ty := range d.Types {
-			names = append(names, ty.Name)
-			values(ty.Consts)
-			values(ty.Vars)
-			for _, f := range ty.Funcs {
-				names = append(names, f.Name)
-			}
-			for _, m := range ty.Methods {
-				names = append(names, ty.Name+"."+m.Name)
-			}
-			switch st := ty.Decl.Specs[0].(*ast.TypeSpec).Type.(type) {
-			case *ast.StructType:
-				for _, f := range st.Fields.List {
-					for _, n := range f.Names {
-						if n.IsExported() {
-							names = append(names, ty.Name+"."+n.Name)
-						}
-					}
-					if len(f.Names) == 0 {
-						names = append(names, ty.Name+" (embedded field)")
-					}
-				}
-			case *ast.InterfaceType:
-				for _, f := range st.Methods.List {
-					for _, n := range f.Names {
+		for _, m := range ty.Methods {
+			names = append(names, ty.Name+"."+m.Name)
+		}
+		switch st := ty.Decl.Specs[0].(*ast.TypeSpec).Type.(type) {
+		case *ast.StructType:
+			for _, f := range st.Fields.List {
+				for _, n := range f.Names {
+					if n.IsExported() {
 						names = append(names, ty.Name+"."+n.Name)
 					}
+				}
+				if len(f.Names) == 0 {
+					names = append(names, ty.Name+" (embedded field)")
+				}
+			}
+		case *ast.InterfaceType:
+			for _, f := range st.Methods.List {
+				for _, n := range f.Names {
+					names = append(names, ty.Name+"."+n.Name)
 				}
 			}
 		}
