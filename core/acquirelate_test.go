@@ -9,6 +9,8 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/core/idemevent"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 )
@@ -47,25 +49,25 @@ func TestAcquireAnsweredTooLateDoesNotRun(t *testing.T) {
 			mem := memstore.New(memstore.WithPurgeInterval(0))
 			defer mem.Close()
 			clock := idemtest.NewClock(time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC))
-			var events []idem.Event
+			var events []idemevent.Event
 			e := idem.New(idem.Config{
 				Store: slowAcquire{mem, clock, c.delay}, Clock: clock, Lease: lease, RenewEvery: every,
 				StoreTimeout: 2 * lease, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-				OnEvent: func(_ context.Context, ev idem.Event) { events = append(events, ev) },
+				OnEvent: func(_ context.Context, ev idemevent.Event) { events = append(events, ev) },
 			})
 			id := idem.ID{Key: "k"}
-			d := e.Begin(context.Background(), &idem.Request{Method: "POST", Path: "/p", KeyLines: []string{`"k"`}, Body: []byte{}})
+			d := e.Adapter().Begin(context.Background(), exchange.Request{Method: "POST", Path: "/p", KeyLines: []string{`"k"`}, Body: []byte{}})
 			if c.run {
-				if d.Action != idem.ActionRun {
+				if d.Action != exchange.Run {
 					t.Fatalf("action %v, want Run", d.Action)
 				}
-				_ = d.Lock.Abandon(context.Background(), idem.ReasonPanic)
+				_ = d.Lock.Abandon(context.Background(), exchange.ReasonPanic)
 				return
 			}
-			if d.Action != idem.ActionRespond || d.Response.Status != 503 {
+			if d.Action != exchange.Respond || d.Response.Status != 503 {
 				t.Fatalf("action %v, status %d: the handler would run on a lease that is over; want 503", d.Action, d.Response.Status)
 			}
-			if len(events) != 1 || events[0].Kind != idem.EventStoreError || events[0].Err == nil {
+			if len(events) != 1 || events[0].Kind != idemevent.StoreError || events[0].Err == nil {
 				t.Fatalf("events %+v, want one store-error saying why", events)
 			}
 			if _, err := mem.Get(context.Background(), id); !errors.Is(err, idem.ErrNotFound) {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemtest"
 )
 
@@ -71,9 +72,9 @@ func TestSlowRenewalsRunAtOnce(t *testing.T) {
 	cfg := quietConfig(s)
 	cfg.Clock, cfg.Lease, cfg.RenewEvery = goClock{clock}, 600*time.Millisecond, 150*time.Millisecond
 	e := idem.New(cfg)
-	var locks []*idem.Lock
+	var locks []exchange.Lock
 	for i := range 40 {
-		locks = append(locks, e.Begin(context.Background(), charge(fmt.Sprintf("k-%d", i), `{}`)).Lock)
+		locks = append(locks, e.Adapter().Begin(context.Background(), *charge(fmt.Sprintf("k-%d", i), `{}`)).Lock)
 	}
 	clock.Advance(150 * time.Millisecond) // every renewal is due
 	eventually(t, "32 renewals waiting on the store at once", func() bool { return s.waiting.Load() == 32 })
@@ -87,7 +88,7 @@ func TestSlowRenewalsRunAtOnce(t *testing.T) {
 		if err := l.Context().Err(); err != nil {
 			t.Fatalf("a handler was told %v while its renewals were slow but on time", context.Cause(l.Context()))
 		}
-		l.Abandon(context.Background(), idem.ReasonPanic)
+		l.Abandon(context.Background(), exchange.ReasonPanic)
 	}
 }
 
@@ -101,9 +102,9 @@ func TestHangingRenewalsStarveNoOtherKey(t *testing.T) {
 	cfg := quietConfig(s)
 	cfg.Clock, cfg.Lease, cfg.RenewEvery = goClock{clock}, 600*time.Millisecond, 150*time.Millisecond
 	a, b := idem.New(cfg), idem.New(cfg)
-	var locks []*idem.Lock
+	var locks []exchange.Lock
 	for i := range 12 {
-		locks = append(locks, a.Begin(context.Background(), charge(fmt.Sprintf("k-%d", i), `{}`)).Lock)
+		locks = append(locks, a.Adapter().Begin(context.Background(), *charge(fmt.Sprintf("k-%d", i), `{}`)).Lock)
 	}
 	renewals := func(key string) int64 {
 		n, ok := s.renewed.Load(key)
@@ -117,7 +118,7 @@ func TestHangingRenewalsStarveNoOtherKey(t *testing.T) {
 		for i := 5; i < 12; i++ {
 			key := fmt.Sprintf("k-%d", i)
 			eventually(t, fmt.Sprintf("renewal %d of %s", round, key), func() bool { return renewals(key) >= round })
-			if d := b.Begin(context.Background(), charge(key, `{}`)); d.Lock != nil {
+			if d := b.Adapter().Begin(context.Background(), *charge(key, `{}`)); d.Lock != nil {
 				t.Fatalf("key %d was taken over while its holder ran: hanging renewals of other keys starved it", i)
 			}
 		}
@@ -129,7 +130,7 @@ func TestHangingRenewalsStarveNoOtherKey(t *testing.T) {
 		}
 	}
 	for _, l := range locks {
-		l.Abandon(context.Background(), idem.ReasonPanic)
+		l.Abandon(context.Background(), exchange.ReasonPanic)
 	}
 }
 
@@ -153,13 +154,13 @@ func TestSlowCompleteKeepsTheLease(t *testing.T) {
 	cfg := quietConfig(store)
 	cfg.Clock, cfg.Lease, cfg.RenewEvery, cfg.StoreTimeout = clock, 300*time.Millisecond, 75*time.Millisecond, time.Hour
 	a, b := idem.New(cfg), idem.New(cfg)
-	d := a.Begin(context.Background(), charge("k", `{}`))
+	d := a.Adapter().Begin(context.Background(), *charge("k", `{}`))
 	done := make(chan error, 1)
 	go func() { done <- finish(t, d.Lock, `{"id":"first"}`) }()
 	<-store.entered
 	for range 12 { // three leases while Complete is being written
 		clock.Advance(75 * time.Millisecond)
-		if r := b.Begin(context.Background(), charge("k", `{}`)); r.Lock != nil {
+		if r := b.Adapter().Begin(context.Background(), *charge("k", `{}`)); r.Lock != nil {
 			t.Fatal("a retry ran the handler while the first execution's completion was still being written")
 		}
 	}
@@ -167,7 +168,7 @@ func TestSlowCompleteKeepsTheLease(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Finish: %v", err)
 	}
-	if r := b.Begin(context.Background(), charge("k", `{}`)); !r.Replayed || string(r.Response.Body) != `{"id":"first"}` {
+	if r := b.Adapter().Begin(context.Background(), *charge("k", `{}`)); !r.Replayed || string(r.Response.Body) != `{"id":"first"}` {
 		t.Fatalf("after the slow completion: %+v, want the first response replayed", r)
 	}
 }
@@ -196,8 +197,8 @@ func TestFrozenStoreNeverHangsARequest(t *testing.T) {
 	cfg := quietConfig(frozenStore{newStore(t)})
 	cfg.StoreTimeout = 50 * time.Millisecond
 	e := idem.New(cfg)
-	returned := make(chan idem.Decision, 1)
-	go func() { returned <- e.Begin(context.Background(), charge("k", `{}`)) }()
+	returned := make(chan exchange.Decision, 1)
+	go func() { returned <- e.Adapter().Begin(context.Background(), *charge("k", `{}`)) }()
 	select {
 	case d := <-returned:
 		if d.Response.Status != 503 {
@@ -212,7 +213,7 @@ func TestFrozenStoreNeverHangsARequest(t *testing.T) {
 	swap := &switchable{Store: healthy}
 	cfg = quietConfig(swap)
 	cfg.StoreTimeout = 50 * time.Millisecond
-	d := idem.New(cfg).Begin(context.Background(), charge("k", `{}`))
+	d := idem.New(cfg).Adapter().Begin(context.Background(), *charge("k", `{}`))
 	swap.frozen.Store(true)
 	finished := make(chan error, 1)
 	go func() { finished <- finish(t, d.Lock, `{}`) }()
@@ -253,8 +254,8 @@ func TestOutsideBodyLimitIs413(t *testing.T) {
 	r.Body = nil
 	r.BodyReader = http.MaxBytesReader(httptest.NewRecorder(), io.NopCloser(strings.NewReader(strings.Repeat("x", 100))), 10)
 	r.ContentLength = -1
-	d := e.Begin(context.Background(), r)
-	if d.Response.Status != 413 || !strings.Contains(string(d.Response.Body), idem.ProblemPayloadTooLarge) {
+	d := e.Adapter().Begin(context.Background(), *r)
+	if d.Response.Status != 413 || !strings.Contains(string(d.Response.Body), exchange.ProblemPayloadTooLarge) {
 		t.Fatalf("got %d %s, want 413 payload-too-large", d.Response.Status, d.Response.Body)
 	}
 }
@@ -264,18 +265,18 @@ func TestOutsideBodyLimitIs413(t *testing.T) {
 // in place corrupted every later response.
 func TestResponsesShareNoHeaderValues(t *testing.T) {
 	e := idem.New(quietConfig(newStore(t)))
-	d := e.Begin(context.Background(), charge("k", `{}`))
+	d := e.Adapter().Begin(context.Background(), *charge("k", `{}`))
 	if err := finish(t, d.Lock, `{}`); err != nil {
 		t.Fatal(err)
 	}
-	held := e.Begin(context.Background(), charge("busy", `{}`))
-	defer held.Lock.Abandon(context.Background(), idem.ReasonPanic)
-	responses := func() []*idem.Decision {
-		replay := e.Begin(context.Background(), charge("k", `{}`))
-		conflict := e.Begin(context.Background(), charge("busy", `{}`))
-		missing := e.Begin(context.Background(), charge("", `{}`))
-		missing = e.Begin(context.Background(), &idem.Request{Method: http.MethodPost, Path: "/"})
-		return []*idem.Decision{&replay, &conflict, &missing}
+	held := e.Adapter().Begin(context.Background(), *charge("busy", `{}`))
+	defer held.Lock.Abandon(context.Background(), exchange.ReasonPanic)
+	responses := func() []*exchange.Decision {
+		replay := e.Adapter().Begin(context.Background(), *charge("k", `{}`))
+		conflict := e.Adapter().Begin(context.Background(), *charge("busy", `{}`))
+		missing := e.Adapter().Begin(context.Background(), *charge("", `{}`))
+		missing = e.Adapter().Begin(context.Background(), exchange.Request{Method: http.MethodPost, Path: "/"})
+		return []*exchange.Decision{&replay, &conflict, &missing}
 	}
 	var want []http.Header
 	for _, d := range responses() {
@@ -304,8 +305,8 @@ func TestResponsesShareNoHeaderValues(t *testing.T) {
 func TestLeaseLostCancelsHandlerContext(t *testing.T) {
 	cfg := quietConfig(renewFails{newStore(t), idem.ErrLockLost})
 	cfg.Lease, cfg.RenewEvery = time.Second, 20*time.Millisecond
-	d := idem.New(cfg).Begin(context.Background(), charge("k", `{}`))
-	defer d.Lock.Abandon(context.Background(), idem.ReasonPanic)
+	d := idem.New(cfg).Adapter().Begin(context.Background(), *charge("k", `{}`))
+	defer d.Lock.Abandon(context.Background(), exchange.ReasonPanic)
 	held, ok := idem.HeldKey(d.Lock.Context())
 	if !ok || held.ID.Key != "k" || held.Token == "" {
 		t.Fatalf("HeldKey = %+v, %v", held, ok)
@@ -327,16 +328,16 @@ func TestBodyTooLargeIsBeginsProblem(t *testing.T) {
 	cfg := quietConfig(newStore(t))
 	cfg.MaxRequestBody, cfg.ProblemBase = 10, "https://errors.example/"
 	e := idem.New(cfg)
-	d := e.Begin(context.Background(), charge("k", strings.Repeat("x", 11)))
-	if d.Action != idem.ActionRespond || d.Response.Status != 413 {
+	d := e.Adapter().Begin(context.Background(), *charge("k", strings.Repeat("x", 11)))
+	if d.Action != exchange.Respond || d.Response.Status != 413 {
 		t.Fatalf("Begin: action %v, status %d; want a 413", d.Action, d.Response.Status)
 	}
-	got := e.BodyTooLarge(10)
+	got := e.Adapter().BodyTooLarge(10)
 	if !reflect.DeepEqual(got, d.Response) {
 		t.Fatalf("BodyTooLarge(10) = %d %v %s\nBegin answered %d %v %s",
 			got.Status, got.Header, got.Body, d.Response.Status, d.Response.Header, d.Response.Body)
 	}
-	other := e.BodyTooLarge(4 << 20)
+	other := e.Adapter().BodyTooLarge(4 << 20)
 	if !strings.Contains(string(other.Body), `"type":"https://errors.example/payload-too-large"`) ||
 		!strings.Contains(string(other.Body), "4194304 bytes") {
 		t.Fatalf("BodyTooLarge(4 MiB) = %s: want the configured type and the limit it was given", other.Body)

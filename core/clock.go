@@ -10,12 +10,8 @@ import "time"
 // so that one seed always yields the same schedule and a simulated day
 // takes milliseconds.
 //
-// A Clock may also have a method Go(f func()), which starts the goroutines
-// the Engine runs beside requests (its renewal calls to the store): with
-// it, the Engine starts each of them with Go instead of the go statement,
-// so that a simulation decides when each one runs, as it decides when
-// timers fire. Go must run f exactly once, concurrently with the caller;
-// it must not wait for f. idemtest.Clock has it.
+// A Clock that is also a Spawner starts the goroutines the Engine runs
+// beside requests.
 type Clock interface {
 	// Now returns the current time.
 	Now() time.Time
@@ -24,8 +20,14 @@ type Clock interface {
 	AfterFunc(d time.Duration, f func()) Timer
 }
 
-// spawner is the optional Go method of a Clock (see Clock).
-type spawner interface {
+// Spawner is an optional capability of a Clock: it starts the goroutines
+// the Engine runs beside requests (its renewal calls to the store). The
+// Engine then starts each of them with Go instead of the go statement, so
+// that a simulation decides when each one runs, as it decides when timers
+// fire. idemtest.Clock is one.
+type Spawner interface {
+	// Go runs f exactly once, concurrently with the caller; it must not
+	// wait for f.
 	Go(f func())
 }
 

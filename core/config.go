@@ -8,6 +8,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/core/idemevent"
 )
 
 // DefaultHeaderName is the request header that carries the key, unless
@@ -38,9 +41,6 @@ const (
 	MinLease    = 100 * time.Millisecond
 	MaxDuration = 100 * 365 * 24 * time.Hour
 )
-
-// ReplayedHeader is set to "true" on every replayed response.
-const ReplayedHeader = "Idempotent-Replayed"
 
 // Config configures an Engine. Every zero field takes the default named in
 // its comment, so Config{Store: s} is a complete, safe configuration.
@@ -113,7 +113,7 @@ type Config struct {
 	// Fingerprint replaces the request fingerprint (default: SHA-256 over
 	// method, path and payload, with JSON payloads canonicalised).
 	// It gets the request by value, with Body already read.
-	Fingerprint func(Request) Fingerprint
+	Fingerprint func(exchange.Request) Fingerprint
 
 	// ProblemBase prefixes the problem type names (key-missing, key-invalid,
 	// key-reused, request-in-progress, payload-too-large, store-unavailable,
@@ -130,7 +130,7 @@ type Config struct {
 	// move by hand (idemtest.Clock).
 	Clock Clock
 	// KeyHashSecret keys the hash of a key that logs and traces carry
-	// (Event.KeyHash), so that nobody who reads them can test a guessed key
+	// (idemevent.Event.KeyHash), so that nobody who reads them can test a guessed key
 	// (order-48213) against it. Give a fleet's instances the same secret,
 	// so that their lines about one key correlate. Default: random bytes,
 	// new in each process.
@@ -141,9 +141,9 @@ type Config struct {
 	Logger *slog.Logger
 	// OnEvent, if set, is called synchronously for every event: each
 	// guarded request's decision, what became of a handler that ran, and
-	// its lease's troubles (see Event). It must be fast and must not retain
-	// the Event.
-	OnEvent func(context.Context, Event)
+	// its lease's troubles (see idemevent.Event). It must be fast and must not retain
+	// the idemevent.Event.
+	OnEvent func(context.Context, idemevent.Event)
 }
 
 // neverReplayed are response headers that must not be stored: credentials
@@ -152,7 +152,7 @@ var neverReplayed = map[string]bool{
 	"Set-Cookie": true, "Authorization": true, "Proxy-Authenticate": true,
 	"Connection": true, "Keep-Alive": true, "Transfer-Encoding": true, "Te": true,
 	"Trailer": true, "Upgrade": true, "Proxy-Connection": true, "Content-Length": true,
-	ReplayedHeader: true,
+	exchange.ReplayedHeader: true,
 }
 
 func (c *Config) setDefaults() {

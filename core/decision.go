@@ -3,17 +3,20 @@ package idem
 import (
 	"errors"
 	"log/slog"
+
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/core/idemevent"
 )
 
 // verdict is what the Engine decides for a guarded request: the policy's
 // outcome, independent of how it is carried out.
 type verdict struct {
-	action  Action
-	event   EventKind  // 0 for a request that is none of idemkit's business (no key, optional)
-	level   slog.Level // of the event's log line
-	problem string     // the problem to answer with; "" for a run, a pass or a replay
-	replay  bool       // answer with the stored response
-	status  int        // answer with this status and nothing else (no problem, no replay)
+	action  exchange.Action
+	event   idemevent.Kind // 0 for a request that is none of idemkit's business (no key, optional)
+	level   slog.Level     // of the event's log line
+	problem string         // the problem to answer with; "" for a run, a pass or a replay
+	replay  bool           // answer with the stored response
+	status  int            // answer with this status and nothing else (no problem, no replay)
 }
 
 // decideRequest decides a request from its key and body alone, before the
@@ -21,21 +24,21 @@ type verdict struct {
 func decideRequest(keyErr, bodyErr error, keyOptional bool) (v verdict, final bool) {
 	switch {
 	case errors.Is(keyErr, ErrKeyMissing) && keyOptional:
-		return verdict{action: ActionPass}, true
+		return verdict{action: exchange.Pass}, true
 	case errors.Is(keyErr, ErrKeyMissing):
-		return rejected(EventKeyMissing, ProblemKeyMissing), true
+		return rejected(idemevent.KeyMissing, exchange.ProblemKeyMissing), true
 	case keyErr != nil:
-		return rejected(EventKeyInvalid, ProblemKeyInvalid), true
+		return rejected(idemevent.KeyInvalid, exchange.ProblemKeyInvalid), true
 	case errors.Is(bodyErr, ErrBodyTooLarge):
-		return rejected(EventTooLarge, ProblemPayloadTooLarge), true
+		return rejected(idemevent.TooLarge, exchange.ProblemPayloadTooLarge), true
 	case bodyErr != nil:
-		return rejected(EventBodyUnreadable, ProblemBodyUnreadable), true
+		return rejected(idemevent.BodyUnreadable, exchange.ProblemBodyUnreadable), true
 	}
 	return verdict{}, false
 }
 
-func rejected(kind EventKind, problem string) verdict {
-	return verdict{action: ActionRespond, event: kind, level: slog.LevelDebug, problem: problem}
+func rejected(kind idemevent.Kind, problem string) verdict {
+	return verdict{action: exchange.Respond, event: kind, level: slog.LevelDebug, problem: problem}
 }
 
 // decide is the policy's table for a request with a valid key and body,
@@ -46,23 +49,23 @@ func rejected(kind EventKind, problem string) verdict {
 func decide(rec *Record, outcome AcquireOutcome, err error, fp Fingerprint, failOpen bool) verdict {
 	switch {
 	case errors.Is(err, errClientGone):
-		return verdict{action: ActionRespond, event: EventClientGone, level: slog.LevelDebug, status: statusClientClosedRequest}
+		return verdict{action: exchange.Respond, event: idemevent.ClientGone, level: slog.LevelDebug, status: statusClientClosedRequest}
 	case errors.Is(err, ErrStoreFull):
-		return verdict{action: ActionRespond, event: EventStoreFull, level: slog.LevelWarn, problem: ProblemStoreFull}
+		return verdict{action: exchange.Respond, event: idemevent.StoreFull, level: slog.LevelWarn, problem: exchange.ProblemStoreFull}
 	case err != nil && failOpen && !errors.Is(err, errLeftDuringFault):
-		return verdict{action: ActionPass, event: EventUnprotected, level: slog.LevelError}
+		return verdict{action: exchange.Pass, event: idemevent.Unprotected, level: slog.LevelError}
 	case err != nil:
-		return verdict{action: ActionRespond, event: EventStoreError, level: slog.LevelError, problem: ProblemStoreUnavailable}
+		return verdict{action: exchange.Respond, event: idemevent.StoreError, level: slog.LevelError, problem: exchange.ProblemStoreUnavailable}
 	case outcome == AcquireCreated:
-		return verdict{action: ActionRun, event: EventFirst, level: slog.LevelDebug}
+		return verdict{action: exchange.Run, event: idemevent.First, level: slog.LevelDebug}
 	case outcome == AcquireTookOver:
-		return verdict{action: ActionRun, event: EventTakeover, level: slog.LevelWarn}
+		return verdict{action: exchange.Run, event: idemevent.Takeover, level: slog.LevelWarn}
 	case rec.Fingerprint != fp:
-		return verdict{action: ActionRespond, event: EventMismatch, level: slog.LevelDebug, problem: ProblemKeyReused}
+		return verdict{action: exchange.Respond, event: idemevent.Mismatch, level: slog.LevelDebug, problem: exchange.ProblemKeyReused}
 	case rec.State != Completed:
-		return verdict{action: ActionRespond, event: EventConflict, level: slog.LevelDebug, problem: ProblemInProgress}
+		return verdict{action: exchange.Respond, event: idemevent.Conflict, level: slog.LevelDebug, problem: exchange.ProblemInProgress}
 	}
-	return verdict{action: ActionRespond, event: EventReplay, level: slog.LevelDebug, replay: true}
+	return verdict{action: exchange.Respond, event: idemevent.Replay, level: slog.LevelDebug, replay: true}
 }
 
 // errClientGone says that the request's context ended before its key was
@@ -87,19 +90,19 @@ const statusClientClosedRequest = 499
 func (e *Engine) detail(problem string, err error) string {
 	h := e.cfg.HeaderName
 	switch problem {
-	case ProblemKeyMissing:
+	case exchange.ProblemKeyMissing:
 		return "This request requires an " + h + " header."
-	case ProblemKeyInvalid:
+	case exchange.ProblemKeyInvalid:
 		return err.Error()
-	case ProblemBodyUnreadable:
+	case exchange.ProblemBodyUnreadable:
 		return "The request body could not be read."
-	case ProblemStoreUnavailable:
+	case exchange.ProblemStoreUnavailable:
 		return "The idempotency store could not be reached, so the request was not processed. Retry later."
-	case ProblemStoreFull:
+	case exchange.ProblemStoreFull:
 		return "The idempotency store holds as many records as it may for this tenant, so no new key is accepted now. Retry later."
-	case ProblemKeyReused:
+	case exchange.ProblemKeyReused:
 		return "This " + h + " was already used with a different request (method, path or body)."
-	case ProblemInProgress:
+	case exchange.ProblemInProgress:
 		return "A request with this " + h + " is still being processed. Retry after the Retry-After delay."
 	}
 	panic("idem: no detail for problem " + problem)

@@ -17,7 +17,7 @@ func TestDetachedContextHidesTheRequestsCancellation(t *testing.T) {
 	gone := errors.New("client went away")
 	parent, cancel := context.WithCancelCause(context.WithValue(context.Background(), detachKey{}, "v"))
 	cancel(gone)
-	var l Lock
+	var l lock
 	ctx := l.detach(parent)
 	if ctx.Err() != nil || ctx.Done() != nil {
 		t.Fatalf("detached context: Err %v, Done %v; want neither", ctx.Err(), ctx.Done())

@@ -11,10 +11,13 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/core/idemevent"
 )
 
 // Engine is the idempotency state machine. Adapters hand it each request with
-// Begin and carry out the Decision; it knows nothing about HTTP frameworks.
+// Begin and carry out the exchange.Decision; it knows nothing about HTTP frameworks.
 // An Engine is safe for concurrent use.
 type Engine struct {
 	cfg           Config
@@ -46,7 +49,7 @@ func New(cfg Config) *Engine {
 	cfg.setDefaults()
 	_, realClock := cfg.Clock.(systemClock)
 	_, local := cfg.Store.(LocalStore)
-	op, _ := cfg.Store.(interface{ OneProcess() bool })
+	op, _ := cfg.Store.(OneProcessStore)
 	leaseless := local || op != nil && op.OneProcess()
 	e := &Engine{cfg: cfg, clock: cfg.Clock, realClock: realClock, local: local, leaseless: leaseless, replayHeaders: cfg.replayHeaderSet(),
 		epoch: time.Now()}
@@ -72,12 +75,9 @@ func New(cfg Config) *Engine {
 // zero fields: the settings in force, for a program to log or check.
 func (e *Engine) Config() Config { return e.cfg }
 
-// HeaderName returns the canonical name of the key header.
-func (e *Engine) HeaderName() string { return e.cfg.HeaderName }
-
-// Guards reports whether requests with this method are subject to
-// idempotency; adapters let other requests through without building a Request.
-func (e *Engine) Guards(method string) bool {
+// guards reports whether requests with this method are subject to
+// idempotency.
+func (e *Engine) guards(method string) bool {
 	for _, m := range e.cfg.Methods {
 		if m == method {
 			return true
@@ -86,63 +86,12 @@ func (e *Engine) Guards(method string) bool {
 	return false
 }
 
-// Request is what an adapter tells the Engine about an incoming request.
-type Request struct {
-	Method string
-	// Path is the request target as sent: path and query.
-	Path string
-	// Scope is the tenant the key belongs to ("" for a single global tenant).
-	Scope string
-	// KeyLines holds the value of each key header field line, as received.
-	KeyLines    []string
-	ContentType string
-	// ContentEncoding is the Content-Encoding header's value as sent
-	// (several field lines joined with ", "), or "" if there is none.
-	ContentEncoding string
-	// Body is the request body if the framework already holds it in memory.
-	Body []byte
-	// BodyReader, used when Body is nil, is read by Begin up to the limit.
-	BodyReader io.Reader
-	// ContentLength is the declared body length, or -1 if unknown.
-	ContentLength int64
-}
-
-// Action says what an adapter must do with a request.
-type Action uint8
-
-const (
-	// ActionPass: run the handler as if idemkit were not there; nothing is
-	// recorded.
-	ActionPass Action = iota
-	// ActionRespond: send Decision.Response as it is; do not run the
-	// handler. It is a replay when Decision.Replayed is set (add
-	// ReplayedHeader: true), and a problem otherwise.
-	ActionRespond
-	// ActionRun: run the handler, copy its response body into
-	// Decision.Lock as it is written, then call Lock.Finish, or
-	// Lock.Abandon if the handler panicked or streamed its response.
-	ActionRun
-)
-
-// Decision is the Engine's answer to Begin.
-//
-// If Body is not nil, Begin consumed Request.BodyReader and the handler must
-// be given Body as its request body instead.
-type Decision struct {
-	Action   Action
-	Response Response
-	Replayed bool
-	Lock     *Lock
-	Body     []byte
-}
-
-// Begin decides what to do with a request. It never returns an error: every
-// failure becomes a problem response (or, with FailOpen, a pass-through).
-// The decision itself is decideRequest's and decide's; Begin gathers what
-// they need and carries it out.
-func (e *Engine) Begin(ctx context.Context, r *Request) Decision {
-	if !e.Guards(r.Method) {
-		return Decision{}
+// begin decides what to do with a request (exchange.Engine.Begin). The
+// decision itself is decideRequest's and decide's; begin gathers what they
+// need and carries it out.
+func (e *Engine) begin(ctx context.Context, r *exchange.Request) exchange.Decision {
+	if !e.guards(r.Method) {
+		return exchange.Decision{}
 	}
 	began := elapsed(e.epoch)
 	key, keyErr := ParseKey(r.KeyLines, e.cfg.StrictKeys)
@@ -169,7 +118,7 @@ func (e *Engine) Begin(ctx context.Context, r *Request) Decision {
 
 // takeBody reads the request body within Config.MaxRequestBody, unless the
 // adapter gave it in memory: read is what Begin read (nil otherwise).
-func (e *Engine) takeBody(r *Request) (read []byte, err error) {
+func (e *Engine) takeBody(r *exchange.Request) (read []byte, err error) {
 	if r.Body == nil && r.BodyReader != nil {
 		read, err = readBody(r.BodyReader, r.ContentLength, e.cfg.MaxRequestBody)
 		r.Body = read
@@ -265,22 +214,22 @@ func (e *Engine) acquire(ctx context.Context, a *Acquire, start time.Time) outco
 	return o
 }
 
-// carryOut turns a verdict into the Decision an adapter carries out, and
+// carryOut turns a verdict into the exchange.Decision an adapter carries out, and
 // reports it as an event (as of at). a and o are the store's part, when it
 // was asked.
-func (e *Engine) carryOut(ctx context.Context, r *Request, key string, v verdict, keyErr error, a *Acquire, o *outcomeOf, began, at time.Time) Decision {
-	d := Decision{Action: v.action}
+func (e *Engine) carryOut(ctx context.Context, r *exchange.Request, key string, v verdict, keyErr error, a *Acquire, o *outcomeOf, began, at time.Time) exchange.Decision {
+	d := exchange.Decision{Action: v.action}
 	switch {
-	case v.action == ActionRun:
+	case v.action == exchange.Run:
 		d.Lock = e.newLock(ctx, r, *a, began)
 	case v.replay:
 		d.Response, d.Replayed = o.rec.Response, true
-	case v.problem == ProblemPayloadTooLarge:
-		d.Response = e.BodyTooLarge(e.cfg.MaxRequestBody)
+	case v.problem == exchange.ProblemPayloadTooLarge:
+		d.Response = e.bodyTooLarge(e.cfg.MaxRequestBody)
 	case v.problem != "":
 		d.Response = e.problem(v.problem, e.detail(v.problem, keyErr))
 	case v.status != 0:
-		d.Response = Response{Status: v.status, Body: []byte{}}
+		d.Response = exchange.Response{Status: v.status, Body: []byte{}}
 	}
 	if v.event == 0 {
 		return d
@@ -290,7 +239,7 @@ func (e *Engine) carryOut(ctx context.Context, r *Request, key string, v verdict
 	if o.called {
 		ev.StoreCall, ev.StoreLatency = "acquire", o.latency
 	}
-	if v.event == EventStoreError || v.event == EventUnprotected {
+	if v.event == idemevent.StoreError || v.event == idemevent.Unprotected {
 		ev.Err = o.err
 	}
 	e.emit(ctx, &ev, v.level)
@@ -361,51 +310,31 @@ func (e *Engine) timeoutContext(ctx context.Context, d time.Duration) (context.C
 	}
 }
 
-// WithheldResponse is what an adapter that can still replace the handler's
-// response sends instead of one that must be withheld (Finished.Withhold:
-// its work was rolled back, or another request holds its key now): a 503
+// withheldResponse is exchange.Engine.WithheldResponse: a 503
 // store-unavailable problem with Retry-After, which the client retries
 // with its key, to get the key's outcome or run the request again.
-// Adapters whose response may already be under way abort it instead
-// (abortResponse).
-func (e *Engine) WithheldResponse() Response {
-	return e.problem(ProblemStoreUnavailable,
+func (e *Engine) withheldResponse() exchange.Response {
+	return e.problem(exchange.ProblemStoreUnavailable,
 		"The request's outcome could not be recorded (its work was undone, or another request holds its key now), "+
 			"so it is not sent. Retry with the same key.")
 }
 
-// BodyTooLarge is the 413 payload-too-large problem for a request body over
-// limit bytes: what Begin answers for a body over Config.MaxRequestBody.
-// An adapter whose framework enforces a body limit of its own, before the
-// request reaches idemkit, answers it too, so that a client meets the same
-// problem whichever limit its body crossed.
-func (e *Engine) BodyTooLarge(limit int64) Response {
-	return e.problem(ProblemPayloadTooLarge, fmt.Sprintf("The request body exceeds the limit of %d bytes.", limit))
+// bodyTooLarge is exchange.Engine.BodyTooLarge: the 413 payload-too-large
+// problem for a request body over limit bytes.
+func (e *Engine) bodyTooLarge(limit int64) exchange.Response {
+	return e.problem(exchange.ProblemPayloadTooLarge, fmt.Sprintf("The request body exceeds the limit of %d bytes.", limit))
 }
 
-// storable reports whether a response with this status is recorded. Server
-// errors and the statuses that ask the client to retry (408, 409, 425, 429)
-// are not: their retry must run the handler again.
-func storable(status int) bool {
-	switch status {
-	case 408, 409, 425, 429:
-		return false
-	}
-	return status >= 200 && status < 500
-}
-
-// reject answers r with problem, a response of the Engine's own, and
-// reports it as an event of kind.
 // problem renders one of the Engine's own problems.
-func (e *Engine) problem(name, detail string) Response {
+func (e *Engine) problem(name, detail string) exchange.Response {
 	for i := range e.problems {
 		p := &e.problems[i]
 		if p.name != name {
 			continue
 		}
-		resp := Problem{Type: p.typeURI, Title: p.title, Status: p.status, Detail: detail}.Response()
+		resp := exchange.Problem{Type: p.typeURI, Title: p.title, Status: p.status, Detail: detail}.Response()
 		if p.status == 409 || p.status == 429 || p.status == 503 {
-			resp.Header = append(resp.Header, HeaderField{Name: "Retry-After", Values: e.retryAfter})
+			resp.Header = append(resp.Header, exchange.HeaderField{Name: "Retry-After", Values: e.retryAfter})
 		}
 		return resp
 	}

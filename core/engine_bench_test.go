@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
@@ -24,8 +25,8 @@ func benchEngine(b *testing.B) *idem.Engine {
 	return idem.New(idem.Config{Store: s, Logger: slog.New(slog.DiscardHandler)})
 }
 
-func benchRequest(key string) idem.Request {
-	return idem.Request{Method: http.MethodPost, Path: "/v1/charges", KeyLines: []string{key},
+func benchRequest(key string) exchange.Request {
+	return exchange.Request{Method: http.MethodPost, Path: "/v1/charges", KeyLines: []string{key},
 		ContentType: "application/json", Body: benchPayload}
 }
 
@@ -44,7 +45,7 @@ func BenchmarkEngineFirstRequest(b *testing.B) {
 			}
 		}
 		r := benchRequest(keys[i%1024])
-		d := e.Begin(ctx, &r)
+		d := e.Adapter().Begin(ctx, r)
 		if d.Lock == nil {
 			b.Fatal("no lock")
 		}
@@ -57,13 +58,13 @@ func BenchmarkEngineReplay(b *testing.B) {
 	e := benchEngine(b)
 	ctx := context.Background()
 	r := benchRequest(`"k"`)
-	d := e.Begin(ctx, &r)
+	d := e.Adapter().Begin(ctx, r)
 	d.Lock.Write(benchResponse)
 	d.Lock.Finish(ctx, 201, benchHeader)
 	b.ReportAllocs()
 	for b.Loop() {
 		r := benchRequest(`"k"`)
-		if d := e.Begin(ctx, &r); !d.Replayed {
+		if d := e.Adapter().Begin(ctx, r); !d.Replayed {
 			b.Fatal("no replay")
 		}
 	}

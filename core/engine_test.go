@@ -18,6 +18,8 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/core/idemevent"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 )
@@ -32,8 +34,8 @@ func quietConfig(s idem.Store) idem.Config {
 	return idem.Config{Store: s, Logger: slog.New(slog.DiscardHandler)}
 }
 
-func charge(key, body string) *idem.Request {
-	return &idem.Request{Method: http.MethodPost, Path: "/v1/charges?expand=customer", KeyLines: []string{key},
+func charge(key, body string) *exchange.Request {
+	return &exchange.Request{Method: http.MethodPost, Path: "/v1/charges?expand=customer", KeyLines: []string{key},
 		ContentType: "application/json", Body: []byte(body)}
 }
 
@@ -46,7 +48,7 @@ func header(kv ...string) http.Header {
 }
 
 // finish writes body into the lock and completes it with status 201.
-func finish(t *testing.T, l *idem.Lock, body string) error {
+func finish(t *testing.T, l exchange.Lock, body string) error {
 	t.Helper()
 	l.Write([]byte(body))
 	return recorded(l.Finish(context.Background(), 201, header("Content-Type", "application/json")))
@@ -55,11 +57,11 @@ func finish(t *testing.T, l *idem.Lock, body string) error {
 // recorded is nil for a Lock's end that recorded its response, and an
 // error saying what became of it otherwise (wrapping ErrLockLost for
 // LockLost).
-func recorded(f idem.Finished) error {
+func recorded(f exchange.Finished) error {
 	switch f.Outcome {
-	case idem.Recorded:
+	case exchange.Recorded:
 		return nil
-	case idem.LockLost:
+	case exchange.LockLost:
 		return fmt.Errorf("%v (%s): %w", f.Outcome, f.Reason, idem.ErrLockLost)
 	}
 	return fmt.Errorf("%v (%s): %w", f.Outcome, f.Reason, f.Err)
@@ -70,21 +72,21 @@ func TestRenewalKeepsSlowHandlerLocked(t *testing.T) {
 	clock := idemtest.NewClock(time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC))
 	cfg.Clock, cfg.Lease, cfg.RenewEvery = clock, 150*time.Millisecond, 25*time.Millisecond
 	e := idem.New(cfg)
-	d := e.Begin(context.Background(), charge("slow", `{}`))
+	d := e.Adapter().Begin(context.Background(), *charge("slow", `{}`))
 	if d.Lock == nil {
 		t.Fatalf("first request: %+v, want a lock", d)
 	}
 	// The handler runs for several leases; renewals keep the key.
 	for range 4 {
 		clock.Advance(100 * time.Millisecond)
-		if r := e.Begin(context.Background(), charge("slow", `{}`)); r.Action != idem.ActionRespond || r.Response.Status != 409 {
+		if r := e.Adapter().Begin(context.Background(), *charge("slow", `{}`)); r.Action != exchange.Respond || r.Response.Status != 409 {
 			t.Fatalf("retry while the slow handler runs: %+v, want 409", r)
 		}
 	}
 	if err := finish(t, d.Lock, `{"id":1}`); err != nil {
 		t.Fatal(err)
 	}
-	if r := e.Begin(context.Background(), charge("slow", `{}`)); !r.Replayed || string(r.Response.Body) != `{"id":1}` {
+	if r := e.Adapter().Begin(context.Background(), *charge("slow", `{}`)); !r.Replayed || string(r.Response.Body) != `{"id":1}` {
 		t.Fatalf("after completion: %+v, want the replay", r)
 	}
 }
@@ -108,9 +110,9 @@ func (k *killable) Renew(ctx context.Context, id idem.ID, token string, until ti
 func TestCrashedHolderIsFencedOff(t *testing.T) {
 	store := newStore(t)
 	clock := idemtest.NewClock(time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC))
-	var events []idem.EventKind
+	var events []idemevent.Kind
 	var mu sync.Mutex
-	record := func(_ context.Context, ev idem.Event) {
+	record := func(_ context.Context, ev idemevent.Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		events = append(events, ev.Kind)
@@ -122,17 +124,17 @@ func TestCrashedHolderIsFencedOff(t *testing.T) {
 	cfg2.Clock, cfg2.OnEvent = clock, record
 	e1, e2 := idem.New(cfg1), idem.New(cfg2)
 
-	d1 := e1.Begin(context.Background(), charge("pay-1", `{"amount":5}`))
+	d1 := e1.Adapter().Begin(context.Background(), *charge("pay-1", `{"amount":5}`))
 	if d1.Lock == nil {
 		t.Fatal("first instance did not get the lock")
 	}
 	first.dead.Store(true) // the first instance stops renewing
 	clock.Advance(e1.Config().Lease - time.Second)
-	if d := e2.Begin(context.Background(), charge("pay-1", `{"amount":5}`)); d.Action != idem.ActionRespond || d.Response.Status != 409 {
+	if d := e2.Adapter().Begin(context.Background(), *charge("pay-1", `{"amount":5}`)); d.Action != exchange.Respond || d.Response.Status != 409 {
 		t.Fatalf("within the lease: %+v, want 409", d)
 	}
 	clock.Advance(time.Second)
-	d2 := e2.Begin(context.Background(), charge("pay-1", `{"amount":5}`))
+	d2 := e2.Adapter().Begin(context.Background(), *charge("pay-1", `{"amount":5}`))
 	if d2.Lock == nil {
 		t.Fatalf("after the lease: %+v, want a takeover", d2)
 	}
@@ -143,11 +145,11 @@ func TestCrashedHolderIsFencedOff(t *testing.T) {
 	if err := finish(t, d2.Lock, `{"from":"second"}`); err != nil {
 		t.Fatal(err)
 	}
-	d := e2.Begin(context.Background(), charge("pay-1", `{"amount":5}`))
+	d := e2.Adapter().Begin(context.Background(), *charge("pay-1", `{"amount":5}`))
 	if !d.Replayed || string(d.Response.Body) != `{"from":"second"}` {
 		t.Fatalf("replay = %+v, want the new holder's response", d)
 	}
-	want := []idem.EventKind{idem.EventConflict, idem.EventTakeover, idem.EventStored, idem.EventReplay}
+	want := []idemevent.Kind{idemevent.Conflict, idemevent.Takeover, idemevent.Stored, idemevent.Replay}
 	mu.Lock()
 	defer mu.Unlock()
 	if !slicesEqual(events, want) {
@@ -168,37 +170,37 @@ func slicesEqual[T comparable](a, b []T) bool {
 }
 
 func TestEventsCoverEveryDecision(t *testing.T) {
-	var got []idem.Event
+	var got []idemevent.Event
 	cfg := quietConfig(newStore(t))
 	cfg.MaxRequestBody = 64
-	cfg.OnEvent = func(_ context.Context, ev idem.Event) { got = append(got, ev) }
+	cfg.OnEvent = func(_ context.Context, ev idemevent.Event) { got = append(got, ev) }
 	e := idem.New(cfg)
 	ctx := context.Background()
 
-	d := e.Begin(ctx, charge("k1", `{"a":1}`))
+	d := e.Adapter().Begin(ctx, *charge("k1", `{"a":1}`))
 	finish(t, d.Lock, "{}")
-	e.Begin(ctx, charge("k1", `{"a":1}`))
-	e.Begin(ctx, charge("k1", `{"a":2}`))
-	held := e.Begin(ctx, charge("k2", `{}`))
-	e.Begin(ctx, charge("k2", `{}`))
+	e.Adapter().Begin(ctx, *charge("k1", `{"a":1}`))
+	e.Adapter().Begin(ctx, *charge("k1", `{"a":2}`))
+	held := e.Adapter().Begin(ctx, *charge("k2", `{}`))
+	e.Adapter().Begin(ctx, *charge("k2", `{}`))
 	held.Lock.Finish(ctx, 503, nil)
-	panicked := e.Begin(ctx, charge("k3", `{}`))
-	panicked.Lock.Abandon(ctx, idem.ReasonPanic)
-	e.Begin(ctx, &idem.Request{Method: http.MethodPost, Path: "/v1/charges"})
-	e.Begin(ctx, charge(`"bad`, `{}`))
-	e.Begin(ctx, charge("k4", strings.Repeat("x", 65)))
-	e.Begin(ctx, &idem.Request{Method: http.MethodGet, Path: "/v1/charges", KeyLines: []string{"k1"}})
+	panicked := e.Adapter().Begin(ctx, *charge("k3", `{}`))
+	panicked.Lock.Abandon(ctx, exchange.ReasonPanic)
+	e.Adapter().Begin(ctx, exchange.Request{Method: http.MethodPost, Path: "/v1/charges"})
+	e.Adapter().Begin(ctx, *charge(`"bad`, `{}`))
+	e.Adapter().Begin(ctx, *charge("k4", strings.Repeat("x", 65)))
+	e.Adapter().Begin(ctx, exchange.Request{Method: http.MethodGet, Path: "/v1/charges", KeyLines: []string{"k1"}})
 
 	want := []struct {
-		kind   idem.EventKind
+		kind   idemevent.Kind
 		status int
-		reason idem.Reason
+		reason exchange.Reason
 	}{
-		{idem.EventFirst, 0, ""}, {idem.EventStored, 201, ""}, {idem.EventReplay, 201, ""},
-		{idem.EventMismatch, 422, ""}, {idem.EventFirst, 0, ""}, {idem.EventConflict, 409, ""},
-		{idem.EventNotStored, 503, idem.ReasonStatus}, {idem.EventFirst, 0, ""},
-		{idem.EventNotStored, 0, idem.ReasonPanic}, {idem.EventKeyMissing, 400, ""},
-		{idem.EventKeyInvalid, 400, ""}, {idem.EventTooLarge, 413, ""},
+		{idemevent.First, 0, ""}, {idemevent.Stored, 201, ""}, {idemevent.Replay, 201, ""},
+		{idemevent.Mismatch, 422, ""}, {idemevent.First, 0, ""}, {idemevent.Conflict, 409, ""},
+		{idemevent.NotStored, 503, exchange.ReasonStatus}, {idemevent.First, 0, ""},
+		{idemevent.NotStored, 0, exchange.ReasonPanic}, {idemevent.KeyMissing, 400, ""},
+		{idemevent.KeyInvalid, 400, ""}, {idemevent.TooLarge, 413, ""},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("got %d events, want %d: %v", len(got), len(want), got)
@@ -218,17 +220,17 @@ func TestEventsCoverEveryDecision(t *testing.T) {
 }
 
 func TestStoreErrorFailsClosed(t *testing.T) {
-	var kinds []idem.EventKind
+	var kinds []idemevent.Kind
 	cfg := quietConfig(brokenStore{})
-	cfg.OnEvent = func(_ context.Context, ev idem.Event) { kinds = append(kinds, ev.Kind) }
-	d := idem.New(cfg).Begin(context.Background(), charge("k", `{}`))
-	if d.Action != idem.ActionRespond || d.Response.Status != 503 || d.Lock != nil {
+	cfg.OnEvent = func(_ context.Context, ev idemevent.Event) { kinds = append(kinds, ev.Kind) }
+	d := idem.New(cfg).Adapter().Begin(context.Background(), *charge("k", `{}`))
+	if d.Action != exchange.Respond || d.Response.Status != 503 || d.Lock != nil {
 		t.Fatalf("decision %+v, want 503", d)
 	}
 	if d.Response.Get("Retry-After") != "1" {
 		t.Fatalf("503 headers %v, want Retry-After", d.Response.Header)
 	}
-	if len(kinds) != 1 || kinds[0] != idem.EventStoreError {
+	if len(kinds) != 1 || kinds[0] != idemevent.StoreError {
 		t.Fatalf("events %v", kinds)
 	}
 }
@@ -246,13 +248,13 @@ func (brokenStore) Release(context.Context, idem.ID, string) error {
 func TestFinishStoresAfterClientLeft(t *testing.T) {
 	e := idem.New(quietConfig(newStore(t)))
 	ctx, cancel := context.WithCancel(context.Background())
-	d := e.Begin(ctx, charge("k", `{}`))
+	d := e.Adapter().Begin(ctx, *charge("k", `{}`))
 	cancel() // the client disconnects while the handler runs
 	d.Lock.Write([]byte("done"))
 	if err := recorded(d.Lock.Finish(ctx, 200, nil)); err != nil {
 		t.Fatal(err)
 	}
-	if r := e.Begin(context.Background(), charge("k", `{}`)); !r.Replayed || string(r.Response.Body) != "done" {
+	if r := e.Adapter().Begin(context.Background(), *charge("k", `{}`)); !r.Replayed || string(r.Response.Body) != "done" {
 		t.Fatalf("retry after the client left: %+v, want the replay", r)
 	}
 }
@@ -261,13 +263,13 @@ func TestResponseOverLimitIsReleased(t *testing.T) {
 	cfg := quietConfig(newStore(t))
 	cfg.MaxResponseBody = 10
 	e := idem.New(cfg)
-	d := e.Begin(context.Background(), charge("k", `{}`))
+	d := e.Adapter().Begin(context.Background(), *charge("k", `{}`))
 	d.Lock.Write([]byte("0123456"))
 	d.Lock.Write([]byte("789A"))
-	if f := d.Lock.Finish(context.Background(), 200, nil); f.Outcome != idem.NotRecorded || f.Reason != idem.ReasonTooLarge || f.Err != nil {
+	if f := d.Lock.Finish(context.Background(), 200, nil); f.Outcome != exchange.NotRecorded || f.Reason != exchange.ReasonTooLarge || f.Err != nil {
 		t.Fatalf("Finish of a response over the limit: %+v, want it not recorded as too large", f)
 	}
-	if r := e.Begin(context.Background(), charge("k", `{}`)); r.Lock == nil {
+	if r := e.Adapter().Begin(context.Background(), *charge("k", `{}`)); r.Lock == nil {
 		t.Fatalf("retry after an oversized response: %+v, want to run again", r)
 	}
 }
@@ -276,10 +278,10 @@ func TestStoredHeadersAreFiltered(t *testing.T) {
 	cfg := quietConfig(newStore(t))
 	cfg.ReplayHeaders = []string{"x-request-id", "Set-Cookie", "connection"}
 	e := idem.New(cfg)
-	d := e.Begin(context.Background(), charge("k", `{}`))
+	d := e.Adapter().Begin(context.Background(), *charge("k", `{}`))
 	d.Lock.Finish(context.Background(), 201, header("Content-Type", "application/json", "Location", "/v1/charges/1",
 		"X-Request-Id", "r1", "Set-Cookie", "a=b", "Connection", "close", "Authorization", "Bearer x", "X-Other", "o"))
-	r := e.Begin(context.Background(), charge("k", `{}`))
+	r := e.Adapter().Begin(context.Background(), *charge("k", `{}`))
 	want := []string{"Content-Type", "application/json", "Location", "/v1/charges/1", "X-Request-Id", "r1"}
 	if len(r.Response.Header) != len(want)/2 {
 		t.Fatalf("replayed headers %v, want %v", r.Response.Header, want)
@@ -296,9 +298,9 @@ func TestDebugLogsNeverCarryKeyOrBody(t *testing.T) {
 	cfg := quietConfig(newStore(t))
 	cfg.Logger = slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e := idem.New(cfg)
-	d := e.Begin(context.Background(), charge("secret-key-123", `{"card":"4242424242424242"}`))
+	d := e.Adapter().Begin(context.Background(), *charge("secret-key-123", `{"card":"4242424242424242"}`))
 	finish(t, d.Lock, `{"ok":true}`)
-	e.Begin(context.Background(), charge("secret-key-123", `{"card":"4242424242424242"}`))
+	e.Adapter().Begin(context.Background(), *charge("secret-key-123", `{"card":"4242424242424242"}`))
 	out := buf.String()
 	for _, secret := range []string{"secret-key-123", "4242", "expand=customer"} {
 		if strings.Contains(out, secret) {
@@ -324,9 +326,9 @@ func TestNoGoroutineOutlivesRequests(t *testing.T) {
 	cfg.Clock, cfg.Lease, cfg.RenewEvery = goClock{clock}, idem.MinLease, time.Millisecond
 	e := idem.New(cfg)
 	before := runtime.NumGoroutine()
-	var locks []*idem.Lock
+	var locks []exchange.Lock
 	for i := range 50 {
-		locks = append(locks, e.Begin(context.Background(), charge(strings.Repeat("k", i+1), `{}`)).Lock)
+		locks = append(locks, e.Adapter().Begin(context.Background(), *charge(strings.Repeat("k", i+1), `{}`)).Lock)
 	}
 	clock.Advance(5 * time.Millisecond) // renewals run meanwhile
 	var wg sync.WaitGroup
@@ -335,7 +337,7 @@ func TestNoGoroutineOutlivesRequests(t *testing.T) {
 			if i%2 == 0 {
 				l.Finish(context.Background(), 201, nil)
 			} else {
-				l.Abandon(context.Background(), idem.ReasonStreamed)
+				l.Abandon(context.Background(), exchange.ReasonStreamed)
 			}
 		})
 	}
@@ -371,23 +373,23 @@ func (s renewFails) Renew(context.Context, idem.ID, string, time.Time) error { r
 func TestRenewalProblemsAreEvents(t *testing.T) {
 	for _, c := range []struct {
 		err  error
-		want idem.EventKind
+		want idemevent.Kind
 	}{
-		{idem.ErrLockLost, idem.EventLeaseLost},
-		{errors.New("connection reset"), idem.EventRenewError}, // not store-error: no request was refused
+		{idem.ErrLockLost, idemevent.LeaseLost},
+		{errors.New("connection reset"), idemevent.RenewError}, // not store-error: no request was refused
 	} {
 		t.Run(c.want.String(), func(t *testing.T) {
-			events := make(chan idem.Event, 16)
+			events := make(chan idemevent.Event, 16)
 			cfg := quietConfig(renewFails{newStore(t), c.err})
 			cfg.Lease, cfg.RenewEvery = time.Second, 5*time.Millisecond
-			cfg.OnEvent = func(_ context.Context, ev idem.Event) {
+			cfg.OnEvent = func(_ context.Context, ev idemevent.Event) {
 				select { // renewals keep failing; never block the renewer
 				case events <- ev:
 				default:
 				}
 			}
-			d := idem.New(cfg).Begin(context.Background(), charge("k", `{}`))
-			if (<-events).Kind != idem.EventFirst {
+			d := idem.New(cfg).Adapter().Begin(context.Background(), *charge("k", `{}`))
+			if (<-events).Kind != idemevent.First {
 				t.Fatal("no first event")
 			}
 			select {
@@ -398,7 +400,7 @@ func TestRenewalProblemsAreEvents(t *testing.T) {
 			case <-time.After(5 * time.Second):
 				t.Fatalf("no %v event", c.want)
 			}
-			d.Lock.Abandon(context.Background(), idem.ReasonPanic)
+			d.Lock.Abandon(context.Background(), exchange.ReasonPanic)
 		})
 	}
 }
@@ -430,7 +432,7 @@ func TestFinishDoesNotWaitForABlockedRenewal(t *testing.T) {
 	cfg := quietConfig(store)
 	cfg.Lease, cfg.RenewEvery = 3*time.Second, 10*time.Millisecond
 	e := idem.New(cfg)
-	d := e.Begin(context.Background(), charge("k", `{}`))
+	d := e.Adapter().Begin(context.Background(), *charge("k", `{}`))
 	select {
 	case <-store.renewing:
 	case <-time.After(5 * time.Second):
@@ -446,7 +448,7 @@ func TestFinishDoesNotWaitForABlockedRenewal(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("Finish waited for a renewal that waits for Finish")
 	}
-	if r := e.Begin(context.Background(), charge("k", `{}`)); !r.Replayed {
+	if r := e.Adapter().Begin(context.Background(), *charge("k", `{}`)); !r.Replayed {
 		t.Fatalf("after Finish: %+v, want the replay", r)
 	}
 }
@@ -473,15 +475,15 @@ func TestFailedAcquireLeavesNoOrphan(t *testing.T) {
 	store := &writeThenFailStore{Store: newStore(t)}
 	e := idem.New(quietConfig(store))
 	store.fail.Store(true)
-	if d := e.Begin(context.Background(), charge(`"orphan"`, `{"amount":1}`)); d.Action != idem.ActionRespond || d.Response.Status != 503 {
+	if d := e.Adapter().Begin(context.Background(), *charge(`"orphan"`, `{"amount":1}`)); d.Action != exchange.Respond || d.Response.Status != 503 {
 		t.Fatalf("failed Acquire: action %v status %d, want a 503 problem", d.Action, d.Response.Status)
 	}
 	if _, err := store.Get(context.Background(), idem.ID{Key: "orphan"}); !errors.Is(err, idem.ErrNotFound) {
 		t.Fatalf("record after the failed Acquire: %v, want it released (ErrNotFound)", err)
 	}
 	store.fail.Store(false)
-	d := e.Begin(context.Background(), charge(`"orphan"`, `{"amount":1}`))
-	if d.Action != idem.ActionRun {
+	d := e.Adapter().Begin(context.Background(), *charge(`"orphan"`, `{"amount":1}`))
+	if d.Action != exchange.Run {
 		t.Fatalf("retry: action %v status %d, want Run", d.Action, d.Response.Status)
 	}
 	d.Lock.Finish(context.Background(), 201, nil)
@@ -491,19 +493,19 @@ func TestFailedAcquireLeavesNoOrphan(t *testing.T) {
 // Begin reached the store neither acquires nor releases anything.
 func TestGoneClientCostsNoStoreCall(t *testing.T) {
 	store := &countingStore{Store: newStore(t)}
-	var kinds []idem.EventKind
+	var kinds []idemevent.Kind
 	cfg := quietConfig(store)
-	cfg.OnEvent = func(_ context.Context, ev idem.Event) { kinds = append(kinds, ev.Kind) }
+	cfg.OnEvent = func(_ context.Context, ev idemevent.Event) { kinds = append(kinds, ev.Kind) }
 	e := idem.New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if d := e.Begin(ctx, charge(`"gone"`, `{"amount":1}`)); d.Action != idem.ActionRespond || d.Response.Status != 499 {
+	if d := e.Adapter().Begin(ctx, *charge(`"gone"`, `{"amount":1}`)); d.Action != exchange.Respond || d.Response.Status != 499 {
 		t.Fatalf("action %v status %d, want %d", d.Action, d.Response.Status, 499)
 	}
 	if n := store.calls.Load(); n != 0 {
 		t.Fatalf("%d store calls for a request whose client had gone, want 0", n)
 	}
-	if !slices.Equal(kinds, []idem.EventKind{idem.EventClientGone}) {
+	if !slices.Equal(kinds, []idemevent.Kind{idemevent.ClientGone}) {
 		t.Fatalf("events %v, want client-gone alone", kinds)
 	}
 }
@@ -526,12 +528,12 @@ func (s answersLate) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, 
 // that answers is no fault: the request is client-gone, and the key it
 // took is given back.
 func TestClientGoneIsNoStoreError(t *testing.T) {
-	var kinds []idem.EventKind
+	var kinds []idemevent.Kind
 	var logs bytes.Buffer
 	store := answersLate{Store: newStore(t), entered: make(chan struct{}), release: make(chan struct{})}
 	cfg := quietConfig(store)
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	cfg.OnEvent = func(_ context.Context, ev idem.Event) { kinds = append(kinds, ev.Kind) }
+	cfg.OnEvent = func(_ context.Context, ev idemevent.Event) { kinds = append(kinds, ev.Kind) }
 	e := idem.New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
@@ -539,11 +541,11 @@ func TestClientGoneIsNoStoreError(t *testing.T) {
 		cancel()
 		close(store.release)
 	}()
-	d := e.Begin(ctx, charge(`"hung-up"`, `{"amount":1}`))
-	if d.Action != idem.ActionRespond || d.Response.Status != 499 {
+	d := e.Adapter().Begin(ctx, *charge(`"hung-up"`, `{"amount":1}`))
+	if d.Action != exchange.Respond || d.Response.Status != 499 {
 		t.Fatalf("action %v status %d, want %d", d.Action, d.Response.Status, 499)
 	}
-	if !slices.Equal(kinds, []idem.EventKind{idem.EventClientGone}) {
+	if !slices.Equal(kinds, []idemevent.Kind{idemevent.ClientGone}) {
 		t.Fatalf("events %v, want client-gone alone (no store-error)", kinds)
 	}
 	if logs.Len() != 0 {
@@ -575,14 +577,14 @@ func (s frozen) Acquire(ctx context.Context, _ idem.Acquire) (idem.Record, idem.
 func TestFrozenStoreIsAStoreFaultWhoeverLeftFirst(t *testing.T) {
 	for _, failOpen := range []bool{false, true} {
 		t.Run(fmt.Sprint("failOpen=", failOpen), func(t *testing.T) {
-			var events []idem.Event
+			var events []idemevent.Event
 			var logs bytes.Buffer
 			clock := idemtest.NewClock(time.Now())
 			store := frozen{Store: newStore(t), entered: make(chan struct{})}
 			cfg := quietConfig(store)
 			cfg.Clock, cfg.FailOpen = clock, failOpen
 			cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-			cfg.OnEvent = func(_ context.Context, ev idem.Event) { events = append(events, ev) }
+			cfg.OnEvent = func(_ context.Context, ev idemevent.Event) { events = append(events, ev) }
 			e := idem.New(cfg)
 			ctx, cancel := context.WithCancel(context.Background())
 			go func() {
@@ -590,11 +592,11 @@ func TestFrozenStoreIsAStoreFaultWhoeverLeftFirst(t *testing.T) {
 				cancel() // the client gives up, long before StoreTimeout
 				clock.Advance(e.Config().StoreTimeout)
 			}()
-			d := e.Begin(ctx, charge(`"frozen"`, `{"amount":1}`))
-			if d.Action != idem.ActionRespond || d.Response.Status != 503 {
+			d := e.Adapter().Begin(ctx, *charge(`"frozen"`, `{"amount":1}`))
+			if d.Action != exchange.Respond || d.Response.Status != 503 {
 				t.Fatalf("action %v status %d, want a 503 (which nobody reads) and nothing run", d.Action, d.Response.Status)
 			}
-			if len(events) != 1 || events[0].Kind != idem.EventStoreError || events[0].StoreCall != "acquire" ||
+			if len(events) != 1 || events[0].Kind != idemevent.StoreError || events[0].StoreCall != "acquire" ||
 				!errors.Is(events[0].Err, context.DeadlineExceeded) {
 				t.Fatalf("events %+v, want store-error alone, its acquire run into StoreTimeout", events)
 			}
@@ -668,13 +670,13 @@ func TestValidateKey(t *testing.T) {
 		return nil
 	}
 	e := idem.New(cfg)
-	d := e.Begin(context.Background(), charge(`"order-48213"`, `{}`))
-	if d.Action != idem.ActionRespond || d.Response.Status != 400 || !bytes.Contains(d.Response.Body, []byte("keys must be UUIDs")) ||
-		!bytes.Contains(d.Response.Body, []byte(idem.ProblemKeyInvalid)) {
+	d := e.Adapter().Begin(context.Background(), *charge(`"order-48213"`, `{}`))
+	if d.Action != exchange.Respond || d.Response.Status != 400 || !bytes.Contains(d.Response.Body, []byte("keys must be UUIDs")) ||
+		!bytes.Contains(d.Response.Body, []byte(exchange.ProblemKeyInvalid)) {
 		t.Fatalf("a key the validator refuses: %d %s, want 400 key-invalid with its detail", d.Response.Status, d.Response.Body)
 	}
-	d = e.Begin(context.Background(), charge(`"8e03978e-40d5-43e8-bc93-6894a57f9324"`, `{}`))
-	if d.Action != idem.ActionRun {
+	d = e.Adapter().Begin(context.Background(), *charge(`"8e03978e-40d5-43e8-bc93-6894a57f9324"`, `{}`))
+	if d.Action != exchange.Run {
 		t.Fatalf("a key the validator accepts: %+v, want it run", d)
 	}
 	d.Lock.Finish(context.Background(), 201, nil)

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemhttp"
 	"github.com/idemkit/idemkit/core/memstore"
 )
@@ -24,7 +25,7 @@ func ExampleEngine_Begin() {
 	charges := 0
 	serve := func(key, body string) {
 		ctx := context.Background()
-		req := &idem.Request{
+		req := &exchange.Request{
 			Method:        http.MethodPost,
 			Path:          "/v1/charges",
 			ContentType:   "application/json",
@@ -34,19 +35,19 @@ func ExampleEngine_Begin() {
 		if key != "" {
 			req.KeyLines = []string{key}
 		}
-		d := engine.Begin(ctx, req)
+		d := engine.Adapter().Begin(ctx, *req)
 		switch d.Action {
-		case idem.ActionPass:
+		case exchange.Pass:
 			fmt.Println("pass: run the handler, record nothing")
-		case idem.ActionRespond:
+		case exchange.Respond:
 			fmt.Printf("respond %d (replayed %v): %s\n", d.Response.Status, d.Replayed, d.Response.Body)
-		case idem.ActionRun:
+		case exchange.Run:
 			// The handler runs with d.Lock.Context() and its body is
 			// copied into the Lock as it is written.
 			charges++
 			fmt.Fprintf(d.Lock, `{"id":"ch_%d"}`, charges)
 			header := http.Header{"Content-Type": {"application/json"}}
-			if f := d.Lock.Finish(ctx, http.StatusCreated, header); f.Outcome != idem.Recorded {
+			if f := d.Lock.Finish(ctx, http.StatusCreated, header); f.Outcome != exchange.Recorded {
 				fmt.Println("not recorded:", f.Outcome, f.Reason, f.Err)
 			}
 			fmt.Println("ran the handler, charge", charges)
@@ -93,7 +94,7 @@ func ExampleParseKey() {
 
 func ExampleDefaultFingerprint() {
 	charge := func(path, body string) idem.Fingerprint {
-		return idem.DefaultFingerprint(idem.Request{
+		return idem.DefaultFingerprint(exchange.Request{
 			Method: http.MethodPost, Path: path, ContentType: "application/json", Body: []byte(body),
 		})
 	}

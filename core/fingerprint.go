@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // Fingerprint identifies the payload of a request: a retry must carry the
@@ -43,7 +45,7 @@ var fingerprintBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); re
 //     server refuses the same bytes as JSON that it may take as text.
 //
 // Headers other than Content-Type and Content-Encoding are not part of it.
-func DefaultFingerprint(r Request) Fingerprint {
+func DefaultFingerprint(r exchange.Request) Fingerprint {
 	bp := fingerprintBufs.Get().(*[]byte)
 	buf := (*bp)[:0]
 	// Length prefixes and one-byte tags keep the fields apart: no choice of

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // form builds a multipart/form-data request body with the given boundary
@@ -19,9 +20,9 @@ func form(boundary string, parts ...[2]string) (ctype, body string) {
 	return "multipart/form-data; boundary=" + boundary, b.String()
 }
 
-func formRequest(boundary string, parts ...[2]string) idem.Request {
+func formRequest(boundary string, parts ...[2]string) exchange.Request {
 	ctype, body := form(boundary, parts...)
-	return idem.Request{Method: "POST", Path: "/upload", ContentType: ctype, Body: []byte(body)}
+	return exchange.Request{Method: "POST", Path: "/upload", ContentType: ctype, Body: []byte(body)}
 }
 
 // nextPart is a form part's header, and imitated what DefaultFingerprint
@@ -33,22 +34,22 @@ var (
 )
 
 func TestDefaultFingerprint(t *testing.T) {
-	jsonReq := func(body string) idem.Request {
-		return idem.Request{Method: "POST", Path: "/charges", ContentType: "application/json", Body: []byte(body)}
+	jsonReq := func(body string) exchange.Request {
+		return exchange.Request{Method: "POST", Path: "/charges", ContentType: "application/json", Body: []byte(body)}
 	}
-	withEncoding := func(r idem.Request, enc string) idem.Request { r.ContentEncoding = enc; return r }
-	withType := func(r idem.Request, ct string) idem.Request { r.ContentType = ct; return r }
+	withEncoding := func(r exchange.Request, enc string) exchange.Request { r.ContentEncoding = enc; return r }
+	withType := func(r exchange.Request, ct string) exchange.Request { r.ContentType = ct; return r }
 	amount := [2]string{`Content-Disposition: form-data; name="amount"`, "100"}
 	receipt := [2]string{"Content-Disposition: form-data; name=\"receipt\"; filename=\"r.txt\"\r\nContent-Type: text/plain", "paid"}
 
 	same := []struct {
 		name string
-		a, b idem.Request
+		a, b exchange.Request
 	}{
 		{"JSON member order", jsonReq(`{"a":1,"b":2}`), jsonReq(`{"b":2,"a":1}`)},
 		{"JSON case variants moved together", jsonReq(`{"Amount":1,"z":0,"amount":2}`), jsonReq(`{"z":0,"Amount":1,"amount":2}`)},
 		{"form boundary", formRequest("b1", amount, receipt), formRequest("another-boundary", amount, receipt)},
-		{"form preamble", formRequest("b1", amount), func() idem.Request {
+		{"form preamble", formRequest("b1", amount), func() exchange.Request {
 			r := formRequest("b1", amount)
 			r.Body = []byte(strings.Replace(string(r.Body), "preamble", "something else", 1))
 			return r
@@ -65,7 +66,7 @@ func TestDefaultFingerprint(t *testing.T) {
 
 	different := []struct {
 		name string
-		a, b idem.Request
+		a, b exchange.Request
 	}{
 		{"JSON case variant order", jsonReq(`{"amount":100,"Amount":99999}`), jsonReq(`{"Amount":99999,"amount":100}`)},
 		{"JSON Kelvin sign order", jsonReq("{\"k\":1,\"\u212a\":2}"), jsonReq("{\"\u212a\":2,\"k\":1}")},

@@ -3,6 +3,8 @@ package idem
 import (
 	"net/http"
 	"sync"
+
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // headerScratch backs the replayable headers of a response Finish stores:
@@ -11,9 +13,9 @@ import (
 // which would then be a larger object to allocate and scan on every first
 // request.
 type headerScratch struct {
-	fields [4]HeaderField
+	fields [4]exchange.HeaderField
 	values [4]string
-	sent   []HeaderField // the replayable headers as sent (see Lock.headerSent)
+	sent   []exchange.HeaderField // the replayable headers as sent (see Lock.headerSent)
 }
 
 var headerScratchPool = sync.Pool{New: func() any { return new(headerScratch) }}
@@ -27,13 +29,13 @@ func (hs *headerScratch) recycle() {
 
 // storedHeader lists the replayable headers, in hs while they fit. The
 // values are the handler's own: the store copies them in Complete.
-func (l *Lock) storedHeader(h HeaderReader, hs *headerScratch) []HeaderField {
+func (l *lock) storedHeader(h exchange.HeaderReader, hs *headerScratch) []exchange.HeaderField {
 	if h == nil {
 		return nil
 	}
 	found := hs.fields[:0]
 	hh, direct := h.(http.Header) // names are canonical already: skip Values' canonicalisation
-	appender, appends := h.(headerAppender)
+	appender, appends := h.(exchange.HeaderAppender)
 	values := hs.values[:0]
 	for _, name := range l.e.replayHeaders {
 		var vs []string
@@ -48,7 +50,7 @@ func (l *Lock) storedHeader(h HeaderReader, hs *headerScratch) []HeaderField {
 			vs = h.Values(name)
 		}
 		if len(vs) > 0 {
-			found = append(found, HeaderField{Name: name, Values: vs})
+			found = append(found, exchange.HeaderField{Name: name, Values: vs})
 		}
 	}
 	if len(found) == 0 {
@@ -57,12 +59,12 @@ func (l *Lock) storedHeader(h HeaderReader, hs *headerScratch) []HeaderField {
 	return found
 }
 
-// headerSent keeps the replayable headers of h as they are now, when the
+// HeaderSent keeps the replayable headers of h as they are now, when the
 // response's header goes out: what the client got is what a replay gives,
 // not the header as a handler left it afterwards (net/http sends nothing a
 // handler sets after WriteHeader). Only the first call counts. The values
 // are copied, since a handler may still change h's slices in place.
-func (l *Lock) headerSent(h http.Header) {
+func (l *lock) HeaderSent(h http.Header) {
 	if l.sent != nil {
 		return
 	}
@@ -75,14 +77,14 @@ func (l *Lock) headerSent(h http.Header) {
 		}
 		start := len(values)
 		values = append(values, vs...)
-		fields = append(fields, HeaderField{Name: name, Values: values[start:len(values):len(values)]})
+		fields = append(fields, exchange.HeaderField{Name: name, Values: values[start:len(values):len(values)]})
 	}
 	hs.sent = fields
 	l.sent = hs
 }
 
 // recycleSent returns what headerSent kept to the pool.
-func (l *Lock) recycleSent() {
+func (l *lock) recycleSent() {
 	if l.sent != nil {
 		l.sent.recycle()
 		l.sent = nil

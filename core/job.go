@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/core/idemevent"
 )
 
 // Job is a piece of work that is not an HTTP request (a queued message, a
@@ -116,16 +119,16 @@ func (e *Engine) Do(ctx context.Context, j Job, f func(ctx context.Context) ([]b
 		return nil, fmt.Errorf("idem: Do: %w: the job has no key", ErrKeyInvalid)
 	}
 	id := JobID(j.Scope, j.Key)
-	r := Request{Method: jobMethod, Path: j.Name, Scope: id.Scope, Body: j.Payload}
+	r := exchange.Request{Method: jobMethod, Path: j.Name, Scope: id.Scope, Body: j.Payload}
 	began := elapsed(e.epoch)
 	a, start := e.acquisition(id.Scope, id.Key, e.cfg.Fingerprint(r))
 	got := e.acquire(ctx, &a, start)
 	v := decide(&got.rec, got.outcome, got.err, a.Fingerprint, e.cfg.FailOpen)
 	d := e.carryOut(ctx, &r, id.Key, v, nil, &a, &got, began, got.done)
 	switch {
-	case v.action == ActionRun:
+	case v.action == exchange.Run:
 		return runJob(ctx, d.Lock, f)
-	case v.action == ActionPass:
+	case v.action == exchange.Pass:
 		result, err := f(ctx)
 		if err != nil {
 			return result, err
@@ -154,7 +157,7 @@ func JobID(scope, key string) ID { return ID{Scope: scope, Key: jobKeyPrefix + k
 const jobMethod = "JOB"
 
 // runJob runs f under l and records its outcome.
-func runJob(ctx context.Context, l *Lock, f func(ctx context.Context) ([]byte, error)) ([]byte, error) {
+func runJob(ctx context.Context, l exchange.Lock, f func(ctx context.Context) ([]byte, error)) ([]byte, error) {
 	defer l.AbandonOnPanic(ctx)
 	result, err := f(l.Context())
 	var perm *PermanentError
@@ -170,7 +173,7 @@ func runJob(ctx context.Context, l *Lock, f func(ctx context.Context) ([]byte, e
 		return nil, err
 	case err != nil:
 		// f's own failure, whatever became of the key: its error says so.
-		_ = l.Abandon(ctx, ReasonFailed)
+		_ = l.Abandon(ctx, exchange.ReasonFailed)
 		return nil, err
 	}
 	_, _ = l.Write(result)
@@ -185,18 +188,18 @@ func runJob(ctx context.Context, l *Lock, f func(ctx context.Context) ([]byte, e
 
 // jobFinished is the error Do reports for a job's outcome f, nil when it
 // was recorded.
-func jobFinished(f Finished) error {
+func jobFinished(f exchange.Finished) error {
 	switch f.Outcome {
-	case Recorded:
+	case exchange.Recorded:
 		return nil
-	case NotRecorded:
+	case exchange.NotRecorded:
 		if f.Err != nil {
 			return fmt.Errorf("idem: Do: %w (%s): %w", ErrNotRecorded, f.Reason, f.Err)
 		}
 		return fmt.Errorf("idem: Do: %w (%s)", ErrNotRecorded, f.Reason)
-	case RolledBack:
+	case exchange.RolledBack:
 		return fmt.Errorf("idem: Do: the job's writes were undone, as its outcome could not be recorded: %w", f.Err)
-	case LockLost:
+	case exchange.LockLost:
 		if f.Err != nil && !errors.Is(f.Err, ErrLockLost) {
 			return fmt.Errorf("idem: Do: %w: another run holds the key now; this run's result is not the key's: %w", ErrLockLost, f.Err)
 		}
@@ -207,7 +210,7 @@ func jobFinished(f Finished) error {
 
 // jobResult is what a recorded outcome says. The result is the caller's
 // own copy: the store's record is read-only.
-func jobResult(resp *Response) ([]byte, error) {
+func jobResult(resp *exchange.Response) ([]byte, error) {
 	if resp.Status == jobFailed {
 		return nil, &PermanentError{Msg: string(resp.Body)}
 	}
@@ -215,15 +218,15 @@ func jobResult(resp *Response) ([]byte, error) {
 }
 
 // jobError is the error for a decision that did not run the job.
-func jobError(ctx context.Context, kind EventKind, storeErr error) error {
+func jobError(ctx context.Context, kind idemevent.Kind, storeErr error) error {
 	switch kind {
-	case EventConflict:
+	case idemevent.Conflict:
 		return ErrInProgress
-	case EventMismatch:
+	case idemevent.Mismatch:
 		return ErrKeyReused
-	case EventStoreFull:
+	case idemevent.StoreFull:
 		return ErrStoreFull
-	case EventClientGone:
+	case idemevent.ClientGone:
 		if err := ctx.Err(); err != nil {
 			return err
 		}

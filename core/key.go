@@ -170,22 +170,21 @@ type sfItem struct {
 // Syntax errors of the parser. Their texts become the reason ParseKey gives
 // clients, so they describe the problem without quoting the input.
 var (
-	sfErrEmpty          = errors.New("empty field value")
-	sfErrNoItem         = errors.New("value does not start a structured field item")
-	sfErrTrailing       = errors.New("unexpected characters after the value")
-	sfErrList           = errors.New("a comma-separated list of values, not a single key")
-	sfErrNumber         = errors.New("malformed number")
-	sfErrNumberTooLong  = errors.New("number has too many digits")
-	sfErrUnterminated   = errors.New("unterminated string")
-	sfErrBadEscape      = errors.New("invalid escape in string (only \\\" and \\\\ are allowed)")
-	sfErrStringChar     = errors.New("string contains a control or non-ASCII character")
-	sfErrToken          = errors.New("malformed token")
-	sfErrByteSeq        = errors.New("malformed byte sequence")
-	sfErrBoolean        = errors.New("malformed boolean")
-	sfErrDate           = errors.New("malformed date")
-	sfErrDisplayString  = errors.New("malformed display string")
-	sfErrParameterKey   = errors.New("malformed parameter key")
-	sfErrParameterValue = errors.New("malformed parameter value")
+	errSFEmpty          = errors.New("empty field value")
+	errSFNoItem         = errors.New("value does not start a structured field item")
+	errSFTrailing       = errors.New("unexpected characters after the value")
+	errSFList           = errors.New("a comma-separated list of values, not a single key")
+	errSFNumber         = errors.New("malformed number")
+	errSFNumberTooLong  = errors.New("number has too many digits")
+	errSFUnterminated   = errors.New("unterminated string")
+	errSFBadEscape      = errors.New("invalid escape in string (only \\\" and \\\\ are allowed)")
+	errSFStringChar     = errors.New("string contains a control or non-ASCII character")
+	errSFByteSeq        = errors.New("malformed byte sequence")
+	errSFBoolean        = errors.New("malformed boolean")
+	errSFDate           = errors.New("malformed date")
+	errSFDisplayString  = errors.New("malformed display string")
+	errSFParameterKey   = errors.New("malformed parameter key")
+	errSFParameterValue = errors.New("malformed parameter value")
 )
 
 // sfParser walks its input once, left to right, as the algorithms of RFC 9651
@@ -209,7 +208,7 @@ func (p *sfParser) item(keepParams bool) (sfItem, error) {
 	var it sfItem
 	p.skipSP()
 	if p.i == len(p.s) {
-		return it, sfErrEmpty
+		return it, errSFEmpty
 	}
 	bare, err := p.bareItem()
 	if err != nil {
@@ -222,9 +221,9 @@ func (p *sfParser) item(keepParams bool) (sfItem, error) {
 	p.skipSP()
 	if p.i < len(p.s) {
 		if p.s[p.i] == ',' {
-			return it, sfErrList
+			return it, errSFList
 		}
-		return it, sfErrTrailing
+		return it, errSFTrailing
 	}
 	return it, nil
 }
@@ -232,7 +231,7 @@ func (p *sfParser) item(keepParams bool) (sfItem, error) {
 // bareItem implements §4.2.3.1: the first character decides the type.
 func (p *sfParser) bareItem() (sfBareItem, error) {
 	if p.i >= len(p.s) {
-		return sfBareItem{}, sfErrNoItem
+		return sfBareItem{}, errSFNoItem
 	}
 	switch c := p.s[p.i]; {
 	case c == '-' || sfIsDigit(c):
@@ -253,14 +252,14 @@ func (p *sfParser) bareItem() (sfBareItem, error) {
 			return sfBareItem{}, err
 		}
 		if n.kind != sfInteger {
-			return sfBareItem{}, sfErrDate
+			return sfBareItem{}, errSFDate
 		}
 		n.kind = sfDate
 		return n, nil
 	case c == '%':
 		return p.displayString()
 	default:
-		return sfBareItem{}, sfErrNoItem
+		return sfBareItem{}, errSFNoItem
 	}
 }
 
@@ -279,8 +278,8 @@ func (p *sfParser) parameters(keep bool) ([]sfParam, error) {
 		if p.i < len(p.s) && p.s[p.i] == '=' {
 			p.i++
 			if value, err = p.bareItem(); err != nil {
-				if err == sfErrNoItem {
-					err = sfErrParameterValue
+				if err == errSFNoItem {
+					err = errSFParameterValue
 				}
 				return nil, err
 			}
@@ -307,7 +306,7 @@ func (p *sfParser) parameters(keep bool) ([]sfParam, error) {
 func (p *sfParser) key() (string, error) {
 	start := p.i
 	if p.i >= len(p.s) || !(sfIsLCAlpha(p.s[p.i]) || p.s[p.i] == '*') {
-		return "", sfErrParameterKey
+		return "", errSFParameterKey
 	}
 	p.i++
 	for p.i < len(p.s) {
@@ -329,7 +328,7 @@ func (p *sfParser) number() (sfBareItem, error) {
 		p.i++
 	}
 	if p.i >= len(p.s) || !sfIsDigit(p.s[p.i]) {
-		return sfBareItem{}, sfErrNumber
+		return sfBareItem{}, errSFNumber
 	}
 	var (
 		n         int64
@@ -346,17 +345,17 @@ scan:
 			if isDecimal {
 				frac++
 				if frac > 3 {
-					return sfBareItem{}, sfErrNumberTooLong
+					return sfBareItem{}, errSFNumberTooLong
 				}
 			} else {
 				digits++
 				if digits > 15 {
-					return sfBareItem{}, sfErrNumberTooLong
+					return sfBareItem{}, errSFNumberTooLong
 				}
 			}
 		case c == '.' && !isDecimal:
 			if digits > 12 {
-				return sfBareItem{}, sfErrNumberTooLong
+				return sfBareItem{}, errSFNumberTooLong
 			}
 			isDecimal = true
 		default:
@@ -371,7 +370,7 @@ scan:
 		return sfBareItem{kind: sfInteger, num: n}, nil
 	}
 	if frac == 0 {
-		return sfBareItem{}, sfErrNumber // a decimal may not end in '.'
+		return sfBareItem{}, errSFNumber // a decimal may not end in '.'
 	}
 	for ; frac < 3; frac++ {
 		n *= 10
@@ -393,11 +392,11 @@ func (p *sfParser) str() (string, error) {
 		case c == '\\':
 			return p.escapedStr(start)
 		case c < 0x20 || c > 0x7e:
-			return "", sfErrStringChar
+			return "", errSFStringChar
 		}
 		p.i++
 	}
-	return "", sfErrUnterminated
+	return "", errSFUnterminated
 }
 
 // escapedStr finishes a string whose first escape is at p.i, copying into a
@@ -412,23 +411,23 @@ func (p *sfParser) escapedStr(start int) (string, error) {
 		switch {
 		case c == '\\':
 			if p.i >= len(p.s) {
-				return "", sfErrUnterminated
+				return "", errSFUnterminated
 			}
 			next := p.s[p.i]
 			p.i++
 			if next != '"' && next != '\\' {
-				return "", sfErrBadEscape
+				return "", errSFBadEscape
 			}
 			b.WriteByte(next)
 		case c == '"':
 			return b.String(), nil
 		case c < 0x20 || c > 0x7e:
-			return "", sfErrStringChar
+			return "", errSFStringChar
 		default:
 			b.WriteByte(c)
 		}
 	}
-	return "", sfErrUnterminated
+	return "", errSFUnterminated
 }
 
 // token implements §4.2.6; the caller has checked the first character.
@@ -448,7 +447,7 @@ func (p *sfParser) byteSeq() (sfBareItem, error) {
 	p.i++ // opening ':'
 	end := strings.IndexByte(p.s[p.i:], ':')
 	if end < 0 {
-		return sfBareItem{}, sfErrByteSeq
+		return sfBareItem{}, errSFByteSeq
 	}
 	content := p.s[p.i : p.i+end]
 	p.i += end + 1
@@ -456,16 +455,16 @@ func (p *sfParser) byteSeq() (sfBareItem, error) {
 	pad := len(content) - len(data)
 	for i := 0; i < len(data); i++ {
 		if !sfIsBase64Char(data[i]) {
-			return sfBareItem{}, sfErrByteSeq
+			return sfBareItem{}, errSFByteSeq
 		}
 	}
 	// Padding, when present, must be exactly what completes the last quantum.
 	if len(data)%4 == 1 || pad > 2 || (pad != 0 && (len(data)+pad)%4 != 0) {
-		return sfBareItem{}, sfErrByteSeq
+		return sfBareItem{}, errSFByteSeq
 	}
 	out, err := base64.RawStdEncoding.DecodeString(data)
 	if err != nil {
-		return sfBareItem{}, sfErrByteSeq
+		return sfBareItem{}, errSFByteSeq
 	}
 	return sfBareItem{kind: sfByteSeq, bytes: out}, nil
 }
@@ -483,14 +482,14 @@ func (p *sfParser) boolean() (sfBareItem, error) {
 			return sfBareItem{kind: sfBoolean}, nil
 		}
 	}
-	return sfBareItem{}, sfErrBoolean
+	return sfBareItem{}, errSFBoolean
 }
 
 // displayString implements §4.2.10: printable ASCII with lowercase %xx
 // escapes that must decode to valid UTF-8.
 func (p *sfParser) displayString() (sfBareItem, error) {
 	if p.i+1 >= len(p.s) || p.s[p.i+1] != '"' {
-		return sfBareItem{}, sfErrDisplayString
+		return sfBareItem{}, errSFDisplayString
 	}
 	p.i += 2
 	var buf []byte
@@ -499,28 +498,28 @@ func (p *sfParser) displayString() (sfBareItem, error) {
 		p.i++
 		switch {
 		case c < 0x20 || c > 0x7e:
-			return sfBareItem{}, sfErrDisplayString
+			return sfBareItem{}, errSFDisplayString
 		case c == '%':
 			if p.i+2 > len(p.s) {
-				return sfBareItem{}, sfErrDisplayString
+				return sfBareItem{}, errSFDisplayString
 			}
 			hi, ok1 := sfLowerHex(p.s[p.i])
 			lo, ok2 := sfLowerHex(p.s[p.i+1])
 			if !ok1 || !ok2 {
-				return sfBareItem{}, sfErrDisplayString
+				return sfBareItem{}, errSFDisplayString
 			}
 			p.i += 2
 			buf = append(buf, hi<<4|lo)
 		case c == '"':
 			if !utf8.Valid(buf) {
-				return sfBareItem{}, sfErrDisplayString
+				return sfBareItem{}, errSFDisplayString
 			}
 			return sfBareItem{kind: sfDisplayString, str: string(buf)}, nil
 		default:
 			buf = append(buf, c)
 		}
 	}
-	return sfBareItem{}, sfErrDisplayString
+	return sfBareItem{}, errSFDisplayString
 }
 
 func sfIsDigit(c byte) bool   { return '0' <= c && c <= '9' }

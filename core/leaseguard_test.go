@@ -9,6 +9,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 )
@@ -38,9 +39,9 @@ func TestLeaseLostAtLeastATickBeforeTheLeaseEnds(t *testing.T) {
 				Store: failingRenewals{mem}, Clock: clock, Lease: lease, RenewEvery: every,
 				Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 			})
-			begin := func(key string) *idem.Lock {
-				d := e.Begin(context.Background(), &idem.Request{Method: "POST", Path: "/p", KeyLines: []string{key}, Body: []byte{}})
-				if d.Action != idem.ActionRun {
+			begin := func(key string) exchange.Lock {
+				d := e.Adapter().Begin(context.Background(), exchange.Request{Method: "POST", Path: "/p", KeyLines: []string{key}, Body: []byte{}})
+				if d.Action != exchange.Run {
 					t.Fatalf("Begin %s: action %v, want Run", key, d.Action)
 				}
 				return d.Lock
@@ -59,8 +60,8 @@ func TestLeaseLostAtLeastATickBeforeTheLeaseEnds(t *testing.T) {
 			if margin := leaseEnd.Sub(clock.Now()); margin < tick {
 				t.Fatalf("the handler was told its lease is lost %s before it runs out, want at least one tick (%s)", margin, tick)
 			}
-			for _, l := range []*idem.Lock{first, l} {
-				_ = l.Abandon(context.Background(), idem.ReasonPanic)
+			for _, l := range []exchange.Lock{first, l} {
+				_ = l.Abandon(context.Background(), exchange.ReasonPanic)
 			}
 		})
 	}

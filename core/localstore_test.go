@@ -9,6 +9,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemtest"
 )
 
@@ -31,12 +32,12 @@ func (localDeadlineSeen) Local() {}
 // deadline; a LocalStore, whose calls cannot wait, is spared the cost.
 func TestStoreDeadlineOnlyWhereItCanFire(t *testing.T) {
 	remote := &deadlineSeen{Store: newStore(t)}
-	idem.New(quietConfig(remote)).Begin(context.Background(), charge("k", `{}`)).Lock.Abandon(context.Background(), idem.ReasonPanic)
+	idem.New(quietConfig(remote)).Adapter().Begin(context.Background(), *charge("k", `{}`)).Lock.Abandon(context.Background(), exchange.ReasonPanic)
 	if !remote.had {
 		t.Fatal("a store without the LocalStore capability was called without a deadline")
 	}
 	local := localDeadlineSeen{&deadlineSeen{Store: newStore(t)}}
-	idem.New(quietConfig(local)).Begin(context.Background(), charge("k", `{}`)).Lock.Abandon(context.Background(), idem.ReasonPanic)
+	idem.New(quietConfig(local)).Adapter().Begin(context.Background(), *charge("k", `{}`)).Lock.Abandon(context.Background(), exchange.ReasonPanic)
 	if local.had {
 		t.Fatal("a LocalStore was given a deadline it can never need")
 	}
@@ -66,9 +67,9 @@ func TestOneProcessStoreTakesNoLease(t *testing.T) {
 		clock := idemtest.NewClock(time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC))
 		e := idem.New(idem.Config{Store: oneProcessStore{newStore(t), &renewals, one}, Clock: clock,
 			Logger: slog.New(slog.DiscardHandler)})
-		d := e.Begin(context.Background(), charge("k", `{}`))
+		d := e.Adapter().Begin(context.Background(), *charge("k", `{}`))
 		clock.Advance(time.Hour)
-		if r := e.Begin(context.Background(), charge("k", `{}`)); r.Response.Status != 409 {
+		if r := e.Adapter().Begin(context.Background(), *charge("k", `{}`)); r.Response.Status != 409 {
 			t.Fatalf("one process %v: retry an hour into the handler: %d, want 409", one, r.Response.Status)
 		}
 		if n := renewals.Load(); (n == 0) != one {
@@ -89,17 +90,17 @@ func TestLeaveRunningFreesTheKeyAfterALease(t *testing.T) {
 			store = struct{ idem.Store }{store}
 		}
 		e := idem.New(idem.Config{Store: store, Clock: clock, Logger: slog.New(slog.DiscardHandler)})
-		d := e.Begin(context.Background(), charge("k", `{}`))
+		d := e.Adapter().Begin(context.Background(), *charge("k", `{}`))
 		d.Lock.LeaveRunning(context.Background(), 503, "a test's timeout")
 		if !errors.Is(context.Cause(d.Lock.Context()), idem.ErrLeaseLost) {
 			t.Fatalf("local %v: the handler left running was not told to stop", local)
 		}
-		if r := e.Begin(context.Background(), charge("k", `{}`)); r.Response.Status != 409 {
+		if r := e.Adapter().Begin(context.Background(), *charge("k", `{}`)); r.Response.Status != 409 {
 			t.Fatalf("local %v: retry right away: %d, want 409", local, r.Response.Status)
 		}
 		clock.Advance(e.Config().Lease + time.Second)
-		r := e.Begin(context.Background(), charge("k", `{}`))
-		if r.Action != idem.ActionRun {
+		r := e.Adapter().Begin(context.Background(), *charge("k", `{}`))
+		if r.Action != exchange.Run {
 			t.Fatalf("local %v: retry a lease later: %+v, want the key free", local, r.Response)
 		}
 		r.Lock.Finish(context.Background(), 201, nil)

@@ -9,6 +9,9 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/core/idemevent"
 )
 
 // Lock is held by the one request that runs the handler for a key. The
@@ -26,7 +29,7 @@ import (
 // The adapter copies the response body into the Lock with Write as the
 // handler writes it, then ends the Lock exactly once with Finish or Abandon.
 // A Lock must not be used after it ends.
-type Lock struct {
+type lock struct {
 	e      *Engine
 	method string
 	path   string
@@ -42,9 +45,6 @@ type Lock struct {
 	bodyBuf  *[]byte // pooled backing of body, returned when the lock ends
 	overflow bool
 	sent     *headerScratch // the replayable headers as sent, once they were (see headerSent)
-	// timeoutInside names the timeout middleware inside idemkit that wrote
-	// a status that is not stored (see WritingStatus), or is "".
-	timeoutInside string
 
 	// mu guards state (see lockState): it orders the handler's end
 	// (Finish, Abandon) against the renewer cancelling its context, which
@@ -59,11 +59,11 @@ type Lock struct {
 	renewing   bool      // a renewal of this lock is queued or under way
 	held       bool      // registered with the renewer
 	disowned   bool      // the store said another request holds the key: renewing is pointless
-	prev, next *Lock
+	prev, next *lock
 }
 
-func (e *Engine) newLock(ctx context.Context, r *Request, a Acquire, began time.Time) *Lock {
-	l := &Lock{e: e, method: r.Method, path: r.Path, id: a.ID, token: a.Token, began: began}
+func (e *Engine) newLock(ctx context.Context, r *exchange.Request, a Acquire, began time.Time) *lock {
+	l := &lock{e: e, method: r.Method, path: r.Path, id: a.ID, token: a.Token, began: began}
 	l.ctx.parent, l.ctx.l = ctx, l
 	if e.cfg.HandlerTimeout > 0 {
 		l.timeout = e.clock.AfterFunc(e.cfg.HandlerTimeout, func() { l.stopHandler(ErrHandlerTimeout) })
@@ -79,11 +79,11 @@ func (e *Engine) newLock(ctx context.Context, r *Request, a Acquire, began time.
 // Engine knows the lease is lost (or about to run out because renewals
 // failed), and with ErrHandlerTimeout after Config.HandlerTimeout. HeldKey
 // finds the key and owner token in it.
-func (l *Lock) Context() context.Context { return &l.ctx }
+func (l *lock) Context() context.Context { return &l.ctx }
 
 // stopHandler cancels the handler's context with cause, unless the
 // handler has already returned.
-func (l *Lock) stopHandler(cause error) {
+func (l *lock) stopHandler(cause error) {
 	l.mu.Lock()
 	if l.state.handlerRuns() {
 		l.ctx.stop(cause)
@@ -96,7 +96,7 @@ func (l *Lock) stopHandler(cause error) {
 // it, so that the stored body is the handler's response, whole. It always
 // succeeds; past Config.MaxResponseBody it stops copying and the response
 // will not be stored.
-func (l *Lock) Write(p []byte) (int, error) {
+func (l *lock) Write(p []byte) (int, error) {
 	if l.overflow {
 		return len(p), nil
 	}
@@ -113,23 +113,6 @@ func (l *Lock) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// HeaderReader reads response headers; http.Header satisfies it. A
-// HeaderReader may also have a method AppendValues(dst []string, name
-// string) []string, which appends a header's values to dst instead of
-// returning a slice of its own: Finish then gathers the replayable headers
-// without an allocation per header, for frameworks whose headers are not
-// kept as []string (fasthttp's). The values it appends need only stay valid
-// until Finish returns, since the store copies what it keeps.
-type HeaderReader interface {
-	Values(key string) []string
-}
-
-// headerAppender is a HeaderReader with AppendValues (see HeaderReader).
-type headerAppender interface {
-	HeaderReader
-	AppendValues(dst []string, name string) []string
-}
-
 // Finish ends the Lock after the handler wrote a complete response with this
 // status and these headers. A storable response is recorded for replay;
 // any other releases the key at once so a retry runs the handler again. The
@@ -138,25 +121,25 @@ type headerAppender interface {
 // and the lease is renewed until the store has answered, so that a slow
 // completion never lets a retry run the handler again.
 //
-// It reports what became of the response (see Outcome): the adapter must
+// It reports what became of the response (see exchange.Outcome): the adapter must
 // act on it, and withhold a response whose work was rolled back or whose
-// key another request holds (Finished.Withhold). A Lock's second end
-// reports the zero Finished.
-func (l *Lock) Finish(ctx context.Context, status int, header HeaderReader) Finished {
+// key another request holds (exchange.Finished.Withhold). A Lock's second end
+// reports the zero exchange.Finished.
+func (l *lock) Finish(ctx context.Context, status int, header exchange.HeaderReader) exchange.Finished {
 	if !l.finishing() {
-		return Finished{}
+		return exchange.Finished{}
 	}
 	defer l.end()
 	detached := l.detach(ctx)
 	ctx, cancel := l.e.storeContext(detached)
 	defer cancel()
 	switch {
-	case !storable(status):
-		return l.release(ctx, ReasonStatus, status)
+	case !exchange.Storable(status):
+		return l.release(ctx, exchange.ReasonStatus, status)
 	case l.overflow:
-		return l.release(ctx, ReasonTooLarge, status)
+		return l.release(ctx, exchange.ReasonTooLarge, status)
 	case !l.wholeBody(header):
-		return l.release(ctx, ReasonIncomplete, status)
+		return l.release(ctx, exchange.ReasonIncomplete, status)
 	}
 	return l.complete(ctx, detached, status, header)
 }
@@ -165,9 +148,9 @@ func (l *Lock) Finish(ctx context.Context, status int, header HeaderReader) Fini
 // captured body and headers are lent to it and recycled once Complete
 // returns. A completion that failed releases the key (detached is the
 // context for that second call).
-func (l *Lock) complete(ctx, detached context.Context, status int, header HeaderReader) Finished {
+func (l *lock) complete(ctx, detached context.Context, status int, header exchange.HeaderReader) exchange.Finished {
 	hs := l.sent
-	var stored []HeaderField
+	var stored []exchange.HeaderField
 	if hs != nil {
 		stored = hs.sent
 		l.sent = nil
@@ -175,7 +158,7 @@ func (l *Lock) complete(ctx, detached context.Context, status int, header Header
 		hs = headerScratchPool.Get().(*headerScratch)
 		stored = l.storedHeader(header, hs)
 	}
-	resp := Response{Status: status, Header: stored, Body: l.body}
+	resp := exchange.Response{Status: status, Header: stored, Body: l.body}
 	if resp.Body == nil {
 		resp.Body = []byte{}
 	}
@@ -190,16 +173,16 @@ func (l *Lock) complete(ctx, detached context.Context, status int, header Header
 	hs.recycle()
 	done := elapsed(start)
 	f := finished(err, "", true)
-	ev := l.e.event(EventStored, l.method, l.path, l.id.Key, l.began, done)
+	ev := l.e.event(idemevent.Stored, l.method, l.path, l.id.Key, l.began, done)
 	ev.Status, ev.StoreCall, ev.StoreLatency = status, "complete", done.Sub(start)
 	switch {
-	case f.Outcome == Recorded:
+	case f.Outcome == exchange.Recorded:
 		l.e.emit(ctx, &ev, slog.LevelDebug)
-	case f.Outcome == LockLost:
-		ev.Kind, ev.Reason = EventNotStored, ReasonLockLost
+	case f.Outcome == exchange.LockLost:
+		ev.Kind, ev.Reason = idemevent.NotStored, exchange.ReasonLockLost
 		l.e.emit(ctx, &ev, slog.LevelWarn)
 	default:
-		ev.Kind, ev.Reason, ev.Err = EventNotStored, f.Reason, err
+		ev.Kind, ev.Reason, ev.Err = idemevent.NotStored, f.Reason, err
 		l.e.emit(ctx, &ev, slog.LevelError)
 		// The record may still be in flight: free it now rather than after
 		// its lease. If the store is down this fails too, and the lease
@@ -214,7 +197,7 @@ func (l *Lock) complete(ctx, detached context.Context, status int, header Header
 
 // wholeBody reports whether the captured body can be the whole response:
 // a declared Content-Length must match what the handler wrote.
-func (l *Lock) wholeBody(header HeaderReader) bool {
+func (l *lock) wholeBody(header exchange.HeaderReader) bool {
 	if header == nil {
 		return true
 	}
@@ -234,11 +217,11 @@ func (l *Lock) wholeBody(header HeaderReader) bool {
 // Abandon ends the Lock without storing anything: the handler panicked, or
 // its response was streamed, hijacked or otherwise not captured whole. The
 // key is released at once so a retry runs the handler again. It reports
-// what became of the response, as Finish does: NotRecorded, or RolledBack
-// and LockLost, which the adapter acts on as for Finish.
-func (l *Lock) Abandon(ctx context.Context, reason Reason) Finished {
+// what became of the response, as Finish does: exchange.NotRecorded, or exchange.RolledBack
+// and exchange.LockLost, which the adapter acts on as for Finish.
+func (l *lock) Abandon(ctx context.Context, reason exchange.Reason) exchange.Finished {
 	if !l.finishing() {
-		return Finished{}
+		return exchange.Finished{}
 	}
 	defer l.end()
 	ctx, cancel := l.e.storeContext(l.detach(ctx))
@@ -256,10 +239,10 @@ func (l *Lock) Abandon(ctx context.Context, reason Reason) Finished {
 // passed. Retries meanwhile get 409. The handler's context is cancelled
 // with ErrLeaseLost: from then on another request may run the key, so the
 // handler must stop and not commit its work. An error is logged: register
-// the timeout before idemkit, or use Config.HandlerTimeout. FinishHTTP
-// does this for the net/http adapters; an adapter that finds such a
+// the timeout before idemkit, or use Config.HandlerTimeout. exchange.
+// ResponseCapture.End does this for the adapters built on net/http; an adapter that finds such a
 // handler by its framework's means calls it instead of Finish.
-func (l *Lock) LeaveRunning(ctx context.Context, status int, middleware string) {
+func (l *lock) LeaveRunning(ctx context.Context, status int, middleware string) {
 	l.ctx.stop(ErrLeaseLost) // first, while nothing else can have ended it
 	if _, ok := l.move(lockLeftRunning); !ok {
 		return
@@ -276,8 +259,8 @@ func (l *Lock) LeaveRunning(ctx context.Context, status int, middleware string) 
 		})
 	}
 	now := time.Now()
-	ev := l.e.event(EventNotStored, l.method, l.path, l.id.Key, l.began, now)
-	ev.Status, ev.Reason = status, ReasonTimeoutInside
+	ev := l.e.event(idemevent.NotStored, l.method, l.path, l.id.Key, l.began, now)
+	ev.Status, ev.Reason = status, exchange.ReasonTimeoutInside
 	ev.Err = fmt.Errorf("%s, registered inside idemkit, answered %d while the handler may still run: the key stays "+
 		"locked for a lease, but a handler that runs on past it may run beside a retry; register the timeout "+
 		"before idemkit's middleware, or use Config.HandlerTimeout", middleware, status)
@@ -285,12 +268,12 @@ func (l *Lock) LeaveRunning(ctx context.Context, status int, middleware string) 
 }
 
 // HandlerMayRun reports whether the Lock ended while its handler may still
-// be running: FinishHTTP saw the 503 of a timeout middleware registered
-// inside idemkit, which lets the handler go on in a goroutine of its own.
+// be running (LeaveRunning): a timeout middleware registered inside
+// idemkit answered, and lets the handler go on in a goroutine of its own.
 // An adapter must then leave the request and the framework's context as
 // that goroutine may still be using them. It may be called after the Lock
 // ended, from the goroutine that ended it.
-func (l *Lock) HandlerMayRun() bool {
+func (l *lock) HandlerMayRun() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.state == lockLeftToLease
@@ -301,7 +284,7 @@ func (l *Lock) HandlerMayRun() bool {
 // context.WithoutCancel kept inside the Lock, which ends once, so the
 // detached context costs no allocation. It does not ask ctx for Done,
 // which would make a cancellable context allocate its channel.
-func (l *Lock) detach(ctx context.Context) context.Context {
+func (l *lock) detach(ctx context.Context) context.Context {
 	l.detached.parent = ctx
 	return &l.detached
 }
@@ -318,13 +301,13 @@ func (c *detachedCtx) String() string            { return "idem.Lock.detached" }
 
 // release frees the key for a response not recorded for reason. A
 // transactional store rolls the handler's writes back with it, and says so.
-func (l *Lock) release(ctx context.Context, reason Reason, status int) Finished {
+func (l *lock) release(ctx context.Context, reason exchange.Reason, status int) exchange.Finished {
 	l.recycleBody()
 	start := time.Now()
 	err := l.e.cfg.Store.Release(ctx, l.id, l.token)
 	done := elapsed(start)
 	f := finished(err, reason, false)
-	ev := l.e.event(EventNotStored, l.method, l.path, l.id.Key, l.began, done)
+	ev := l.e.event(idemevent.NotStored, l.method, l.path, l.id.Key, l.began, done)
 	ev.Status, ev.Reason, ev.StoreCall, ev.StoreLatency = status, reason, "release", done.Sub(start)
 	level := slog.LevelDebug
 	if err != nil && !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrRolledBack) {
@@ -336,7 +319,7 @@ func (l *Lock) release(ctx context.Context, reason Reason, status int) Finished 
 
 var captureBufs = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
 
-func (l *Lock) recycleBody() {
+func (l *lock) recycleBody() {
 	l.recycleSent()
 	if l.bodyBuf != nil && cap(l.body) <= 64<<10 {
 		*l.bodyBuf = l.body[:0]
@@ -349,7 +332,7 @@ func (l *Lock) recycleBody() {
 // the first to end the Lock. From here on the handler's context is never
 // cancelled for a lost lease (a transactional completion may be committing
 // a transaction bound to it), but the lease is still renewed.
-func (l *Lock) finishing() bool {
+func (l *lock) finishing() bool {
 	if _, ok := l.move(lockReturned); !ok {
 		return false
 	}
@@ -358,7 +341,7 @@ func (l *Lock) finishing() bool {
 }
 
 // stopTimeout stops the handler timeout, once the handler has returned.
-func (l *Lock) stopTimeout() {
+func (l *lock) stopTimeout() {
 	if l.timeout != nil {
 		l.timeout.Stop()
 	}
@@ -370,7 +353,7 @@ func (l *Lock) stopTimeout() {
 // nothing now, and waiting for it could deadlock with a store whose single
 // writer is this very request (SQLite, committing a transactional
 // completion).
-func (l *Lock) end() {
+func (l *lock) end() {
 	l.move(lockRecorded)
 	l.e.renewer.remove(l)
 	l.ctx.stop(context.Canceled)
@@ -379,9 +362,9 @@ func (l *Lock) end() {
 // renewed acts on the outcome err of a renewal call that ran from start to
 // done: nil, ErrLockLost, or a system error. It runs without the renewer's
 // mutex.
-func (l *Lock) renewed(err error, start, done time.Time) {
+func (l *lock) renewed(err error, start, done time.Time) {
 	if err == nil {
-		ev := l.e.event(EventRenewed, l.method, l.path, l.id.Key, l.began, done)
+		ev := l.e.event(idemevent.Renewed, l.method, l.path, l.id.Key, l.began, done)
 		ev.StoreCall, ev.StoreLatency = "renew", done.Sub(start)
 		l.e.emit(l.requestContext(), &ev, slog.LevelDebug)
 		return
@@ -397,19 +380,19 @@ func (l *Lock) renewed(err error, start, done time.Time) {
 		l.loseLease(nil)
 		return
 	}
-	ev := e.event(EventRenewError, l.method, l.path, l.id.Key, l.began, done)
+	ev := e.event(idemevent.RenewError, l.method, l.path, l.id.Key, l.began, done)
 	ev.Err, ev.StoreCall, ev.StoreLatency = err, "renew", done.Sub(start)
 	e.emit(l.requestContext(), &ev, slog.LevelWarn)
 }
 
 // requestContext is the context of the request that holds l, for the
 // events of its lease: it carries the request's trace, so they reach it.
-func (l *Lock) requestContext() context.Context { return l.ctx.parent }
+func (l *lock) requestContext() context.Context { return l.ctx.parent }
 
 // loseLease cancels the handler's context with ErrLeaseLost and reports it
 // once: another request took the key over (err nil), or the lease ran out
 // while renewals failed (err says why).
-func (l *Lock) loseLease(err error) {
+func (l *lock) loseLease(err error) {
 	l.mu.Lock()
 	var first bool
 	if l.state, first = l.state.next(lockLeaseLost); first {
@@ -419,7 +402,7 @@ func (l *Lock) loseLease(err error) {
 	if !first {
 		return
 	}
-	ev := l.e.event(EventLeaseLost, l.method, l.path, l.id.Key, l.began, time.Now())
+	ev := l.e.event(idemevent.LeaseLost, l.method, l.path, l.id.Key, l.began, time.Now())
 	ev.Err = err
 	l.e.emit(l.requestContext(), &ev, slog.LevelWarn)
 }

@@ -19,7 +19,7 @@ type heldKey struct{}
 // job's function (Engine.Do), the ID is the job's scope and key as given,
 // not the JobID its record is stored under.
 func HeldKey(ctx context.Context) (Held, bool) {
-	l, ok := ctx.Value(heldKey{}).(*Lock)
+	l, ok := ctx.Value(heldKey{}).(*lock)
 	if !ok {
 		return Held{}, false
 	}
@@ -40,7 +40,7 @@ func HeldKey(ctx context.Context) (Held, bool) {
 // made, so every observer sees the same outcome as with an eager one.
 type lockCtx struct {
 	parent context.Context
-	l      *Lock
+	l      *lock
 
 	made    atomic.Bool // inner and cancel are set, and never change again
 	stopped atomic.Bool // pending is set

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/internal/costfloor"
 )
 
@@ -25,7 +26,7 @@ func TestUnwatchedLockContextAllocs(t *testing.T) {
 	run := func(ctx context.Context) float64 {
 		return testing.AllocsPerRun(200, func() {
 			r := *req
-			d := e.Begin(ctx, &r)
+			d := e.Adapter().Begin(ctx, r)
 			_ = d.Lock.Context().Value(ctxKey{})
 			_ = d.Lock.Finish(ctx, 201, nil)
 		})
@@ -48,7 +49,7 @@ func TestUnwatchedLockContextAllocs(t *testing.T) {
 	fresh := testing.AllocsPerRun(200, func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		r := *req
-		d := e.Begin(ctx, &r)
+		d := e.Adapter().Begin(ctx, r)
 		_ = d.Lock.Finish(ctx, 201, nil)
 		cancel()
 	})
@@ -64,10 +65,10 @@ func TestUnwatchedLockContextAllocs(t *testing.T) {
 func TestFinishHeaderAllocs(t *testing.T) {
 	e := idem.New(quietConfig(costfloor.NothingStored()))
 	req := charge(`"k"`, `{"amount":100}`)
-	run := func(h idem.HeaderReader) float64 {
+	run := func(h exchange.HeaderReader) float64 {
 		return testing.AllocsPerRun(200, func() {
 			r := *req
-			d := e.Begin(context.Background(), &r)
+			d := e.Adapter().Begin(context.Background(), r)
 			_ = d.Lock.Finish(context.Background(), 201, h)
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemtest"
 )
 
@@ -19,11 +20,11 @@ func TestLockContextCancelledBeforeItIsWatched(t *testing.T) {
 	clock := idemtest.NewClock(time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC))
 	cfg := quietConfig(renewFails{newStore(t), idem.ErrLockLost})
 	cfg.Clock, cfg.Lease, cfg.RenewEvery = clock, 30*time.Second, 10*time.Second
-	d := idem.New(cfg).Begin(context.Background(), charge(`"k"`, `{}`))
-	if d.Action != idem.ActionRun {
+	d := idem.New(cfg).Adapter().Begin(context.Background(), *charge(`"k"`, `{}`))
+	if d.Action != exchange.Run {
 		t.Fatalf("action %v, want Run", d.Action)
 	}
-	defer d.Lock.Abandon(context.Background(), idem.ReasonPanic)
+	defer d.Lock.Abandon(context.Background(), exchange.ReasonPanic)
 	for range 100 { // until the renewer has been refused
 		clock.Advance(time.Second)
 	}
@@ -58,7 +59,7 @@ func TestLockContextFollowsTheRequest(t *testing.T) {
 	for _, watch := range []bool{false, true} {
 		e := idem.New(quietConfig(newStore(t)))
 		parent, cancel := context.WithCancelCause(context.WithValue(context.Background(), ctxKey{}, "v"))
-		d := e.Begin(parent, charge(`"k"`, `{}`))
+		d := e.Adapter().Begin(parent, *charge(`"k"`, `{}`))
 		ctx := d.Lock.Context()
 		if got := ctx.Value(ctxKey{}); got != "v" {
 			t.Fatalf("watch=%v: the request's value = %v, want v", watch, got)
@@ -82,7 +83,7 @@ func TestLockContextFollowsTheRequest(t *testing.T) {
 		if !errors.Is(context.Cause(ctx), gone) {
 			t.Fatalf("watch=%v: Cause = %v, want the request's", watch, context.Cause(ctx))
 		}
-		_ = d.Lock.Abandon(context.Background(), idem.ReasonPanic)
+		_ = d.Lock.Abandon(context.Background(), exchange.ReasonPanic)
 	}
 }
 
@@ -91,12 +92,12 @@ func TestLockContextFollowsTheRequest(t *testing.T) {
 func TestLockContextDoneAfterTheLockEnds(t *testing.T) {
 	for _, watch := range []bool{false, true} {
 		e := idem.New(quietConfig(newStore(t)))
-		d := e.Begin(context.Background(), charge(`"k"`, `{}`))
+		d := e.Adapter().Begin(context.Background(), *charge(`"k"`, `{}`))
 		ctx := d.Lock.Context()
 		if watch {
 			ctx.Done()
 		}
-		if f := d.Lock.Finish(context.Background(), 201, nil); f.Outcome != idem.Recorded {
+		if f := d.Lock.Finish(context.Background(), 201, nil); f.Outcome != exchange.Recorded {
 			t.Fatalf("Finish: %+v, want it recorded", f)
 		}
 		select {
@@ -117,25 +118,25 @@ func TestLockContextDoneAfterTheLockEnds(t *testing.T) {
 func TestFinishStoresOnlyAWholeBody(t *testing.T) {
 	for _, wrap := range []struct {
 		name string
-		h    func(http.Header) idem.HeaderReader
+		h    func(http.Header) exchange.HeaderReader
 	}{
-		{"http.Header", func(h http.Header) idem.HeaderReader { return h }},
-		{"HeaderReader", func(h http.Header) idem.HeaderReader { return valuesOnly{h} }},
+		{"http.Header", func(h http.Header) exchange.HeaderReader { return h }},
+		{"HeaderReader", func(h http.Header) exchange.HeaderReader { return valuesOnly{h} }},
 	} {
 		for _, tt := range []struct {
 			declared string
 			stored   bool
 		}{{"5", true}, {"10", false}} {
 			e := idem.New(quietConfig(newStore(t)))
-			d := e.Begin(context.Background(), charge(`"k"`, `{}`))
+			d := e.Adapter().Begin(context.Background(), *charge(`"k"`, `{}`))
 			_, _ = d.Lock.Write([]byte("hello"))
 			_ = d.Lock.Finish(context.Background(), 201, wrap.h(header("Content-Length", tt.declared)))
-			again := e.Begin(context.Background(), charge(`"k"`, `{}`))
+			again := e.Adapter().Begin(context.Background(), *charge(`"k"`, `{}`))
 			if stored := again.Replayed; stored != tt.stored {
 				t.Errorf("%s, Content-Length %s for 5 bytes: replayed %v, want %v", wrap.name, tt.declared, stored, tt.stored)
 			}
 			if again.Lock != nil {
-				_ = again.Lock.Abandon(context.Background(), idem.ReasonPanic)
+				_ = again.Lock.Abandon(context.Background(), exchange.ReasonPanic)
 			}
 		}
 	}

@@ -71,7 +71,7 @@ func (s lockState) handlerRuns() bool { return s == lockRunning || s == lockTold
 
 // move applies ev to l's state and reports whether it changed it, and
 // what the state was.
-func (l *Lock) move(ev lockEvent) (from lockState, changed bool) {
+func (l *lock) move(ev lockEvent) (from lockState, changed bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	from = l.state

@@ -5,6 +5,9 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/core/idemevent"
 )
 
 // throttleInterval is how often a kind of trouble may be logged at its
@@ -15,8 +18,8 @@ import (
 const throttleInterval = time.Minute
 
 type throttleKey struct {
-	kind   EventKind
-	reason Reason
+	kind   idemevent.Kind
+	reason exchange.Reason
 }
 
 // throttle keeps the WARN and ERROR lines of an Engine's log to one per
@@ -33,9 +36,9 @@ type throttled struct {
 	flushing bool      // a timer will log the count at until
 }
 
-// level returns the level to log ev at: its own, or DEBUG if a line of its
+// throttled returns the level to log ev at: its own, or DEBUG if a line of its
 // kind was logged at that level less than an interval ago.
-func (e *Engine) throttled(ev *Event, level slog.Level) slog.Level {
+func (e *Engine) throttled(ev *idemevent.Event, level slog.Level) slog.Level {
 	if level < slog.LevelWarn {
 		return level
 	}

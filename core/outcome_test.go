@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // TestFinished pins what each store answer makes of a Lock's end.
@@ -15,22 +17,22 @@ func TestFinished(t *testing.T) {
 	for _, c := range []struct {
 		name       string
 		err        error
-		reason     Reason
+		reason     exchange.Reason
 		completing bool
-		want       Finished
+		want       exchange.Finished
 		withhold   bool
 	}{
-		{"completed", nil, "", true, Finished{Outcome: Recorded}, false},
-		{"completion failed", down, "", true, Finished{NotRecorded, ReasonStore, down}, false},
-		{"completion refused", ErrLockLost, "", true, Finished{LockLost, ReasonLockLost, ErrLockLost}, true},
-		{"commit failed", rolled, "", true, Finished{RolledBack, ReasonStore, rolled}, true},
-		{"commit refused", rolledLost, "", true, Finished{RolledBack, ReasonLockLost, rolledLost}, true},
-		{"released", nil, ReasonTooLarge, false, Finished{NotRecorded, ReasonTooLarge, nil}, false},
-		{"release failed", down, ReasonTooLarge, false, Finished{NotRecorded, ReasonTooLarge, down}, false},
-		{"release rolled back", rolled, ReasonTooLarge, false, Finished{RolledBack, ReasonTooLarge, rolled}, true},
-		{"release of a failure rolled back", rolled, ReasonStatus, false, Finished{RolledBack, ReasonStatus, rolled}, false},
-		{"release refused", ErrLockLost, ReasonStreamed, false, Finished{LockLost, ReasonStreamed, ErrLockLost}, true},
-		{"release of a failure refused", ErrLockLost, ReasonStatus, false, Finished{LockLost, ReasonStatus, ErrLockLost}, false},
+		{"completed", nil, "", true, exchange.Finished{Outcome: exchange.Recorded}, false},
+		{"completion failed", down, "", true, exchange.Finished{Outcome: exchange.NotRecorded, Reason: exchange.ReasonStore, Err: down}, false},
+		{"completion refused", ErrLockLost, "", true, exchange.Finished{Outcome: exchange.LockLost, Reason: exchange.ReasonLockLost, Err: ErrLockLost}, true},
+		{"commit failed", rolled, "", true, exchange.Finished{Outcome: exchange.RolledBack, Reason: exchange.ReasonStore, Err: rolled}, true},
+		{"commit refused", rolledLost, "", true, exchange.Finished{Outcome: exchange.RolledBack, Reason: exchange.ReasonLockLost, Err: rolledLost}, true},
+		{"released", nil, exchange.ReasonTooLarge, false, exchange.Finished{Outcome: exchange.NotRecorded, Reason: exchange.ReasonTooLarge, Err: nil}, false},
+		{"release failed", down, exchange.ReasonTooLarge, false, exchange.Finished{Outcome: exchange.NotRecorded, Reason: exchange.ReasonTooLarge, Err: down}, false},
+		{"release rolled back", rolled, exchange.ReasonTooLarge, false, exchange.Finished{Outcome: exchange.RolledBack, Reason: exchange.ReasonTooLarge, Err: rolled}, true},
+		{"release of a failure rolled back", rolled, exchange.ReasonStatus, false, exchange.Finished{Outcome: exchange.RolledBack, Reason: exchange.ReasonStatus, Err: rolled}, false},
+		{"release refused", ErrLockLost, exchange.ReasonStreamed, false, exchange.Finished{Outcome: exchange.LockLost, Reason: exchange.ReasonStreamed, Err: ErrLockLost}, true},
+		{"release of a failure refused", ErrLockLost, exchange.ReasonStatus, false, exchange.Finished{Outcome: exchange.LockLost, Reason: exchange.ReasonStatus, Err: ErrLockLost}, false},
 	} {
 		got := finished(c.err, c.reason, c.completing)
 		if got != c.want || got.Withhold() != c.withhold {
@@ -40,8 +42,8 @@ func TestFinished(t *testing.T) {
 }
 
 // TestPolicyOutcomeTable checks docs/policy.md's table of what each entry
-// point does with an outcome against Outcome and Withhold: a row per
-// outcome, named as Outcome.String names it; "withheld" for HTTP and gRPC
+// point does with an outcome against exchange.Outcome and Withhold: a row per
+// outcome, named as exchange.Outcome.String names it; "withheld" for HTTP and gRPC
 // exactly where Withhold says so; and the error Do returns.
 func TestPolicyOutcomeTable(t *testing.T) {
 	src, err := os.ReadFile("../docs/policy.md")
@@ -52,8 +54,8 @@ func TestPolicyOutcomeTable(t *testing.T) {
 	if !ok {
 		t.Fatal("docs/policy.md has no table noted <!-- entry-point-outcomes -->")
 	}
-	doErr := map[Outcome]string{NotRecorded: "`ErrNotRecorded`", RolledBack: "`ErrRolledBack`", LockLost: "`ErrLockLost`"}
-	seen := map[Outcome]int{}
+	doErr := map[exchange.Outcome]string{exchange.NotRecorded: "`ErrNotRecorded`", exchange.RolledBack: "`ErrRolledBack`", exchange.LockLost: "`ErrLockLost`"}
+	seen := map[exchange.Outcome]int{}
 	for i, line := range strings.Split(table, "\n") {
 		if !strings.HasPrefix(line, "|") {
 			break
@@ -65,8 +67,8 @@ func TestPolicyOutcomeTable(t *testing.T) {
 		if len(cells) != 4 {
 			t.Fatalf("row %q: %d cells, want 4", line, len(cells))
 		}
-		var o Outcome
-		for c := Recorded; c <= LockLost; c++ {
+		var o exchange.Outcome
+		for c := exchange.Recorded; c <= exchange.LockLost; c++ {
 			if strings.HasPrefix(strings.TrimSpace(cells[0]), "`"+c.String()+"`") {
 				o = c
 			}
@@ -76,24 +78,24 @@ func TestPolicyOutcomeTable(t *testing.T) {
 		}
 		seen[o]++
 		failure := strings.Contains(cells[0], "never recorded") || strings.Contains(cells[0], "failed job")
-		reason := ReasonTooLarge
+		reason := exchange.ReasonTooLarge
 		if failure {
-			reason = ReasonStatus
+			reason = exchange.ReasonStatus
 		}
-		withhold := Finished{Outcome: o, Reason: reason}.Withhold()
+		withhold := exchange.Finished{Outcome: o, Reason: reason}.Withhold()
 		for _, cell := range cells[1:3] {
 			if strings.Contains(cell, "withheld") != withhold {
 				t.Errorf("row %q: %q, but Withhold is %v", cells[0], cell, withhold)
 			}
 		}
 		switch want := doErr[o]; {
-		case o == Recorded && !strings.Contains(cells[3], "no error"):
+		case o == exchange.Recorded && !strings.Contains(cells[3], "no error"):
 			t.Errorf("row %q: Do %q, want no error", cells[0], cells[3])
-		case o != Recorded && !failure && !strings.Contains(cells[3], want):
+		case o != exchange.Recorded && !failure && !strings.Contains(cells[3], want):
 			t.Errorf("row %q: Do %q, want %s", cells[0], cells[3], want)
 		}
 	}
-	for o := Recorded; o <= LockLost; o++ {
+	for o := exchange.Recorded; o <= exchange.LockLost; o++ {
 		if seen[o] == 0 {
 			t.Errorf("the table has no row for %s", o)
 		}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 )
@@ -34,9 +35,9 @@ func TestRenewalsKeepPaceWithTheStore(t *testing.T) {
 		Store: bareStore{mem}, Clock: clock, Lease: 600 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
-	locks := make([]*idem.Lock, handlers)
+	locks := make([]exchange.Lock, handlers)
 	for i := range locks {
-		d := e.Begin(context.Background(), charge(fmt.Sprintf("k-%d", i), `{}`))
+		d := e.Adapter().Begin(context.Background(), *charge(fmt.Sprintf("k-%d", i), `{}`))
 		if d.Lock == nil {
 			t.Fatalf("key %d: %+v, want a lock", i, d)
 		}
@@ -115,11 +116,11 @@ func TestBatchRenewalsKeepEveryLease(t *testing.T) {
 		Store: store, Clock: clock, Lease: lease, RenewEvery: lease / 3,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
-	locks := make([]*idem.Lock, handlers)
+	locks := make([]exchange.Lock, handlers)
 	ids := make([]idem.ID, handlers)
 	for i := range locks {
 		key := fmt.Sprintf("k-%d", i)
-		d := e.Begin(context.Background(), charge(key, `{}`))
+		d := e.Adapter().Begin(context.Background(), *charge(key, `{}`))
 		if d.Lock == nil {
 			t.Fatalf("key %d: %+v, want a lock", i, d)
 		}
@@ -164,7 +165,7 @@ func TestBatchRenewalsKeepEveryLease(t *testing.T) {
 		}
 	}
 	for _, l := range locks {
-		l.Abandon(context.Background(), idem.ReasonPanic)
+		l.Abandon(context.Background(), exchange.ReasonPanic)
 	}
 }
 
@@ -204,15 +205,15 @@ func TestPartialRenewalKeepsTheRenewedLeases(t *testing.T) {
 		Store: halfBatch{mem}, Clock: clock, Lease: time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
-	locks := make([]*idem.Lock, 10)
+	locks := make([]exchange.Lock, 10)
 	for i := range locks {
-		locks[i] = e.Begin(context.Background(), charge(fmt.Sprintf("k-%d", i), `{}`)).Lock
+		locks[i] = e.Adapter().Begin(context.Background(), *charge(fmt.Sprintf("k-%d", i), `{}`)).Lock
 	}
 	clock.Advance(3 * time.Second)
 	for i, l := range locks {
 		if told := context.Cause(l.Context()) != nil; told != (i%2 == 1) {
 			t.Errorf("key k-%d: told its lease is lost = %v, want %v", i, told, i%2 == 1)
 		}
-		l.Abandon(context.Background(), idem.ReasonPanic)
+		l.Abandon(context.Background(), exchange.ReasonPanic)
 	}
 }

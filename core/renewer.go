@@ -32,14 +32,14 @@ type renewer struct {
 	tick  time.Duration
 	guard time.Duration // a handler is stopped within this of its lease's end, unrenewed
 	batch BatchRenewer  // the store's capability, or nil
-	spawn spawner       // the clock's capability, or nil: start renewals with go
+	spawn Spawner       // the clock's capability, or nil: start renewals with go
 
 	mu      sync.Mutex
-	head    *Lock     // intrusive list of the locks held
+	head    *lock     // intrusive list of the locks held
 	timer   Timer     // the next pass; nil when idle
 	queue   []renewal // due renewals waiting for a worker
 	workers int       // workers making renewal calls
-	due     []*Lock
+	due     []*lock
 }
 
 // maxRenewCalls bounds the concurrent renewal calls of one Engine: the
@@ -61,7 +61,7 @@ func newRenewer(e *Engine) *renewer {
 	// that stops within a tick of being told never overlaps its successor.
 	r.guard = 2 * r.tick
 	r.batch, _ = e.cfg.Store.(BatchRenewer)
-	r.spawn, _ = e.clock.(spawner)
+	r.spawn, _ = e.clock.(Spawner)
 	return r
 }
 
@@ -79,7 +79,7 @@ func (r *renewer) callTimeout() time.Duration {
 }
 
 // add registers l, first due at renewAt, its lease running until leaseEnd.
-func (r *renewer) add(l *Lock, renewAt, leaseEnd time.Time) {
+func (r *renewer) add(l *lock, renewAt, leaseEnd time.Time) {
 	r.mu.Lock()
 	l.renewAt, l.leaseEnd, l.held = renewAt, leaseEnd, true
 	l.prev, l.next = nil, r.head
@@ -94,7 +94,7 @@ func (r *renewer) add(l *Lock, renewAt, leaseEnd time.Time) {
 }
 
 // remove unregisters l.
-func (r *renewer) remove(l *Lock) {
+func (r *renewer) remove(l *lock) {
 	r.mu.Lock()
 	if l.prev != nil {
 		l.prev.next = l.next
@@ -119,7 +119,7 @@ func (r *renewer) pass() {
 		return
 	}
 	due := r.due[:0]
-	var risky []*Lock
+	var risky []*lock
 	for l := r.head; l != nil; l = l.next {
 		if l.disowned {
 			continue
@@ -137,7 +137,7 @@ func (r *renewer) pass() {
 	}
 	if r.batch != nil {
 		for start := 0; start < len(due); start += maxBatchRenewal {
-			batch := append([]*Lock(nil), due[start:min(start+maxBatchRenewal, len(due))]...)
+			batch := append([]*lock(nil), due[start:min(start+maxBatchRenewal, len(due))]...)
 			r.queue = append(r.queue, renewal{batch: batch, start: now, leaseUntil: leaseUntil})
 		}
 	} else {
@@ -182,8 +182,8 @@ func (leaseRanOutError) Error() string {
 // for RenewBatch; when the pass that found them due ran, and the lease it
 // asks for.
 type renewal struct {
-	l                 *Lock
-	batch             []*Lock
+	l                 *lock
+	batch             []*lock
 	start, leaseUntil time.Time
 }
 
@@ -224,7 +224,7 @@ func (r *renewer) work() {
 	r.mu.Unlock()
 }
 
-func (r *renewer) renewOne(l *Lock, start, leaseUntil time.Time) {
+func (r *renewer) renewOne(l *lock, start, leaseUntil time.Time) {
 	// The request's values (its trace) without its cancellation: the lease
 	// must be renewed whatever became of the client.
 	ctx, cancel := r.e.timeoutContext(context.WithoutCancel(l.requestContext()), r.callTimeout())
@@ -238,7 +238,7 @@ func (r *renewer) renewOne(l *Lock, start, leaseUntil time.Time) {
 	l.renewed(err, began, done)
 }
 
-func (r *renewer) renewBatch(locks []*Lock, start, leaseUntil time.Time) {
+func (r *renewer) renewBatch(locks []*lock, start, leaseUntil time.Time) {
 	held := make([]Held, len(locks))
 	for i, l := range locks {
 		held[i] = Held{ID: l.id, Token: l.token}
@@ -271,7 +271,7 @@ func (r *renewer) renewBatch(locks []*Lock, start, leaseUntil time.Time) {
 // settle records a renewal's outcome in l's schedule; the caller holds r.mu.
 // A renewal that succeeded moves the lease to what the store was told; one
 // that failed is tried again at the next pass.
-func (r *renewer) settle(l *Lock, err error, start, leaseUntil time.Time) {
+func (r *renewer) settle(l *lock, err error, start, leaseUntil time.Time) {
 	l.renewing = false
 	if errors.Is(err, ErrLockLost) {
 		l.disowned = true

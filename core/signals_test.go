@@ -14,6 +14,8 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/core/idemevent"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 )
@@ -27,7 +29,7 @@ func TestOutageLogsOneLineAMinute(t *testing.T) {
 	e := idem.New(idem.Config{Store: failingStore{}, Clock: clock,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
 	for i := range 300 {
-		e.Begin(context.Background(), charge(fmt.Sprintf("k-%d", i), `{}`))
+		e.Adapter().Begin(context.Background(), *charge(fmt.Sprintf("k-%d", i), `{}`))
 	}
 	if n := strings.Count(logs.String(), "\n"); n != 1 {
 		t.Fatalf("300 requests against a store that is down logged %d lines, want 1:\n%s", n, logs.String())
@@ -38,7 +40,7 @@ func TestOutageLogsOneLineAMinute(t *testing.T) {
 		!strings.Contains(lines[1], "level=ERROR") {
 		t.Fatalf("after the minute: %q, want one ERROR line counting the 299 held back", lines)
 	}
-	e.Begin(context.Background(), charge("next", `{}`))
+	e.Adapter().Begin(context.Background(), *charge("next", `{}`))
 	if n := strings.Count(logs.String(), "\n"); n != 3 {
 		t.Fatalf("the first error of the next minute was not logged:\n%s", logs.String())
 	}
@@ -64,9 +66,9 @@ func TestWarningStormsLogOneLineAMinute(t *testing.T) {
 			clock := idemtest.NewClock(time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC))
 			e := idem.New(idem.Config{Store: c.store, Clock: clock, Lease: time.Hour, RenewEvery: time.Second,
 				Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
-			var locks []*idem.Lock
+			var locks []exchange.Lock
 			for i := range 50 {
-				d := e.Begin(context.Background(), charge(fmt.Sprintf("k-%d", i), `{}`))
+				d := e.Adapter().Begin(context.Background(), *charge(fmt.Sprintf("k-%d", i), `{}`))
 				if (d.Lock != nil) != c.locks {
 					t.Fatalf("request %d: %+v", i, d)
 				}
@@ -90,7 +92,7 @@ func TestWarningStormsLogOneLineAMinute(t *testing.T) {
 				t.Fatalf("after the minute: %q, want one WARN line counting the %s events held back", got, c.event)
 			}
 			for _, l := range locks {
-				l.Abandon(context.Background(), idem.ReasonPanic)
+				l.Abandon(context.Background(), exchange.ReasonPanic)
 			}
 		})
 	}
@@ -118,15 +120,15 @@ func (failingStore) Release(context.Context, idem.ID, string) error { return err
 // store-error event as one refused with 503, so it could not be counted.
 func TestFailOpenIsCountedApart(t *testing.T) {
 	for _, open := range []bool{false, true} {
-		var kinds []idem.EventKind
+		var kinds []idemevent.Kind
 		e := idem.New(idem.Config{Store: failingStore{}, FailOpen: open, Logger: slog.New(slog.DiscardHandler),
-			OnEvent: func(_ context.Context, ev idem.Event) { kinds = append(kinds, ev.Kind) }})
-		d := e.Begin(context.Background(), charge("k", `{}`))
-		want := idem.EventStoreError
+			OnEvent: func(_ context.Context, ev idemevent.Event) { kinds = append(kinds, ev.Kind) }})
+		d := e.Adapter().Begin(context.Background(), *charge("k", `{}`))
+		want := idemevent.StoreError
 		if open {
-			want = idem.EventUnprotected
+			want = idemevent.Unprotected
 		}
-		if len(kinds) != 1 || kinds[0] != want || (d.Action == idem.ActionPass) != open {
+		if len(kinds) != 1 || kinds[0] != want || (d.Action == exchange.Pass) != open {
 			t.Fatalf("FailOpen %v: events %v, action %v; want %v", open, kinds, d.Action, want)
 		}
 	}
@@ -139,17 +141,17 @@ type traceKey struct{}
 // store with no request context either.
 func TestLeaseEventsCarryTheRequestContext(t *testing.T) {
 	clock := idemtest.NewClock(time.Date(2031, 5, 1, 12, 0, 0, 0, time.UTC))
-	seen := map[idem.EventKind]any{}
+	seen := map[idemevent.Kind]any{}
 	var renewCtx any
 	store := &renewSpy{Store: newStore(t), ctxValue: &renewCtx}
 	e := idem.New(idem.Config{Store: store, Clock: clock, Logger: slog.New(slog.DiscardHandler),
-		OnEvent: func(ctx context.Context, ev idem.Event) { seen[ev.Kind] = ctx.Value(traceKey{}) }})
+		OnEvent: func(ctx context.Context, ev idemevent.Event) { seen[ev.Kind] = ctx.Value(traceKey{}) }})
 	ctx := context.WithValue(context.Background(), traceKey{}, "trace-1")
-	d := e.Begin(ctx, charge("k", `{}`))
+	d := e.Adapter().Begin(ctx, *charge("k", `{}`))
 	clock.Advance(10 * time.Second) // a renewal
 	store.fail = true
 	clock.Advance(30 * time.Second) // renewals fail until the lease runs out
-	for _, k := range []idem.EventKind{idem.EventRenewed, idem.EventRenewError, idem.EventLeaseLost} {
+	for _, k := range []idemevent.Kind{idemevent.Renewed, idemevent.RenewError, idemevent.LeaseLost} {
 		if seen[k] != "trace-1" {
 			t.Errorf("%v was emitted without the request's context (value %v)", k, seen[k])
 		}
@@ -157,7 +159,7 @@ func TestLeaseEventsCarryTheRequestContext(t *testing.T) {
 	if renewCtx != "trace-1" {
 		t.Errorf("Renew got a context without the request's values (%v)", renewCtx)
 	}
-	d.Lock.Abandon(context.Background(), idem.ReasonPanic)
+	d.Lock.Abandon(context.Background(), exchange.ReasonPanic)
 }
 
 type renewSpy struct {
@@ -181,8 +183,8 @@ func TestKeyHashNeedsTheSecret(t *testing.T) {
 	hash := func(secret []byte) string {
 		var got string
 		e := idem.New(idem.Config{Store: newStore(t), KeyHashSecret: secret, Logger: slog.New(slog.DiscardHandler),
-			OnEvent: func(_ context.Context, ev idem.Event) { got = ev.KeyHash() }})
-		e.Begin(context.Background(), charge("order-48213", `{}`)).Lock.Abandon(context.Background(), idem.ReasonPanic)
+			OnEvent: func(_ context.Context, ev idemevent.Event) { got = ev.KeyHash() }})
+		e.Adapter().Begin(context.Background(), *charge("order-48213", `{}`)).Lock.Abandon(context.Background(), exchange.ReasonPanic)
 		return got
 	}
 	plain := sha256.Sum256([]byte("order-48213"))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 )
@@ -47,8 +48,8 @@ func TestSpawnerStartsRenewals(t *testing.T) {
 		Store: store, Clock: clock, Lease: 30 * time.Second, RenewEvery: 10 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	})
-	d := e.Begin(context.Background(), &idem.Request{Method: "POST", Path: "/p", KeyLines: []string{`"k"`}, Body: []byte{}})
-	if d.Action != idem.ActionRun {
+	d := e.Adapter().Begin(context.Background(), exchange.Request{Method: "POST", Path: "/p", KeyLines: []string{`"k"`}, Body: []byte{}})
+	if d.Action != exchange.Run {
 		t.Fatalf("Begin: action %v, want Run", d.Action)
 	}
 	clock.Advance(10 * time.Second) // the first renewal is due, and runs as Advance returns

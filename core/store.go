@@ -3,6 +3,8 @@ package idem
 import (
 	"context"
 	"time"
+
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // Store persists idempotency records. Implementations must make every method
@@ -18,14 +20,10 @@ import (
 // error (store unreachable, timeout, cancelled context), which the Engine
 // treats as "store unavailable".
 //
-// One process: a Store may have a method OneProcess() bool that reports
-// whether only one process uses its records at a time (it refuses a second
-// one, as the GORM store does on SQLite). The Engine then takes no leases
-// on it, as on a LocalStore (see there), but keeps its calls' deadlines;
-// and such a store must free, when it starts, the in-flight records a
-// process that died left behind, since no lease will ever run out on them.
+// Optional capabilities, each a declared interface the Engine looks for:
+// LocalStore, OneProcessStore and BatchRenewer.
 //
-// Memory: Complete must copy whatever it keeps of the Response it receives,
+// Memory: Complete must copy whatever it keeps of the exchange.Response it receives,
 // as the Engine reuses that memory once Complete returns. Records a store
 // returns are read-only for the caller, so a store may share their slices
 // between callers.
@@ -123,6 +121,20 @@ type LocalStore interface {
 	Local()
 }
 
+// OneProcessStore is an optional capability of a Store that can tell
+// whether only one process uses its records at a time (it refuses a second
+// one, as the GORM store does on SQLite). When OneProcess reports true the
+// Engine takes no leases on it, as on a LocalStore, but keeps its calls'
+// deadlines; and such a store must free, when it starts, the in-flight
+// records a process that died left behind, since no lease will ever run
+// out on them.
+type OneProcessStore interface {
+	Store
+	// OneProcess reports whether only one process uses the records; New
+	// asks it once.
+	OneProcess() bool
+}
+
 // ID names a record: the key is only unique within its scope (tenant), so two
 // tenants using the same key never see each other's records.
 type ID struct {
@@ -166,7 +178,7 @@ type Record struct {
 	CreatedAt   time.Time
 	CompletedAt time.Time
 	// Response is set on completed records.
-	Response Response
+	Response exchange.Response
 }
 
 // Expired reports whether the record no longer holds its key at now. An
@@ -218,34 +230,7 @@ func (o AcquireOutcome) String() string {
 
 // Completion is the argument of Store.Complete.
 type Completion struct {
-	Response    Response
+	Response    exchange.Response
 	CompletedAt time.Time
 	ExpiresAt   time.Time
-}
-
-// Response is a stored HTTP response: what a replay sends back.
-type Response struct {
-	Status int
-	// Header holds only the headers that are replayed (see Config.ReplayHeaders).
-	Header []HeaderField
-	Body   []byte
-}
-
-// HeaderField is one stored response header. A short ordered list keeps a
-// stored record small and cheap for the garbage collector to scan, which
-// matters when a store holds many thousands of records in memory.
-type HeaderField struct {
-	// Name is canonical (as http.CanonicalHeaderKey returns it).
-	Name   string
-	Values []string
-}
-
-// Get returns the first value of the named header, or "".
-func (r *Response) Get(name string) string {
-	for _, f := range r.Header {
-		if f.Name == name && len(f.Values) > 0 {
-			return f.Values[0]
-		}
-	}
-	return ""
 }

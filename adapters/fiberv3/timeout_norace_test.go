@@ -18,7 +18,7 @@ import (
 	"github.com/gofiber/fiber/v3/middleware/timeout"
 
 	idemfiber "github.com/idemkit/idemkit/adapters/fiberv3"
-	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemevent"
 	"github.com/idemkit/idemkit/core/idemtest"
 )
 
@@ -42,7 +42,7 @@ func TestTimeoutBeforeNoRace(t *testing.T) {
 	if r := idemtest.Post(t, url+"/charges", "k1", `{}`); r.Status != fiber.StatusRequestTimeout {
 		t.Fatalf("first request: %d %s, want the timeout's 408", r.Status, r.Body)
 	}
-	idemtest.WantOutcome(t, events, idem.EventStored, "")
+	idemtest.WantOutcome(t, events, idemevent.Stored, "")
 	r := idemtest.Post(t, url+"/charges", "k1", `{}`)
 	if r.Status != fiber.StatusCreated || !r.Replayed() || r.Body != "created" || calls.Load() != 1 {
 		t.Fatalf("retry: %d %q (replayed %v) after %d runs, want the replay of the one run", r.Status, r.Body, r.Replayed(), calls.Load())

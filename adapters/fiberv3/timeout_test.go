@@ -14,6 +14,8 @@ import (
 
 	idemfiber "github.com/idemkit/idemkit/adapters/fiberv3"
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/core/idemevent"
 	"github.com/idemkit/idemkit/core/idemtest"
 )
 
@@ -70,7 +72,7 @@ func TestTimeoutInsideReleasedAfterLease(t *testing.T) {
 		t.Fatalf("retry within the lease: %d %s, want 409", r.Status, r.Body)
 	}
 	clock.Advance(time.Second)
-	idemtest.WantOutcome(t, events, idem.EventNotStored, idem.ReasonTimeoutInside)
+	idemtest.WantOutcome(t, events, idemevent.NotStored, exchange.ReasonTimeoutInside)
 	if r := idemtest.Post(t, url+"/charges", "k1", `{}`); r.Status != fiber.StatusCreated || r.Replayed() {
 		t.Fatalf("retry after the lease: %d %s (replayed %v), want a second run's 201", r.Status, r.Body, r.Replayed())
 	}

@@ -29,6 +29,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // Middleware returns Gin middleware that runs every request through e.
@@ -37,15 +38,16 @@ func Middleware(e *idem.Engine, opts ...Option) gin.HandlerFunc {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	a := e.Adapter()
 	return func(c *gin.Context) {
 		r := c.Request
-		if !e.Guards(r.Method) || c.FullPath() == "" || o.skip != nil && o.skip(c) {
+		if !a.Guards(r.Method) || c.FullPath() == "" || o.skip != nil && o.skip(c) {
 			// Unguarded methods, requests that match no route (Gin's 404
 			// and 405, which global middleware also sees) and skipped
 			// requests pass untouched.
 			return // Gin runs the rest of the chain after us
 		}
-		req := e.HTTPRequest(r)
+		req := a.HTTPRequest(r)
 		if o.key != nil {
 			req.KeyLines = nil
 			if key, ok := o.key(c); ok {
@@ -55,12 +57,12 @@ func Middleware(e *idem.Engine, opts ...Option) gin.HandlerFunc {
 		if o.scope != nil {
 			req.Scope = o.scope(c)
 		}
-		d := e.Begin(r.Context(), &req)
+		d := a.Begin(r.Context(), req)
 		switch d.Action {
-		case idem.ActionRespond:
+		case exchange.Respond:
 			c.Abort()
 			d.WriteTo(c.Writer)
-		case idem.ActionRun:
+		case exchange.Run:
 			serveLocked(c, d)
 		default:
 			d.SetBody(r)
@@ -69,9 +71,16 @@ func Middleware(e *idem.Engine, opts ...Option) gin.HandlerFunc {
 	}
 }
 
-func serveLocked(c *gin.Context, d idem.Decision) {
+// timeouts names the timeout middlewares that may be registered inside
+// idemkit and answer for a handler they leave running (see
+// exchange.ResponseCapture.WatchTimeouts): gin-contrib/timeout's package,
+// and the function of http.TimeoutHandler that writes its answer.
+var timeouts = []string{"github.com/gin-contrib/timeout.", "net/http.(*timeoutHandler).ServeHTTP"}
+
+func serveLocked(c *gin.Context, d exchange.Decision) {
 	lock, ctx, orig := d.Lock, c.Request.Context(), c.Writer
 	x := &captureWriter{ResponseWriter: orig} // one allocation for the writer and the body
+	x.capture.WatchTimeouts(timeouts)
 	x.capture.Reset(orig, lock)
 	x.capture.HeaderSentWithBody()
 	x.capture.SetRequestBody(c.Request, d.Body)
@@ -91,7 +100,7 @@ func serveLocked(c *gin.Context, d idem.Decision) {
 	}()
 	c.Next()
 	if len(c.Errors) > 0 && orig.Size() <= 0 {
-		_ = lock.Abandon(ctx, idem.ReasonIncomplete) // errors left for an outer middleware to render
+		_ = lock.Abandon(ctx, exchange.ReasonIncomplete) // errors left for an outer middleware to render
 		return
 	}
 	// An unwritten status (c.Status without a body) is still pending in
@@ -100,10 +109,10 @@ func serveLocked(c *gin.Context, d idem.Decision) {
 }
 
 // captureWriter is Gin's writer with its writes going through the shared
-// capture (idem.ResponseCapture) to Gin's own writer below.
+// capture (exchange.ResponseCapture) to Gin's own writer below.
 type captureWriter struct {
 	gin.ResponseWriter
-	capture idem.ResponseCapture
+	capture exchange.ResponseCapture
 }
 
 func (w *captureWriter) WriteHeader(code int)                         { w.capture.WriteHeader(code) }

@@ -15,6 +15,8 @@ import (
 	"github.com/gin-gonic/gin"
 	idemgin "github.com/idemkit/idemkit/adapters/gin"
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/core/idemevent"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 )
@@ -142,7 +144,7 @@ func renderErrors(c *gin.Context) {
 }
 
 // unrendered is the reason for errors left to a middleware before idemkit.
-const unrendered = idem.ReasonIncomplete
+const unrendered = exchange.ReasonIncomplete
 
 var (
 	errNotFound = errors.New("charge not found")
@@ -156,17 +158,17 @@ func TestErrors(t *testing.T) {
 		handler      func(*gin.Context)
 		Status       int
 		stored       bool
-		reason       idem.Reason // why not stored
+		reason       exchange.Reason // why not stored
 	}{
 		{name: "AbortWithStatusJSON/4xx", Status: 422, stored: true,
 			handler: func(c *gin.Context) { c.AbortWithStatusJSON(422, gin.H{"error": "invalid amount"}) }},
-		{name: "AbortWithStatusJSON/5xx", Status: 503, reason: idem.ReasonStatus,
+		{name: "AbortWithStatusJSON/5xx", Status: 503, reason: exchange.ReasonStatus,
 			handler: func(c *gin.Context) { c.AbortWithStatusJSON(503, gin.H{"error": "try later"}) }},
 		{name: "AbortWithStatus", Status: 404, stored: true,
 			handler: func(c *gin.Context) { c.AbortWithStatus(404) }},
 		{name: "Error/RenderedInside/4xx", inner: []gin.HandlerFunc{renderErrors}, Status: 404, stored: true,
 			handler: func(c *gin.Context) { _ = c.Error(errNotFound) }},
-		{name: "Error/RenderedInside/5xx", inner: []gin.HandlerFunc{renderErrors}, Status: 500, reason: idem.ReasonStatus,
+		{name: "Error/RenderedInside/5xx", inner: []gin.HandlerFunc{renderErrors}, Status: 500, reason: exchange.ReasonStatus,
 			handler: func(c *gin.Context) { _ = c.Error(errDatabase) }},
 		{name: "AbortWithError/RenderedInside", inner: []gin.HandlerFunc{renderErrors}, Status: 404, stored: true,
 			handler: func(c *gin.Context) { _ = c.AbortWithError(404, errNotFound) }},
@@ -203,9 +205,9 @@ func TestErrors(t *testing.T) {
 				t.Fatalf("status %d, want %d; body %s", first.Status, c.Status, first.Body)
 			}
 			if c.stored {
-				idemtest.WantOutcome(t, events, idem.EventStored, "")
+				idemtest.WantOutcome(t, events, idemevent.Stored, "")
 			} else {
-				idemtest.WantOutcome(t, events, idem.EventNotStored, c.reason)
+				idemtest.WantOutcome(t, events, idemevent.NotStored, c.reason)
 			}
 			idemtest.WantStored(t, first, func() idemtest.Response { return idemtest.Post(t, url+"/v1/charges", "k1", `{}`) }, c.stored, &calls)
 		})
@@ -262,7 +264,7 @@ func TestStreaming(t *testing.T) {
 			if first.Status != 200 || !strings.Contains(first.Body, c.want) || !strings.Contains(first.Body, "call 1") {
 				t.Fatalf("first: %d %q, want %q from call 1", first.Status, first.Body, c.want)
 			}
-			idemtest.WantOutcome(t, events, idem.EventNotStored, idem.ReasonStreamed)
+			idemtest.WantOutcome(t, events, idemevent.NotStored, exchange.ReasonStreamed)
 			second := idemtest.WantStored(t, first, func() idemtest.Response { return idemtest.Post(t, url+"/events", "k1", `{}`) }, false, &calls)
 			if !strings.Contains(second.Body, "call 2") {
 				t.Fatalf("second body %q is not from call 2", second.Body)
@@ -334,7 +336,7 @@ func TestBinding(t *testing.T) {
 			idemtest.WantStored(t, first, retry, true, &calls)
 
 			big := idemtest.Post(t, url+"/v1/charges", "k2", `{"amount":1,"pad":"`+strings.Repeat("x", limit)+`"}`)
-			if big.Status != http.StatusRequestEntityTooLarge || big.Header.Get("Content-Type") != idem.ProblemContentType {
+			if big.Status != http.StatusRequestEntityTooLarge || big.Header.Get("Content-Type") != exchange.ProblemContentType {
 				t.Fatalf("body over the limit: %d %s %s, want a 413 problem", big.Status, big.Header.Get("Content-Type"), big.Body)
 			}
 			if calls.Load() != 1 {

@@ -2,7 +2,6 @@ package idemgrpc
 
 import (
 	"context"
-	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -56,7 +55,8 @@ type ClientConfig struct {
 	MaxBackoff time.Duration
 
 	// Sleep waits d or until ctx ends, returning ctx's error in that case.
-	// Default: a timer. Tests replace it so that they never wait.
+	// Default idemclient.Sleep, a timer. Tests replace it so that they
+	// never wait.
 	Sleep func(ctx context.Context, d time.Duration) error
 	// Random returns a number in [0, 1) that scales the backoff ceiling
 	// (the jitter). It must be safe for concurrent use. Default
@@ -76,9 +76,9 @@ type ClientConfig struct {
 // calls the interceptor once per call, and sends the same metadata with
 // every attempt). A retry waits as long as the status's RetryInfo detail
 // asks (idemkit's answers to a call still running, a store unavailable or
-// full carry one), else an exponential backoff with full jitter: a random
-// duration below min(MaxBackoff, BaseBackoff·2^(n-1)) after the n-th
-// attempt. No wait is started that would end after the call's deadline;
+// full carry one), else an exponential backoff with full jitter, by the
+// HTTP client's rule (idemclient.Backoff): a random duration below
+// min(MaxBackoff, BaseBackoff·2^(n-1)) after the n-th attempt. No wait is started that would end after the call's deadline;
 // the last status is then returned as it is. A call whose context ends
 // before its retry starts (the caller cancelled it, or its deadline
 // passed during the wait) returns the context's error as a status,
@@ -110,10 +110,7 @@ func (c *ClientConfig) setDefaults() {
 	}
 	c.MaxBackoff = max(c.MaxBackoff, c.BaseBackoff)
 	if c.Sleep == nil {
-		c.Sleep = sleep
-	}
-	if c.Random == nil {
-		c.Random = rand.Float64
+		c.Sleep = idemclient.Sleep
 	}
 }
 
@@ -174,7 +171,7 @@ func (c *client) retryWait(err error, attempt int) (time.Duration, bool) {
 	case !ok && st.Code() == codes.ResourceExhausted:
 		return 0, false // a limit no retry gets under
 	case !ok:
-		return c.backoff(attempt), true
+		return idemclient.Backoff(attempt, c.cfg.BaseBackoff, c.cfg.MaxBackoff, c.cfg.Random), true
 	case asked > c.cfg.MaxBackoff:
 		return 0, false // for the caller to schedule: see MaxBackoff
 	}
@@ -191,40 +188,12 @@ func retryDelay(st *status.Status) (time.Duration, bool) {
 	return 0, false
 }
 
-// backoff returns the wait after the attempt-th attempt: full jitter, a
-// uniformly random duration below min(MaxBackoff, BaseBackoff·2^(attempt-1)).
-func (c *client) backoff(attempt int) time.Duration {
-	ceiling := c.cfg.MaxBackoff
-	if shift := attempt - 1; shift < 63 {
-		if d := c.cfg.BaseBackoff << shift; d>>shift == c.cfg.BaseBackoff && d < ceiling {
-			ceiling = d
-		}
-	}
-	f := c.cfg.Random()
-	if !(f >= 0) { // NaN too: a broken source must not make a negative wait
-		f = 0
-	}
-	return time.Duration(min(f, 1) * float64(ceiling))
-}
-
 // canWait reports whether a wait of d is worth starting: if the call's
 // context has a deadline, it must leave time after the wait for another
 // attempt.
 func canWait(ctx context.Context, d time.Duration) bool {
 	dl, ok := ctx.Deadline()
 	return !ok || d < time.Until(dl)
-}
-
-// sleep waits d on a timer, or less if ctx ends first.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // WithOutgoingKey returns a copy of ctx whose outgoing metadata carries

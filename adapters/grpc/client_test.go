@@ -11,6 +11,7 @@ import (
 	idemgrpc "github.com/idemkit/idemkit/adapters/grpc"
 	"github.com/idemkit/idemkit/adapters/grpc/internal/grpcsuite"
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemevent"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -136,6 +137,43 @@ func (c *deadlineContext) Err() error {
 		return context.DeadlineExceeded
 	default:
 		return nil
+	}
+}
+
+// waitingContext is a context that can be cancelled and says, on waiting,
+// when something first waits on it.
+type waitingContext struct {
+	context.Context
+	once    sync.Once
+	waiting chan struct{}
+}
+
+func (c *waitingContext) Done() <-chan struct{} {
+	c.once.Do(func() { close(c.waiting) })
+	return c.Context.Done()
+}
+
+// TestClientDefaultSleepEndsWithTheCallersContext: the default wait
+// (idemclient.Sleep, a real timer) ends when the caller cancels, and the
+// call returns CANCELLED at once, not after the hour it was to wait.
+func TestClientDefaultSleepEndsWithTheCallersContext(t *testing.T) {
+	parent, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ctx := &waitingContext{Context: parent, waiting: make(chan struct{})}
+	intercept := idemgrpc.UnaryClientInterceptor(idemgrpc.ClientConfig{
+		BaseBackoff: time.Hour, MaxBackoff: time.Hour, Random: func() float64 { return 1 }})
+	attempts := 0
+	invoker := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error {
+		attempts++
+		return status.Error(codes.Unavailable, "down")
+	}
+	go func() {
+		<-ctx.waiting // the interceptor's wait has begun
+		cancel()
+	}()
+	err := intercept(ctx, "/test.Charges/Charge", nil, nil, nil, invoker)
+	if status.Code(err) != codes.Canceled || attempts != 1 {
+		t.Fatalf("%v after %d attempts, want CANCELLED after one: the caller cancelled during the wait", err, attempts)
 	}
 }
 
@@ -411,7 +449,7 @@ func TestClientCallerRetriesWithTheKeyUsed(t *testing.T) {
 		t.Fatalf("KeyUsed gave %q, want the key the interceptor made", key)
 	}
 	c.app.ReleaseSlow()
-	idemtest.WantOutcome(t, events, idem.EventStored, "")
+	idemtest.WantOutcome(t, events, idemevent.Stored, "")
 
 	var again string
 	retry, cancel := context.WithTimeout(idemgrpc.WithOutgoingKey(context.Background(), key), 10*time.Second)

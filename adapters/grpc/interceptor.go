@@ -39,6 +39,7 @@ import (
 	"unicode/utf8"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -75,7 +76,7 @@ const ContentType = "application/grpc+proto"
 // the key, and the panic goes on to that interceptor (without one, gRPC
 // lets it crash the process).
 func UnaryServerInterceptor(e *idem.Engine, opts ...Option) grpc.UnaryServerInterceptor {
-	if !e.Guards(http.MethodPost) {
+	if !e.Adapter().Guards(http.MethodPost) {
 		panic("idemgrpc: the Engine does not guard POST (idem.Config.Methods), which gRPC calls are: " +
 			"no call would be guarded; add POST to its Methods, or use an Engine of its own for gRPC")
 	}
@@ -138,7 +139,7 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 		marshalBufs.Put(bp)
 		return nil, status.Errorf(codes.InvalidArgument, "idemgrpc: the request message cannot be encoded: %v", err)
 	}
-	r := idem.Request{Method: http.MethodPost, Path: info.FullMethod, ContentType: ContentType,
+	r := exchange.Request{Method: http.MethodPost, Path: info.FullMethod, ContentType: ContentType,
 		Body: body, ContentLength: int64(len(body))}
 	if s.key != nil {
 		if key, ok := s.key(ctx, req); ok {
@@ -150,18 +151,18 @@ func (s *server) intercept(ctx context.Context, req any, info *grpc.UnaryServerI
 	if s.scope != nil {
 		r.Scope = s.scope(ctx)
 	}
-	d := s.e.Begin(ctx, &r)
+	d := s.e.Adapter().Begin(ctx, r)
 	// Begin has hashed the message and keeps none of it.
 	if cap(body) <= 64<<10 {
 		*bp = body[:0]
 		marshalBufs.Put(bp)
 	}
 	switch {
-	case d.Action == idem.ActionRun:
+	case d.Action == exchange.Run:
 		return s.run(ctx, req, handler, d.Lock, m)
-	case d.Action == idem.ActionRespond && d.Replayed:
+	case d.Action == exchange.Respond && d.Replayed:
 		return s.replay(ctx, m, d.Response)
-	case d.Action == idem.ActionRespond:
+	case d.Action == exchange.Respond:
 		return nil, s.refuser.refuse(ctx, d.Response)
 	}
 	return handler(ctx, req)
@@ -187,12 +188,12 @@ func message(v any) (proto.Message, bool) {
 // store's commit failed, or its outcome could not be recorded), or another
 // call holds the key now. The client then gets UNAVAILABLE, and its retry
 // runs the handler again or gets the other call's outcome.
-func (s *server) run(ctx context.Context, req any, handler grpc.UnaryHandler, lock *idem.Lock, m *method) (any, error) {
+func (s *server) run(ctx context.Context, req any, handler grpc.UnaryHandler, lock exchange.Lock, m *method) (any, error) {
 	defer lock.AbandonOnPanic(ctx)
 	reply, err := handler(lock.Context(), req)
 	reply, err = s.outcome(ctx, lock.Context(), m, reply, err)
 	if finish(ctx, lock, reply, err).Withhold() {
-		return nil, s.refuser.refuse(ctx, s.e.WithheldResponse())
+		return nil, s.refuser.refuse(ctx, s.e.Adapter().WithheldResponse())
 	}
 	return reply, err
 }
@@ -244,7 +245,7 @@ func stoppedByEngine(lctx context.Context) bool {
 // message, or its status (converted as the gRPC server converts it for the
 // client), and reports what became of it. What cannot be encoded is not
 // recorded.
-func finish(ctx context.Context, lock *idem.Lock, reply any, err error) idem.Finished {
+func finish(ctx context.Context, lock exchange.Lock, reply any, err error) exchange.Finished {
 	var out proto.Message
 	code := codes.OK
 	if err != nil {
@@ -256,7 +257,7 @@ func finish(ctx context.Context, lock *idem.Lock, reply any, err error) idem.Fin
 	} else if m, ok := message(reply); ok {
 		out = m
 	} else {
-		return lock.Abandon(ctx, idem.ReasonIncomplete)
+		return lock.Abandon(ctx, exchange.ReasonIncomplete)
 	}
 	if !Recorded(code) && code != codes.OK {
 		return lock.Finish(ctx, lockStatus(code), nil)
@@ -265,7 +266,7 @@ func finish(ctx context.Context, lock *idem.Lock, reply any, err error) idem.Fin
 	defer marshalBufs.Put(bp)
 	body, merr := proto.MarshalOptions{}.MarshalAppend((*bp)[:0], out)
 	if merr != nil {
-		return lock.Abandon(ctx, idem.ReasonIncomplete)
+		return lock.Abandon(ctx, exchange.ReasonIncomplete)
 	}
 	_, _ = lock.Write(body) // copies body, and stops copying past Config.MaxResponseBody
 	if cap(body) <= 64<<10 {
@@ -277,7 +278,7 @@ func finish(ctx context.Context, lock *idem.Lock, reply any, err error) idem.Fin
 // replay answers a call with the outcome recorded for its key: the reply
 // message, decoded into a new message of the method's reply type, or the
 // status with its message and details.
-func (s *server) replay(ctx context.Context, m *method, resp idem.Response) (any, error) {
+func (s *server) replay(ctx context.Context, m *method, resp exchange.Response) (any, error) {
 	if stream := grpc.ServerTransportStreamFromContext(ctx); stream != nil { // none outside a gRPC server: nobody to tell
 		_ = stream.SetHeader(s.replayed)
 	}

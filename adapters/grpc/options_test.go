@@ -9,6 +9,7 @@ import (
 	idemgrpc "github.com/idemkit/idemkit/adapters/grpc"
 	"github.com/idemkit/idemkit/adapters/grpc/internal/grpcsuite"
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/memstore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -32,14 +33,14 @@ func TestWithMethods(t *testing.T) {
 	if held := r.Reply.(*structpb.Struct).Fields["held"].GetBoolValue(); held {
 		t.Fatal("a method WithMethods leaves out ran under a lock")
 	}
-	e.WantRefusal(t, e.Send(grpcsuite.Call{NoKey: true}), codes.InvalidArgument, idem.ProblemKeyMissing, false)
+	e.WantRefusal(t, e.Send(grpcsuite.Call{NoKey: true}), codes.InvalidArgument, exchange.ProblemKeyMissing, false)
 	// Get, which WithMethods does not list either, passes too.
 	e.Must(t, grpcsuite.Call{Method: grpcsuite.Get, NoKey: true})
 }
 
 func TestWithMethodsGuardsWhatTheDescriptorLeavesOut(t *testing.T) {
 	e := grpcsuite.NewEnv(t, memStore(t), nil, idemgrpc.WithMethods(func(string) bool { return true }))
-	e.WantRefusal(t, e.Send(grpcsuite.Call{Method: grpcsuite.Get, NoKey: true}), codes.InvalidArgument, idem.ProblemKeyMissing, false)
+	e.WantRefusal(t, e.Send(grpcsuite.Call{Method: grpcsuite.Get, NoKey: true}), codes.InvalidArgument, exchange.ProblemKeyMissing, false)
 	first := e.Must(t, grpcsuite.Call{Method: grpcsuite.Get, Key: "k1"})
 	grpcsuite.WantReplay(t, first, e.Send(grpcsuite.Call{Method: grpcsuite.Get, Key: "k1"}))
 }
@@ -73,9 +74,9 @@ func TestWithKey(t *testing.T) {
 	first := e.Must(t, grpcsuite.Call{NoKey: true, Req: req})
 	// The metadata entry is not read, whatever it says.
 	grpcsuite.WantReplay(t, first, e.Send(grpcsuite.Call{Key: "other", Req: req}))
-	e.WantRefusal(t, e.Send(grpcsuite.Call{Key: "k1"}), codes.InvalidArgument, idem.ProblemKeyMissing, false)
+	e.WantRefusal(t, e.Send(grpcsuite.Call{Key: "k1"}), codes.InvalidArgument, exchange.ProblemKeyMissing, false)
 	e.WantRefusal(t, e.Send(grpcsuite.Call{NoKey: true, Req: map[string]any{"request_id": "a, b"}}),
-		codes.InvalidArgument, idem.ProblemKeyInvalid, false)
+		codes.InvalidArgument, exchange.ProblemKeyInvalid, false)
 	e.WantCalls(t, 1)
 }
 
@@ -83,7 +84,7 @@ func TestKeyMetadataFollowsHeaderName(t *testing.T) {
 	e := grpcsuite.NewEnv(t, memStore(t), func(c *idem.Config) { c.HeaderName = "X-Request-Key" })
 	// The default entry is not the key any more...
 	r := e.Send(grpcsuite.Call{Key: "k1"})
-	e.WantRefusal(t, r, codes.InvalidArgument, idem.ProblemKeyMissing, false)
+	e.WantRefusal(t, r, codes.InvalidArgument, exchange.ProblemKeyMissing, false)
 	if msg := status.Convert(r.Err).Message(); !strings.Contains(msg, "x-request-key") {
 		t.Fatalf("the refusal %q does not name the metadata entry", msg)
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -83,7 +84,7 @@ func recordedCode(s int) (c codes.Code, ok bool) {
 
 // refusal is how the interceptor answers one of the Engine's problems.
 type refusal struct {
-	problem string // an idem.Problem… name
+	problem string // an exchange.Problem… name
 	code    codes.Code
 	// retry: the answer carries when to retry, as a RetryInfo detail and
 	// in the grpc-retry-pushback-ms trailer, which gRPC's own retries obey.
@@ -107,15 +108,15 @@ type refusal struct {
 //   - A key reused with another call is FAILED_PRECONDITION: the call is
 //     refused for what the key already stands for, and must change.
 var refusals = []refusal{
-	{problem: idem.ProblemKeyMissing, code: codes.InvalidArgument, message: "This call requires an %s metadata entry."},
-	{problem: idem.ProblemKeyInvalid, code: codes.InvalidArgument},
-	{problem: idem.ProblemKeyReused, code: codes.FailedPrecondition,
+	{problem: exchange.ProblemKeyMissing, code: codes.InvalidArgument, message: "This call requires an %s metadata entry."},
+	{problem: exchange.ProblemKeyInvalid, code: codes.InvalidArgument},
+	{problem: exchange.ProblemKeyReused, code: codes.FailedPrecondition,
 		message: "This %s was already used with a different call (another method or request message)."},
-	{problem: idem.ProblemInProgress, code: codes.Aborted, retry: true,
+	{problem: exchange.ProblemInProgress, code: codes.Aborted, retry: true,
 		message: "A call with this %s is still being processed. Retry after the delay in its RetryInfo."},
-	{problem: idem.ProblemPayloadTooLarge, code: codes.ResourceExhausted},
-	{problem: idem.ProblemStoreUnavailable, code: codes.Unavailable, retry: true},
-	{problem: idem.ProblemStoreFull, code: codes.ResourceExhausted, retry: true},
+	{problem: exchange.ProblemPayloadTooLarge, code: codes.ResourceExhausted},
+	{problem: exchange.ProblemStoreUnavailable, code: codes.Unavailable, retry: true},
+	{problem: exchange.ProblemStoreFull, code: codes.ResourceExhausted, retry: true},
 }
 
 // ErrorDomain is the domain of the google.rpc.ErrorInfo detail every
@@ -195,10 +196,10 @@ func newRefuser(cfg idem.Config, keyName string, keyFromRequest bool) *refuser {
 		if f.message != "" {
 			p.message = fmt.Sprintf(f.message, keyName)
 		}
-		if f.problem == idem.ProblemKeyMissing && keyFromRequest {
+		if f.problem == exchange.ProblemKeyMissing && keyFromRequest {
 			p.message = "This call carries no idempotency key: this server takes it from the request message."
 		}
-		if f.problem == idem.ProblemPayloadTooLarge {
+		if f.problem == exchange.ProblemPayloadTooLarge {
 			p.message = fmt.Sprintf("The request message exceeds the limit of %d bytes.", cfg.MaxRequestBody)
 		}
 		p.details = []*anypb.Any{mustAny(&errdetails.ErrorInfo{
@@ -231,7 +232,7 @@ func mustAny(m proto.Message) *anypb.Any {
 // refuse answers resp, one of the Engine's own responses (a problem, or
 // the empty answer to a client gone before its key was taken), as a gRPC
 // status, and sets the retry trailer on ctx's call when it asks for one.
-func (r *refuser) refuse(ctx context.Context, resp idem.Response) error {
+func (r *refuser) refuse(ctx context.Context, resp exchange.Response) error {
 	typ := problemMember(resp.Body, typeMember)
 	p := r.byName[strings.TrimPrefix(typ, r.base)]
 	switch {
@@ -246,7 +247,7 @@ func (r *refuser) refuse(ctx context.Context, resp idem.Response) error {
 	if msg == "" {
 		msg = problemMember(resp.Body, detailMember)
 	}
-	if p.problem == idem.ProblemKeyInvalid {
+	if p.problem == exchange.ProblemKeyInvalid {
 		msg = r.keyWords.Replace(msg)
 	}
 	if stream := grpc.ServerTransportStreamFromContext(ctx); p.retry && stream != nil { // none outside a gRPC server
@@ -266,7 +267,7 @@ var (
 )
 
 // problemMember returns the value of a string member of a problem
-// document as the Engine renders it (idem.Problem.Response), or "". The
+// document as the Engine renders it (exchange.Problem.Response), or "". The
 // Engine escapes only '"', '\' and control characters (as \u00XX), all of
 // them escapes of Go string literals too, so strconv.Unquote decodes the
 // value; a key found inside another string would be preceded by a

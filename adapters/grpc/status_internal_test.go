@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/memstore"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -43,7 +44,7 @@ func TestProblemMember(t *testing.T) {
 		`looks like a member: "type":"https://evil.example/x"`,
 		"",
 	} {
-		body := idem.Problem{Type: "https://p.test/key-invalid", Title: "t", Status: 400, Detail: detail}.Response().Body
+		body := exchange.Problem{Type: "https://p.test/key-invalid", Title: "t", Status: 400, Detail: detail}.Response().Body
 		if got := problemMember(body, typeMember); got != "https://p.test/key-invalid" {
 			t.Errorf("type of %s: %q", body, got)
 		}
@@ -66,16 +67,16 @@ func TestRefuseOthers(t *testing.T) {
 	e := idem.New(idem.Config{Store: memstore.New(memstore.WithPurgeInterval(0))})
 	r := newRefuser(e.Config(), KeyMetadata, false)
 	// A client gone before its key was taken.
-	if err := r.refuse(context.Background(), idem.Response{Status: statusClientGone, Body: []byte{}}); status.Code(err) != codes.Canceled {
+	if err := r.refuse(context.Background(), exchange.Response{Status: statusClientGone, Body: []byte{}}); status.Code(err) != codes.Canceled {
 		t.Errorf("client gone: %v, want CANCELLED", err)
 	}
 	// A problem the interceptor has no code for: the Engine's own words.
-	unreadable := idem.Problem{Type: e.Config().ProblemBase + idem.ProblemBodyUnreadable, Status: 400, Detail: "cannot read"}.Response()
+	unreadable := exchange.Problem{Type: e.Config().ProblemBase + exchange.ProblemBodyUnreadable, Status: 400, Detail: "cannot read"}.Response()
 	if err := r.refuse(context.Background(), unreadable); status.Code(err) != codes.Internal || status.Convert(err).Message() != "cannot read" {
 		t.Errorf("unknown problem: %v", err)
 	}
 	// A problem type under another base is none of the Engine's.
-	foreign := idem.Problem{Type: "https://elsewhere.test/" + idem.ProblemKeyMissing, Status: 400, Detail: "d"}.Response()
+	foreign := exchange.Problem{Type: "https://elsewhere.test/" + exchange.ProblemKeyMissing, Status: 400, Detail: "d"}.Response()
 	if err := r.refuse(context.Background(), foreign); status.Code(err) != codes.Internal {
 		t.Errorf("foreign problem: %v", err)
 	}

@@ -162,7 +162,7 @@ func probeReplay(r *runner, v *verdicts) {
 		r.blind = fmt.Sprintf("the answers are longer than the %d MiB idemcheck reads and agree as far as it reads, so a replay cannot be told from a second execution", maxBodyRead>>20)
 	}
 
-	pairs := []struct{ first, retry *exchange }{{a1, r1}, {a2, r2}}
+	pairs := []struct{ first, retry *roundTrip }{{a1, r1}, {a2, r2}}
 	var reran []string
 	marked := 0
 	for _, p := range pairs {
@@ -258,7 +258,7 @@ func probeReplay(r *runner, v *verdicts) {
 }
 
 // rerun describes a retry that ran again, for report details.
-func rerun(retry, first *exchange) string {
+func rerun(retry, first *roundTrip) string {
 	s := fmt.Sprintf("a retry of a %d got %s with another answer", first.status, retry)
 	if retry.replayed() {
 		s = fmt.Sprintf("a retry of a %d got %d with another answer although marked %s: true", first.status, retry.status, replayedHeader)
@@ -271,7 +271,7 @@ func rerun(retry, first *exchange) string {
 
 // tookOther reports whether retry, a retry of own, carries other's answer:
 // other's body, or other's unique value that own's answer did not contain.
-func tookOther(retry, own, other *exchange, otherUnique string) bool {
+func tookOther(retry, own, other *roundTrip, otherUnique string) bool {
 	if retry.err != nil {
 		return false
 	}
@@ -285,7 +285,7 @@ func tookOther(retry, own, other *exchange, otherUnique string) bool {
 // baselineFailed handles a first request that did not succeed: either the
 // target refuses the draft's key syntax (a finding), or the request itself
 // is wrong (a usage error, exit status 2).
-func baselineFailed(r *runner, v *verdicts, a *exchange) {
+func baselineFailed(r *runner, v *verdicts, a *roundTrip) {
 	if a.is(400) || a.is(422) || a.is5xx() {
 		l := r.fresh()
 		b := r.do(r.post(l, l.key), nil)
@@ -696,7 +696,7 @@ func probeProblems(r *runner, v *verdicts) {
 
 // problemType returns the problem's type member, and what is wrong with x
 // as an RFC 9457 problem ("" if nothing).
-func problemType(x *exchange) (typ, wrong string) {
+func problemType(x *roundTrip) (typ, wrong string) {
 	mt, _, err := mime.ParseMediaType(x.header.Get("Content-Type"))
 	if err != nil || mt != "application/problem+json" {
 		return "", fmt.Sprintf("Content-Type %q", x.header.Get("Content-Type"))

@@ -66,7 +66,7 @@ func probeEscapes(r *runner, v *verdicts) {
 
 // refused sends a request with the key field lines fields and expects 400;
 // it reports what happened, or "" for a 400.
-func refused(r *runner, id string, fields ...string) (x *exchange, wrong string) {
+func refused(r *runner, id string, fields ...string) (x *roundTrip, wrong string) {
 	x = r.do(r.post(r.fresh(), fields...), nil)
 	switch {
 	case x.is(400):

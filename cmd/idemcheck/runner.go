@@ -78,8 +78,8 @@ type call struct {
 	extra   http.Header
 }
 
-// exchange is one request and what came back.
-type exchange struct {
+// roundTrip is one request and what came back.
+type roundTrip struct {
 	call   call
 	status int
 	header http.Header
@@ -92,15 +92,15 @@ type exchange struct {
 	got    time.Time // when the answer's header arrived
 }
 
-func (x *exchange) ok() bool { return x.err == nil && x.status >= 200 && x.status < 300 }
+func (x *roundTrip) ok() bool { return x.err == nil && x.status >= 200 && x.status < 300 }
 
-func (x *exchange) is(status int) bool { return x.err == nil && x.status == status }
+func (x *roundTrip) is(status int) bool { return x.err == nil && x.status == status }
 
 // is5xx reports a server-side failure: a 5xx, or no whole answer at all
 // (a dropped connection, a timeout).
-func (x *exchange) is5xx() bool { return x.err != nil || x.status >= 500 }
+func (x *roundTrip) is5xx() bool { return x.err != nil || x.status >= 500 }
 
-func (x *exchange) replayed() bool {
+func (x *roundTrip) replayed() bool {
 	return x.err == nil && strings.EqualFold(strings.TrimSpace(x.header.Get(replayedHeader)), "true")
 }
 
@@ -113,7 +113,7 @@ func (x *exchange) replayed() bool {
 // the same JSON value in other bytes (a store that re-encodes JSON). known
 // is false when the bodies cannot be compared: both are longer than
 // idemcheck reads and agree as far as it reads.
-func sameBody(x, y *exchange) (same, exact, known bool) {
+func sameBody(x, y *roundTrip) (same, exact, known bool) {
 	switch {
 	case x.whole && y.whole:
 		if x.size == y.size && x.digest == y.digest {
@@ -133,17 +133,17 @@ func sameBody(x, y *exchange) (same, exact, known bool) {
 
 // undecidable reports whether x and y are answers whose bodies cannot be
 // compared.
-func undecidable(x, y *exchange) bool {
+func undecidable(x, y *roundTrip) bool {
 	_, _, known := sameBody(x, y)
 	return x.err == nil && y.err == nil && !known
 }
 
 // kept reports whether x.body is the whole answer.
-func (x *exchange) kept() bool { return x.whole && int64(len(x.body)) == x.size }
+func (x *roundTrip) kept() bool { return x.whole && int64(len(x.body)) == x.size }
 
 // differsFrom reports proof that x is not the answer y got: another body,
 // or another Location.
-func (x *exchange) differsFrom(y *exchange) bool {
+func (x *roundTrip) differsFrom(y *roundTrip) bool {
 	if x.err != nil || y.err != nil {
 		return false
 	}
@@ -156,13 +156,13 @@ func (x *exchange) differsFrom(y *exchange) bool {
 
 // sameAnswer reports whether x carries y's answer: the same status and
 // body, and no other Location.
-func (x *exchange) sameAnswer(y *exchange) bool {
+func (x *roundTrip) sameAnswer(y *roundTrip) bool {
 	return x.err == nil && y.err == nil && x.status == y.status && x.carries(y)
 }
 
 // carries reports whether x's body is y's (by bytes or as JSON) and its
 // Location is not another.
-func (x *exchange) carries(y *exchange) bool {
+func (x *roundTrip) carries(y *roundTrip) bool {
 	same, _, known := sameBody(x, y)
 	return known && same && !x.differsFrom(y)
 }
@@ -171,17 +171,17 @@ func (x *exchange) carries(y *exchange) bool {
 // its body, with its status (a success may come back as another 2xx).
 // Where every request gets the same answer this cannot be told from a
 // second execution; the runner's blind reason says so.
-func (x *exchange) replayOf(first *exchange) bool {
+func (x *roundTrip) replayOf(first *roundTrip) bool {
 	return x.err == nil && first.err == nil && (x.status == first.status || x.ok() && first.ok()) && x.carries(first)
 }
 
 // ranAgain reports whether x, a retry of first with the same key, shows a
 // second execution: a success whose answer differs from first's, whatever
 // replay marker it carries.
-func (x *exchange) ranAgain(first *exchange) bool { return x.ok() && x.differsFrom(first) }
+func (x *roundTrip) ranAgain(first *roundTrip) bool { return x.ok() && x.differsFrom(first) }
 
 // contrast describes how x's body differs from y's, for report details.
-func contrast(x, y *exchange) string {
+func contrast(x, y *roundTrip) string {
 	n := min(len(x.body), len(y.body))
 	i := 0
 	for i < n && x.body[i] == y.body[i] {
@@ -268,7 +268,7 @@ func sameJSON(a, b any) bool {
 }
 
 // String describes the answer in a few words, for report details.
-func (x *exchange) String() string {
+func (x *roundTrip) String() string {
 	if x.err != nil {
 		return "no answer (" + x.err.Error() + ")"
 	}
@@ -344,7 +344,7 @@ func (r *runner) diagnosis() string {
 // errorAns is an idempotency error answer and the case that provoked it.
 type errorAns struct {
 	from string
-	x    *exchange
+	x    *roundTrip
 }
 
 func newRunner(t *target, client *http.Client, timeout time.Duration, prefix string, seq *int) *runner {
@@ -407,11 +407,11 @@ func (r *runner) requests() int {
 
 // do sends c and reads the answer. wrote, if not nil, is called once the
 // request has been written (or has failed).
-func (r *runner) do(c call, wrote func()) *exchange {
+func (r *runner) do(c call, wrote func()) *roundTrip {
 	r.mu.Lock()
 	r.sent++
 	r.mu.Unlock()
-	x := &exchange{call: c}
+	x := &roundTrip{call: c}
 	var once sync.Once
 	signal := func() {
 		if wrote != nil {
@@ -490,7 +490,7 @@ func (r *runner) do(c call, wrote func()) *exchange {
 // readBody reads the answer's body: it keeps the first maxResponseBody
 // bytes and hashes up to maxBodyRead, so that no comparison ever rests on
 // a body cut short.
-func (x *exchange) readBody(body io.Reader) error {
+func (x *roundTrip) readBody(body io.Reader) error {
 	h := sha256.New()
 	k := &keeper{max: maxResponseBody}
 	n, err := io.Copy(io.MultiWriter(h, k), io.LimitReader(body, maxBodyRead+1))
@@ -524,7 +524,7 @@ func shortErr(err error) error {
 
 // pair sends first and, once it has been written (and, for a slow request,
 // a moment later), second; it returns both answers.
-func (r *runner) pair(first, second call, settle time.Duration) (a, b *exchange) {
+func (r *runner) pair(first, second call, settle time.Duration) (a, b *roundTrip) {
 	wrote := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -544,7 +544,7 @@ func (r *runner) pair(first, second call, settle time.Duration) (a, b *exchange)
 }
 
 // noteError keeps an idempotency error answer for the problem-details cases.
-func (r *runner) noteError(from string, x *exchange) {
+func (r *runner) noteError(from string, x *roundTrip) {
 	if x.err == nil && (x.status == 400 || x.status == 409 || x.status == 422) {
 		r.problems = append(r.problems, errorAns{from: from, x: x})
 	}

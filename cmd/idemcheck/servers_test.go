@@ -14,6 +14,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemhttp"
 	"github.com/idemkit/idemkit/core/memstore"
 )
@@ -288,7 +289,7 @@ func (m *handMade) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	var fp idem.Fingerprint
 	if !m.f.noFingerprint {
-		fp = idem.DefaultFingerprint(idem.Request{Method: r.Method, Path: r.URL.RequestURI(), ContentType: r.Header.Get("Content-Type"), Body: body})
+		fp = idem.DefaultFingerprint(exchange.Request{Method: r.Method, Path: r.URL.RequestURI(), ContentType: r.Header.Get("Content-Type"), Body: body})
 	}
 
 	if m.f.cutKeys {

@@ -2,7 +2,10 @@ package main
 
 import (
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -105,6 +108,55 @@ func TestAdminProblemsDocumented(t *testing.T) {
 	for _, n := range names {
 		if !strings.Contains(string(docs), `<a id="admin-`+n[1]+`"></a>`) {
 			t.Errorf("docs/operations.md has no anchor admin-%s for the handler's problem type", n[1])
+		}
+	}
+}
+
+// TestGettingIdemctlAsDocumented: the README's "Getting idemctl" block,
+// run from the clone's root as it says, gives a binary that runs, and
+// puts it outside the clone (GOBIN, here a folder of the test's); a
+// `go build -o` the page offers writes into a folder .gitignore ignores.
+// docs/operations.md gives the same command.
+func TestGettingIdemctlAsDocumented(t *testing.T) {
+	src, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(src), "<!-- get: idemctl -->\n```sh\n")
+	if !ok {
+		t.Fatal("README.md has no <!-- get: idemctl --> sh block")
+	}
+	block, _, _ = strings.Cut(block, "```")
+	if got := strings.TrimSpace(block); got != "go install ./cmd/idemctl" {
+		t.Fatalf("the README's block is %q; this test runs `go install ./cmd/idemctl`: change both together", got)
+	}
+	ops, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(ops), "`go install ./cmd/idemctl`") {
+		t.Error("docs/operations.md does not say how to get idemctl (`go install ./cmd/idemctl`)")
+	}
+
+	gobin := t.TempDir()
+	install := exec.Command("go", "install", "./cmd/idemctl")
+	install.Dir = "../.."
+	install.Env = append(os.Environ(), "GOBIN="+gobin)
+	if out, err := install.CombinedOutput(); err != nil {
+		t.Fatalf("go install ./cmd/idemctl, in the clone's root: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(filepath.Join(gobin, "idemctl"), "-h").CombinedOutput(); err != nil || !strings.Contains(string(out), "idemctl get") {
+		t.Fatalf("the installed idemctl -h: %v\n%s", err, out)
+	}
+
+	ignore, err := os.ReadFile("../../.gitignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile("`go build -o (\\S+) ").FindAllStringSubmatch(string(src), -1) {
+		top, _, inFolder := strings.Cut(m[1], "/")
+		if !inFolder || !slices.Contains(strings.Fields(string(ignore)), "/"+top+"/") {
+			t.Errorf("the README builds idemctl into %s, which .gitignore does not ignore", m[1])
 		}
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,6 +18,7 @@ import (
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemhttp"
+	"github.com/idemkit/idemkit/internal/testservers"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 	"github.com/idemkit/idemkit/stores/gorm/opendb"
 	"github.com/idemkit/idemkit/stores/gorm/sqlitedb"
@@ -27,28 +27,6 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 )
-
-const (
-	postgresEnv     = "IDEMKIT_TEST_POSTGRES_DSN"
-	mysqlEnv        = "IDEMKIT_TEST_MYSQL_DSN"
-	redisEnv        = "IDEMKIT_TEST_REDIS_ADDR"
-	redisClusterEnv = "IDEMKIT_TEST_REDIS_CLUSTER_ADDRS"
-)
-
-// serverEnv returns the value of env: without it the test fails, saying
-// how to start the servers, or under -short is skipped.
-func serverEnv(tb testing.TB, env string) string {
-	tb.Helper()
-	v := os.Getenv(env)
-	if v == "" {
-		if testing.Short() {
-			tb.Skipf("%s is not set; -short skips the tests that need a server", env)
-		}
-		tb.Fatalf("%s is not set: run the tests with `make test` (scripts/test-all), which starts the servers, "+
-			"or `source scripts/servers.sh && start_servers; source scripts/redis-servers.sh && start_redis_servers` first", env)
-	}
-	return v
-}
 
 func random(prefix string) string {
 	b := make([]byte, 6)
@@ -77,20 +55,14 @@ var targets = []struct {
 	open func(t *testing.T) *target
 }{
 	{"sqlite", sqliteTarget},
-	{"postgres", func(t *testing.T) *target { return sqlTarget(t, "postgres", serverEnv(t, postgresEnv)) }},
-	{"mariadb", func(t *testing.T) *target { return sqlTarget(t, "mariadb", mysqlURL(t, serverEnv(t, mysqlEnv))) }},
+	{"postgres", func(t *testing.T) *target {
+		return sqlTarget(t, "postgres", testservers.Require(t, testservers.PostgresDSN))
+	}},
+	{"mariadb", func(t *testing.T) *target {
+		return sqlTarget(t, "mariadb", testservers.MySQLURL(t, testservers.Require(t, testservers.MySQLDSN)))
+	}},
 	{"redis", func(t *testing.T) *target { return redisTarget(t, false) }},
 	{"redis-cluster", func(t *testing.T) *target { return redisTarget(t, true) }},
-}
-
-// mysqlURL turns the Go driver's DSN of the test server into the
-// mysql:// URL idemctl and the demo take.
-func mysqlURL(t *testing.T, dsn string) string {
-	m := regexp.MustCompile(`^([^@]*)@tcp\(([^)]*)\)/([^?]*)`).FindStringSubmatch(dsn)
-	if m == nil {
-		t.Fatalf("%s %q is not user:pass@tcp(host:port)/db", mysqlEnv, dsn)
-	}
-	return "mysql://" + m[1] + "@" + m[2] + "/" + m[3]
 }
 
 var quiet = &gorm.Config{Logger: logger.Discard}
@@ -183,11 +155,11 @@ func redisTarget(t *testing.T, cluster bool) *target {
 	var c redis.UniversalClient
 	name, addr := "redis", ""
 	if cluster {
-		addrs := strings.Split(serverEnv(t, redisClusterEnv), ",")
+		addrs := strings.Split(testservers.Require(t, testservers.RedisClusterAddrs), ",")
 		name, addr = "redis-cluster", addrs[0]
 		c = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 	} else {
-		addr = serverEnv(t, redisEnv)
+		addr = testservers.Require(t, testservers.RedisAddr)
 		c = redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	}
 	t.Cleanup(func() { c.Close() })

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemadmin"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
@@ -153,7 +155,7 @@ func TestForgetInFlight(t *testing.T) {
 			if code != 0 {
 				t.Fatalf("forget -force: exit %d: %s", code, errOut)
 			}
-			err = tg.store.Complete(ctx, id, "holder-1", idem.Completion{Response: idem.Response{Status: 201, Body: []byte("late")},
+			err = tg.store.Complete(ctx, id, "holder-1", idem.Completion{Response: exchange.Response{Status: 201, Body: []byte("late")},
 				CompletedAt: now, ExpiresAt: now.Add(time.Hour)})
 			if !errors.Is(err, idem.ErrLockLost) {
 				t.Fatalf("the forgotten holder's Complete: %v; want idem.ErrLockLost", err)
@@ -178,7 +180,7 @@ func TestPurge(t *testing.T) {
 				LeaseUntil: then.Add(time.Minute), ExpiresAt: then.Add(time.Hour)}); err != nil {
 				t.Fatal(err)
 			}
-			if err := tg.store.Complete(ctx, id, "t", idem.Completion{Response: idem.Response{Status: 200},
+			if err := tg.store.Complete(ctx, id, "t", idem.Completion{Response: exchange.Response{Status: 200},
 				CompletedAt: then, ExpiresAt: then.Add(time.Hour)}); err != nil {
 				t.Fatal(err)
 			}
@@ -252,7 +254,7 @@ func TestSQLiteHeldByAnotherProcess(t *testing.T) {
 func TestSQLiteFileNameWithPercent(t *testing.T) {
 	const name = "50%25 a%20b.db"
 	tg := sqliteTargetNamed(t, name)
-	a, scope, key := firstRequest(t, tg)
+	_, scope, key := firstRequest(t, tg)
 	ids := []string{"-scope", scope, "-key", key}
 	code, out, errOut := ctlBinary(t, "", append(append([]string{"get"}, tg.args...), ids...)...)
 	if code != 0 || !strings.Contains(out, "completed") {
@@ -264,7 +266,7 @@ func TestSQLiteFileNameWithPercent(t *testing.T) {
 		t.Fatalf("forget: exit %d:\n%s%s", code, out, errOut)
 	}
 	tg.reopen(t)
-	a = newApp(tg.store)
+	a := newApp(tg.store)
 	if code, replayed := a.post(t, scope, key); code != 201 || replayed || a.runs.Load() != 1 {
 		t.Fatalf("retry after forget: %d replayed=%v runs=%d; want the handler run anew", code, replayed, a.runs.Load())
 	}
@@ -436,7 +438,7 @@ func TestGetBodyIsSafeForATerminal(t *testing.T) {
 	if _, _, err := tg.store.Acquire(t.Context(), idem.Acquire{ID: id, Token: "t", Now: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := tg.store.Complete(t.Context(), id, "t", idem.Completion{Response: idem.Response{Status: 200, Body: hostile},
+	if err := tg.store.Complete(t.Context(), id, "t", idem.Completion{Response: exchange.Response{Status: 200, Body: hostile},
 		CompletedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
@@ -459,5 +461,44 @@ func TestGetBodyIsSafeForATerminal(t *testing.T) {
 	var in idemadmin.Info
 	if code != 0 || json.Unmarshal([]byte(out), &in) != nil || !bytes.Equal(in.Body, hostile) {
 		t.Fatalf("get -body -json: exit %d, body %q: %s; want the exact bytes", code, in.Body, errOut)
+	}
+}
+
+// TestKeyInTheHeadersForm: -key takes the key bare, as idemkit keeps it,
+// or as the Idempotency-Key header carries it, an RFC 9651 string, which
+// idemctl decodes as the server does (escapes, parameters ignored); a key
+// that itself looks like a quoted string is reached by its header form.
+// Before, the header's form found nothing.
+func TestKeyInTheHeadersForm(t *testing.T) {
+	tg := sqliteTarget(t)
+	for _, key := range []string{"order-7", `say "hi"`, `"quoted"`} {
+		complete(t, tg.store, idem.ID{Scope: "acct_42", Key: key})
+	}
+	get := func(stdin string, key string) (int, string) {
+		code, out, errOut := ctl(t, stdin, append(append([]string{"get"}, tg.args...), "-scope", "acct_42", "-key", key, "-show-key")...)
+		return code, out + errOut
+	}
+	for _, tc := range []struct{ arg, key string }{
+		{"order-7", "order-7"},
+		{`"order-7"`, "order-7"},
+		{`"order-7";v=1`, "order-7"},
+		{`"say \"hi\""`, `say "hi"`},
+		{`"\"quoted\""`, `"quoted"`},
+	} {
+		code, out := get("", tc.arg)
+		if code != 0 || !strings.Contains(out, fmt.Sprintf("key          %q", tc.key)) {
+			t.Errorf("-key %s: exit %d, want the record of %q:\n%s", tc.arg, code, tc.key, out)
+		}
+	}
+	code, out, errOut := ctl(t, "\"order-7\"\n", append(append([]string{"get"}, tg.args...), "-scope", "acct_42", "-key", "-", "-show-key")...)
+	if code != 0 || !strings.Contains(out, `key          "order-7"`) {
+		t.Errorf("-key - reading the header's form: exit %d:\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = ctl(t, "", append(append([]string{"forget"}, tg.args...), "-scope", "acct_42", "-key", `"order-7"`)...)
+	if code != 0 {
+		t.Fatalf("forget -key '\"order-7\"': exit %d:\n%s%s", code, out, errOut)
+	}
+	if code, out := get("", "order-7"); code != exitNotFound {
+		t.Errorf("after forgetting the header's form, get of the bare key: exit %d, want %d:\n%s", code, exitNotFound, out)
 	}
 }

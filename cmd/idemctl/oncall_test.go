@@ -12,8 +12,10 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemadmin"
 	"github.com/idemkit/idemkit/core/memstore"
+	"github.com/idemkit/idemkit/internal/testservers"
 	redisstore "github.com/idemkit/idemkit/stores/redis"
 	"github.com/redis/go-redis/v9"
 )
@@ -25,7 +27,7 @@ func complete(t *testing.T, s idem.Store, id idem.ID) {
 	if _, _, err := s.Acquire(t.Context(), idem.Acquire{ID: id, Token: "t", Now: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(t.Context(), id, "t", idem.Completion{Response: idem.Response{Status: 201}, CompletedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+	if err := s.Complete(t.Context(), id, "t", idem.Completion{Response: exchange.Response{Status: 201}, CompletedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -36,24 +38,24 @@ func complete(t *testing.T, s idem.Store, id idem.ID) {
 // The message says what was looked up (digests, table or key, database)
 // and what to try, and names no key.
 func TestNoRecordSaysWhatWasLookedUp(t *testing.T) {
-	t.Run("sqlite, the key in quotes", func(t *testing.T) {
+	t.Run("sqlite, a key in flight", func(t *testing.T) {
 		tg := sqliteTarget(t)
 		complete(t, tg.store, idem.ID{Scope: "acct_42", Key: "order-7"})
-		code, out, errOut := ctl(t, "", append(append([]string{"get"}, tg.args...), "-scope", "acct_42", "-key", `"order-7"`)...)
+		code, out, errOut := ctl(t, "", append(append([]string{"get"}, tg.args...), "-scope", "acct_42", "-key", "order-8")...)
 		if code != exitNotFound || !strings.Contains(errOut, "looked up: table idem_records, scope_hash ") ||
-			!strings.Contains(errOut, "in sqlite:") || !strings.Contains(errOut, "without the quotes") ||
-			!strings.Contains(errOut, "memory of the process that holds the file") || strings.Contains(out+errOut, "order-7") {
-			t.Fatalf("get of the quoted key: exit %d:\n%s%s", code, out, errOut)
+			!strings.Contains(errOut, "in sqlite:") ||
+			!strings.Contains(errOut, "memory of the process that holds the file") || strings.Contains(out+errOut, "order-8") {
+			t.Fatalf("get of a key not recorded: exit %d:\n%s%s", code, out, errOut)
 		}
-		code, out, errOut = ctl(t, "", append(append([]string{"get"}, tg.args...), "-scope", "acct_42", "-key", `"order-7"`, "-json")...)
+		code, out, errOut = ctl(t, "", append(append([]string{"get"}, tg.args...), "-scope", "acct_42", "-key", "order-8", "-json")...)
 		var e jsonError
 		if code != exitNotFound || json.Unmarshal([]byte(out), &e) != nil || e.Kind != "not-found" || e.Exit != exitNotFound ||
 			!strings.HasPrefix(e.LookedUp, "table idem_records") || len(e.Hints) == 0 {
-			t.Fatalf("get -json of the quoted key: exit %d, %+v:\n%s%s", code, e, out, errOut)
+			t.Fatalf("get -json of a key not recorded: exit %d, %+v:\n%s%s", code, e, out, errOut)
 		}
 	})
 	t.Run("redis, the demo's prefix and another database", func(t *testing.T) {
-		addr := serverEnv(t, redisEnv)
+		addr := testservers.Require(t, testservers.RedisAddr)
 		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		defer c.Close()
 		prefix := random("payments:idem:") + ":"
@@ -145,7 +147,7 @@ func TestPurgeThroughAdminTimeout(t *testing.T) {
 	for _, k := range []string{"a", "b"} {
 		id := idem.ID{Key: k}
 		store.Acquire(t.Context(), idem.Acquire{ID: id, Token: "t", Now: then, LeaseUntil: then.Add(time.Minute), ExpiresAt: then.Add(time.Hour)})
-		store.Complete(t.Context(), id, "t", idem.Completion{Response: idem.Response{Status: 200}, CompletedAt: then, ExpiresAt: then.Add(time.Hour)})
+		store.Complete(t.Context(), id, "t", idem.Completion{Response: exchange.Response{Status: 200}, CompletedAt: then, ExpiresAt: then.Add(time.Hour)})
 	}
 	release := make(chan struct{})
 	srv := httptest.NewServer(idemadmin.Handler(blockingPurge{store, release}, idemadmin.HandlerOptions{}))
@@ -208,9 +210,9 @@ func TestCommandLine(t *testing.T) {
 func TestSQLiteSaysItTakesNoLease(t *testing.T) {
 	tg := sqliteTarget(t)
 	engine := idem.New(idem.Config{Store: tg.store})
-	d := engine.Begin(t.Context(), &idem.Request{Method: "POST", Path: "/orders", Scope: "acct_42", KeyLines: []string{`"order-7"`},
+	d := engine.Adapter().Begin(t.Context(), exchange.Request{Method: "POST", Path: "/orders", Scope: "acct_42", KeyLines: []string{`"order-7"`},
 		Body: []byte(`{}`)})
-	if d.Action != idem.ActionRun {
+	if d.Action != exchange.Run {
 		t.Fatalf("Begin: %v", d.Action)
 	}
 	defer d.Lock.Finish(context.Background(), 201, nil)

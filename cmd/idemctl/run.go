@@ -46,6 +46,8 @@ admin endpoint of a running process (idemadmin.Handler). Instead of -store,
 -store-file FILE or the environment variable IDEMCTL_STORE give the STORE,
 so that its password stays out of the process list; the admin endpoint's
 token comes from IDEMCTL_ADMIN_TOKEN or -admin-token-file.
+-key takes the key bare (order-7), as idemkit keeps it, or as the
+Idempotency-Key header carries it ("order-7", an RFC 9651 string, decoded).
 -key - (or -scope -) reads the value from a line of standard input.
 Scopes and keys are never printed unless -show-key is given; passwords
 never.
@@ -189,10 +191,6 @@ func notFound(cfg config, err error) error {
 	if errors.As(err, &nf) {
 		f.lookedUp = nf.Location
 	}
-	if decoded, perr := idem.ParseKey([]string{cfg.key}, true); perr == nil && decoded != cfg.key {
-		f.hints = append(f.hints, "the key is given in quotes, as the Idempotency-Key header carries it: "+
-			"idemkit keeps the key without them (and with its escapes decoded); give -key without the quotes")
-	}
 	if cfg.key != strings.TrimSpace(cfg.key) || cfg.scope != strings.TrimSpace(cfg.scope) {
 		f.hints = append(f.hints, "the scope or key begins or ends with a space, which is part of it")
 	}
@@ -261,7 +259,7 @@ func parse(args []string, stdin io.Reader, stdout, stderr io.Writer) (config, er
 	fs.StringVar(&cfg.admin, "admin", "", "a running process's admin endpoint instead of -store, e.g. http://127.0.0.1:9091/idemadmin")
 	fs.StringVar(&tokenFile, "admin-token-file", "", "-admin: a file holding the endpoint's token (or set "+adminTokenEnv+")")
 	fs.StringVar(&cfg.scope, "scope", "", "get, forget: the record's scope (tenant); - reads it from standard input")
-	fs.StringVar(&cfg.key, "key", "", "get, forget: the record's idempotency key; - reads it from standard input")
+	fs.StringVar(&cfg.key, "key", "", "get, forget: the record's idempotency key, bare (order-7) or as the Idempotency-Key header carries it (\"order-7\", decoded); - reads it from standard input")
 	fs.StringVar(&cfg.table, "table", "", "SQL: the records' table (default the store's, idem_records)")
 	fs.StringVar(&cfg.prefix, "prefix", "", "Redis: the records' key prefix (default the store's, idem:; the demo's is payments:idem:)")
 	fs.BoolVar(&cfg.json, "json", false, "print JSON, errors included (to standard output)")
@@ -324,7 +322,22 @@ func parse(args []string, stdin io.Reader, stdout, stderr io.Writer) (config, er
 	if cfg.key == "" {
 		return cfg, fmt.Errorf("%s needs -key (and -scope, unless the store's scope is empty)", cfg.op)
 	}
+	cfg.key = keyArg(cfg.key)
 	return cfg, nil
+}
+
+// keyArg returns the key that a -key value names. A value that is an RFC
+// 9651 sf-string, as the Idempotency-Key header carries a key ("order-7"),
+// is decoded as the server decodes the header (escapes decoded,
+// parameters ignored): idemkit keeps keys decoded. Any other value is the
+// key itself (order-7, bare). So every key can be named: one that itself
+// begins and ends with a quote is given in the header's form,
+// "\"quoted\"".
+func keyArg(v string) string {
+	if k, err := idem.ParseKey([]string{v}, true); err == nil {
+		return k
+	}
+	return v
 }
 
 func isHelp(arg string) bool {

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemadmin"
+	"github.com/idemkit/idemkit/core/idemevent"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
@@ -41,7 +43,7 @@ func newDoorFixture(t *testing.T, o idemadmin.HandlerOptions) *doorFixture {
 			ExpiresAt: rec.at.Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
-		if err := store.Complete(ctx, rec.id, "t", idem.Completion{Response: idem.Response{Status: 201, Body: []byte(`{}`)},
+		if err := store.Complete(ctx, rec.id, "t", idem.Completion{Response: exchange.Response{Status: 201, Body: []byte(`{}`)},
 			CompletedAt: rec.at, ExpiresAt: rec.at.Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +88,7 @@ func (f *doorFixture) untouched(t *testing.T, what string) {
 }
 
 func problemType(rec *httptest.ResponseRecorder) string {
-	if rec.Header().Get("Content-Type") != idem.ProblemContentType {
+	if rec.Header().Get("Content-Type") != exchange.ProblemContentType {
 		return "(no problem: " + rec.Body.String() + ")"
 	}
 	_, after, _ := strings.Cut(rec.Body.String(), `"type":"`+idemadmin.ProblemBase)
@@ -317,8 +319,8 @@ func TestKeyHashIsTheEngines(t *testing.T) {
 	secret := []byte("fleet-secret")
 	var got string
 	e := idem.New(idem.Config{Store: memstore.New(), KeyHashSecret: secret,
-		OnEvent: func(_ context.Context, ev idem.Event) { got = ev.KeyHash() }})
-	d := e.Begin(context.Background(), &idem.Request{Method: "POST", Path: "/", KeyLines: []string{`"order-7"`}})
+		OnEvent: func(_ context.Context, ev idemevent.Event) { got = ev.KeyHash() }})
+	d := e.Adapter().Begin(context.Background(), exchange.Request{Method: "POST", Path: "/", KeyLines: []string{`"order-7"`}})
 	if d.Lock != nil {
 		d.Lock.Finish(context.Background(), 201, nil)
 	}

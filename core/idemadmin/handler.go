@@ -17,6 +17,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // The handler's operations, by the last segment of the request's path:
@@ -348,7 +349,7 @@ func problem(w http.ResponseWriter, status int, name, title, detail string) {
 
 func (p adminProblem) write(w http.ResponseWriter) {
 	b, _ := json.Marshal(p)
-	w.Header().Set("Content-Type", idem.ProblemContentType)
+	w.Header().Set("Content-Type", exchange.ProblemContentType)
 	w.Header().Set("Link", "<"+p.Type+`>; rel="describedby"; type="text/html"`)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(p.Status)

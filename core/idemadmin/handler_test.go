@@ -11,6 +11,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemadmin"
 	"github.com/idemkit/idemkit/core/memstore"
 )
@@ -50,8 +51,8 @@ func TestHandlerOnMemstore(t *testing.T) {
 	}
 	complete := func(id idem.ID, token string, at time.Time) {
 		t.Helper()
-		if err := store.Complete(ctx, id, token, idem.Completion{Response: idem.Response{Status: 201,
-			Header: []idem.HeaderField{{Name: "Content-Type", Values: []string{"application/json"}}}, Body: []byte(`{"ok":1}`)},
+		if err := store.Complete(ctx, id, token, idem.Completion{Response: exchange.Response{Status: 201,
+			Header: []exchange.HeaderField{{Name: "Content-Type", Values: []string{"application/json"}}}, Body: []byte(`{"ok":1}`)},
 			CompletedAt: at, ExpiresAt: at.Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
@@ -166,7 +167,7 @@ func TestHandlerRefusesBadRequests(t *testing.T) {
 		r.RemoteAddr = "127.0.0.1:4000"
 		r.Header.Set("Content-Type", "application/json")
 		h.ServeHTTP(rec, r)
-		if rec.Code != tc.status || rec.Header().Get("Content-Type") != idem.ProblemContentType ||
+		if rec.Code != tc.status || rec.Header().Get("Content-Type") != exchange.ProblemContentType ||
 			!strings.Contains(rec.Body.String(), `"type":"`+idemadmin.ProblemBase+tc.typ+`"`) {
 			t.Errorf("%s %s %s: %d %s; want %d, problem %s", tc.method, tc.path, tc.body, rec.Code, rec.Body, tc.status, tc.typ)
 		}

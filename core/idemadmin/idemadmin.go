@@ -251,7 +251,7 @@ func ScopeLabel(secret []byte, scopeDigest string) string {
 
 // KeyHash is how a key is shown in the handler's audit lines: the first 12
 // hex digits of the HMAC-SHA256 of the key under secret, as the Engine's
-// log lines show it (idem.Event.KeyHash) when secret is its
+// log lines show it (idemevent.Event.KeyHash) when secret is its
 // Config.KeyHashSecret.
 func KeyHash(secret []byte, key string) string {
 	return hmacHex(secret, key, 6)

@@ -99,15 +99,17 @@ func (c *Config) setDefaults() {
 		c.Now = time.Now
 	}
 	if c.Sleep == nil {
-		c.Sleep = sleep
+		c.Sleep = Sleep
 	}
 	if c.Random == nil {
 		c.Random = rand.Float64
 	}
 }
 
-// sleep waits d on a timer, or less if ctx ends first.
-func sleep(ctx context.Context, d time.Duration) error {
+// Sleep waits d on a timer, or less if ctx ends first, and then returns
+// ctx's error: nil after a full wait. It is the default of Config.Sleep,
+// and of the gRPC interceptor's.
+func Sleep(ctx context.Context, d time.Duration) error {
 	if d <= 0 {
 		return ctx.Err()
 	}

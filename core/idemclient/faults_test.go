@@ -21,6 +21,7 @@ import (
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemclient"
+	"github.com/idemkit/idemkit/core/idemevent"
 	"github.com/idemkit/idemkit/core/idemhttp"
 	"github.com/idemkit/idemkit/core/memstore"
 )
@@ -158,7 +159,7 @@ func (s *sink) Write(p []byte) (int, error) { return s.body.Write(p) }
 
 // serve starts idemkit's net/http adapter with a memory store on a test
 // server, in front of app, behind wrap (if not nil).
-func serve(t *testing.T, app http.Handler, onEvent func(context.Context, idem.Event), wrap func(http.Handler) http.Handler) *httptest.Server {
+func serve(t *testing.T, app http.Handler, onEvent func(context.Context, idemevent.Event), wrap func(http.Handler) http.Handler) *httptest.Server {
 	t.Helper()
 	store := memstore.New()
 	t.Cleanup(func() { store.Close() })
@@ -301,13 +302,13 @@ func TestInFlightConflict(t *testing.T) {
 		}
 	}
 	var mu sync.Mutex
-	events := make([][]idem.EventKind, logical)
-	onEvent := func(ctx context.Context, ev idem.Event) {
+	events := make([][]idemevent.Kind, logical)
+	onEvent := func(ctx context.Context, ev idemevent.Event) {
 		id := ctx.Value(clientID{}).(int)
 		mu.Lock()
 		events[id] = append(events[id], ev.Kind)
 		mu.Unlock()
-		if ev.Kind == idem.EventStored {
+		if ev.Kind == idemevent.Stored {
 			select {
 			case stored[id] <- struct{}{}:
 			default:
@@ -373,7 +374,7 @@ func TestInFlightConflict(t *testing.T) {
 			t.Errorf("request %d: waits %v, want %v (a backoff after the timeout, then Retry-After)", i, waits[i], want)
 		}
 		mu.Lock()
-		want := []idem.EventKind{idem.EventFirst, idem.EventConflict, idem.EventStored, idem.EventReplay}
+		want := []idemevent.Kind{idemevent.First, idemevent.Conflict, idemevent.Stored, idemevent.Replay}
 		if !slices.Equal(events[i], want) {
 			t.Errorf("request %d: server events %v, want %v", i, events[i], want)
 		}

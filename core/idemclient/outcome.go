@@ -4,10 +4,10 @@ import (
 	"context"
 	"net/http"
 
-	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
-const replayedHeader = idem.ReplayedHeader
+const replayedHeader = exchange.ReplayedHeader
 
 // Result says what the Transport did for one request.
 type Result struct {

@@ -36,7 +36,10 @@ func TestPermanentStatusesNotRetried(t *testing.T) {
 // TestPermanentErrorsNotRetried: a request net/http refuses to send, or
 // cannot route, fails the same way on every attempt, so it fails at once.
 func TestPermanentErrorsNotRetried(t *testing.T) {
-	badProxy := &http.Transport{Proxy: func(*http.Request) (*url.URL, error) { return url.Parse("http://bad proxy:3128") }}
+	badProxy := &http.Transport{Proxy: func(*http.Request) (*url.URL, error) {
+		//lint:ignore SA1007 the case is a proxy setting that does not parse
+		return url.Parse("http://bad proxy:3128")
+	}}
 	tests := []struct {
 		name    string
 		base    *http.Transport

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"math"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/url"
@@ -142,18 +143,35 @@ func validFieldValue(s string) bool {
 	return true
 }
 
-// backoff returns the wait after the attempt-th attempt: full jitter, a
-// uniformly random duration below min(MaxBackoff, BaseBackoff·2^(attempt-1)).
+// backoff returns the wait after the attempt-th attempt, by Backoff.
 func (t *Transport) backoff(attempt int) time.Duration {
-	ceiling := t.cfg.MaxBackoff
-	if shift := attempt - 1; shift < 63 {
-		if d := t.cfg.BaseBackoff << shift; d>>shift == t.cfg.BaseBackoff && d < ceiling {
+	return Backoff(attempt, t.cfg.BaseBackoff, t.cfg.MaxBackoff, t.cfg.Random)
+}
+
+// Backoff returns the wait after the attempt-th failed attempt (1 for the
+// first) by the rule of every idemkit client, this Transport and the gRPC
+// interceptor alike: exponential backoff with full jitter, a uniformly
+// random duration below min(limit, base·2^(attempt-1)), the ceiling scaled
+// by random(), a number in [0, 1). A zero or negative base is
+// DefaultBaseBackoff, a limit below base is base, and a nil random is
+// math/rand/v2.Float64; a random outside [0, 1] is clamped to it, NaN
+// taken as 0, so that a broken source never makes a negative wait.
+func Backoff(attempt int, base, limit time.Duration, random func() float64) time.Duration {
+	if base <= 0 {
+		base = DefaultBaseBackoff
+	}
+	ceiling := max(limit, base)
+	if shift := max(attempt-1, 0); shift < 63 {
+		if d := base << shift; d>>shift == base && d < ceiling {
 			ceiling = d
 		}
 	}
-	f := t.cfg.Random()
+	if random == nil {
+		random = rand.Float64
+	}
+	f := random()
 	switch {
-	case f < 0 || f != f: // a broken source must not make a negative wait
+	case f < 0 || f != f:
 		f = 0
 	case f > 1:
 		f = 1

@@ -77,6 +77,37 @@ func TestBackoff(t *testing.T) {
 	})
 }
 
+// TestBackoffDefaults: Backoff, which the gRPC interceptor calls too,
+// gives a sensible wait for any arguments.
+func TestBackoffDefaults(t *testing.T) {
+	one := func() float64 { return 1 }
+	for _, tc := range []struct {
+		name         string
+		attempt      int
+		base, limit  time.Duration
+		random       func() float64
+		want, within time.Duration
+	}{
+		{name: "zero base is the default", attempt: 1, limit: time.Minute, random: one, want: DefaultBaseBackoff},
+		{name: "limit below base is base", attempt: 5, base: time.Second, limit: time.Millisecond, random: one, want: time.Second},
+		{name: "attempt below one is the first", attempt: 0, base: time.Second, limit: time.Minute, random: one, want: time.Second},
+		{name: "nil random draws below the ceiling", attempt: 2, base: time.Second, limit: time.Minute, within: 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Backoff(tc.attempt, tc.base, tc.limit, tc.random)
+			if tc.within > 0 {
+				if got < 0 || got >= tc.within {
+					t.Fatalf("Backoff = %v, want in [0, %v)", got, tc.within)
+				}
+				return
+			}
+			if got != tc.want {
+				t.Fatalf("Backoff = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestRetryableStatus(t *testing.T) {
 	tests := []struct {
 		code            int

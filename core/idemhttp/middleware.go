@@ -22,6 +22,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // Middleware returns middleware that runs every request through e. When
@@ -32,6 +33,7 @@ func Middleware(e *idem.Engine, opts ...Option) func(http.Handler) http.Handler 
 	for _, opt := range opts {
 		opt(&o)
 	}
+	a := e.Adapter()
 	return func(next http.Handler) http.Handler {
 		if reflect.TypeOf(next) == timeoutHandlerType {
 			panic("idemhttp: Middleware wraps an http.TimeoutHandler, which answers for a handler that goes on " +
@@ -40,11 +42,11 @@ func Middleware(e *idem.Engine, opts ...Option) func(http.Handler) http.Handler 
 		}
 		mux, _ := next.(*http.ServeMux)
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if !e.Guards(r.Method) || o.skip != nil && o.skip(r) || mux != nil && unrouted(mux, r) {
+			if !a.Guards(r.Method) || o.skip != nil && o.skip(r) || mux != nil && unrouted(mux, r) {
 				next.ServeHTTP(w, r)
 				return
 			}
-			req := e.HTTPRequest(r)
+			req := a.HTTPRequest(r)
 			if o.key != nil {
 				req.KeyLines = nil
 				if key, ok := o.key(r); ok {
@@ -54,11 +56,11 @@ func Middleware(e *idem.Engine, opts ...Option) func(http.Handler) http.Handler 
 			if o.scope != nil {
 				req.Scope = o.scope(r)
 			}
-			d := e.Begin(r.Context(), &req)
+			d := a.Begin(r.Context(), req)
 			switch d.Action {
-			case idem.ActionRespond:
+			case exchange.Respond:
 				d.WriteTo(w)
-			case idem.ActionRun:
+			case exchange.Run:
 				serveLocked(w, r, next, d)
 			default:
 				d.SetBody(r)
@@ -67,6 +69,12 @@ func Middleware(e *idem.Engine, opts ...Option) func(http.Handler) http.Handler 
 		})
 	}
 }
+
+// timeouts names the function of http.TimeoutHandler that writes its
+// answer: registered inside the middleware (around a route of a router the
+// middleware wraps), it answers for a handler it leaves running (see
+// exchange.ResponseCapture.WatchTimeouts).
+var timeouts = []string{"net/http.(*timeoutHandler).ServeHTTP"}
 
 // timeoutHandlerType is the type http.TimeoutHandler returns.
 var timeoutHandlerType = reflect.TypeOf(http.TimeoutHandler(http.NotFoundHandler(), time.Second, ""))
@@ -79,8 +87,9 @@ func unrouted(mux *http.ServeMux, r *http.Request) bool {
 	return pattern == ""
 }
 
-func serveLocked(w http.ResponseWriter, r *http.Request, next http.Handler, d idem.Decision) {
-	c := new(idem.ResponseCapture) // one allocation for the writer and the body
+func serveLocked(w http.ResponseWriter, r *http.Request, next http.Handler, d exchange.Decision) {
+	c := new(exchange.ResponseCapture) // one allocation for the writer and the body
+	c.WatchTimeouts(timeouts)
 	c.Reset(w, d.Lock)
 	c.SetRequestBody(r, d.Body)
 	ctx := r.Context()

@@ -268,8 +268,8 @@ func (r result) definitive() bool {
 	return r.resp != nil && policyDefinitive(r.resp.status)
 }
 
-// exchange is one HTTP request between a client and an engine process.
-type exchange struct {
+// roundTrip is one HTTP request between a client and an engine process.
+type roundTrip struct {
 	req  *http.Request
 	att  *attempt
 	rw   *respWriter
@@ -305,7 +305,7 @@ func (w *world) send(att *attempt, sl *slot, travel, timeout time.Duration, cut 
 		req.Header.Set("Content-Encoding", enc)
 	}
 	req.Header.Set("X-Sim-Attempt", strconv.Itoa(att.idx))
-	ex := &exchange{req: req, att: att, rw: &respWriter{h: http.Header{}, cut: cut, declared: -1}}
+	ex := &roundTrip{req: req, att: att, rw: &respWriter{h: http.Header{}, cut: cut, declared: -1}}
 	p := s.spawn(n, n.name()+" "+att.name, func() { w.serve(n, ex, travel) })
 	p.tag = att
 	s.wait(s.now.Add(timeout), nil, func() bool { return ex.done })
@@ -337,7 +337,7 @@ func (w *world) send(att *attempt, sl *slot, travel, timeout time.Duration, cut 
 func (sl *slot) name() string { return fmt.Sprintf("e%d", sl.idx) }
 
 // serve is the engine process's side of one exchange.
-func (w *world) serve(n *node, ex *exchange, travel time.Duration) {
+func (w *world) serve(n *node, ex *roundTrip, travel time.Duration) {
 	ok := false
 	defer func() {
 		if r := recover(); r != nil {

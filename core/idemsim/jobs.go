@@ -326,7 +326,7 @@ func (w *world) runJob(n *node, dv *delivery, ctx context.Context) ([]byte, erro
 	if !w.spells(ctx, x, pl.work, pl.react, pl.deaf) {
 		cause := context.Cause(ctx)
 		w.m.checkCause(x, dv.ctx, cause)
-		return w.m.jobEnds(x, fateFailed, fmt.Errorf("X%d stopped: %w", x.n, cause))
+		return w.m.jobEnds(x, fateFailed, fmt.Errorf("job X%d stopped: %w", x.n, cause))
 	}
 	if !w.writeWork(ctx, x, "the job's work", "the job's transaction") {
 		return nil, errNotRun
@@ -337,9 +337,9 @@ func (w *world) runJob(n *node, dv *delivery, ctx context.Context) ([]byte, erro
 		w.m.endExec(x, "panicked")
 		panic(errJobPanic)
 	case fateFailed:
-		return w.m.jobEnds(x, fateFailed, fmt.Errorf("X%d: the provider is unavailable", x.n))
+		return w.m.jobEnds(x, fateFailed, fmt.Errorf("job X%d: the provider is unavailable", x.n))
 	case fatePermanent:
-		own := fmt.Errorf("X%d: the charge was declined", x.n)
+		own := fmt.Errorf("job X%d: the charge was declined", x.n)
 		x.msg = own.Error()
 		return w.m.jobEnds(x, fatePermanent, idem.Permanent(own))
 	}

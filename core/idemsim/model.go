@@ -12,6 +12,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // The invariants, numbered as in the package documentation. Contract is
@@ -560,17 +561,6 @@ func (m *model) nextExpiry(now time.Time) (time.Time, bool) {
 	return next, !next.IsZero()
 }
 
-// live counts the records the shadow holds.
-func (m *model) live() int {
-	n := 0
-	for _, id := range m.ids {
-		if s := m.shadow[id]; s != nil && s.rec.State != 0 {
-			n++
-		}
-	}
-	return n
-}
-
 func sameRecord(got, want idem.Record) error {
 	switch {
 	case got.ID != want.ID:
@@ -597,7 +587,7 @@ func sameRecord(got, want idem.Record) error {
 	if g.Status != w.Status || !bytes.Equal(g.Body, w.Body) {
 		return fmt.Errorf("response %d with %d bytes, want %d with %d bytes", g.Status, len(g.Body), w.Status, len(w.Body))
 	}
-	if !slices.EqualFunc(g.Header, w.Header, func(a, b idem.HeaderField) bool {
+	if !slices.EqualFunc(g.Header, w.Header, func(a, b exchange.HeaderField) bool {
 		return a.Name == b.Name && slices.Equal(a.Values, b.Values)
 	}) {
 		return fmt.Errorf("response header %v, want %v", g.Header, w.Header)
@@ -605,13 +595,13 @@ func sameRecord(got, want idem.Record) error {
 	return nil
 }
 
-func cloneResponse(r idem.Response) idem.Response {
-	c := idem.Response{Status: r.Status, Body: bytes.Clone(r.Body)}
+func cloneResponse(r exchange.Response) exchange.Response {
+	c := exchange.Response{Status: r.Status, Body: bytes.Clone(r.Body)}
 	if c.Body == nil {
 		c.Body = []byte{}
 	}
 	for _, f := range r.Header {
-		c.Header = append(c.Header, idem.HeaderField{Name: f.Name, Values: slices.Clone(f.Values)})
+		c.Header = append(c.Header, exchange.HeaderField{Name: f.Name, Values: slices.Clone(f.Values)})
 	}
 	return c
 }

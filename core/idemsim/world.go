@@ -15,6 +15,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemevent"
 	"github.com/idemkit/idemkit/core/idemhttp"
 )
 
@@ -241,9 +242,9 @@ func (w *world) startNode(sl *slot) {
 		ReplayHeaders:   extraReplayHeaders,
 		Clock:           clock{w.s, n},
 		Logger:          discard,
-		OnEvent: func(_ context.Context, ev idem.Event) {
+		OnEvent: func(_ context.Context, ev idemevent.Event) {
 			switch ev.Kind {
-			case idem.EventFirst, idem.EventReplay, idem.EventConflict, idem.EventMismatch, idem.EventStored:
+			case idemevent.First, idemevent.Replay, idemevent.Conflict, idemevent.Mismatch, idemevent.Stored:
 				return // the client's and the store's lines say as much
 			}
 			line := ev.Kind.String()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
@@ -100,7 +101,7 @@ var adverseCases = []httpCase{
 			t.Fatalf("the handler stopped during the outage: %d %q", r.status, r.body)
 		case <-time.After(200 * time.Millisecond):
 		}
-		wantProblem(t, e.send(call{key: "k-outage", path: "/ctx", body: `{}`}), 409, idem.ProblemInProgress)
+		wantProblem(t, e.send(call{key: "k-outage", path: "/ctx", body: `{}`}), 409, exchange.ProblemInProgress)
 		e.app.releaseSlow()
 		if r := recv(t, done, "the handler's answer"); r.err != nil || !strings.HasSuffix(string(r.body), "cause: <nil>") {
 			t.Fatalf("handler answered %d %q (%v), want its context never cancelled", r.status, r.body, r.err)
@@ -109,7 +110,7 @@ var adverseCases = []httpCase{
 	}},
 	{name: "Store/Full", config: func(c *idem.Config) { c.Store = fullStore{c.Store} }, run: func(t *testing.T, e *env) {
 		r := e.send(call{key: "k1", body: `{}`})
-		wantProblem(t, r, 429, idem.ProblemStoreFull)
+		wantProblem(t, r, 429, exchange.ProblemStoreFull)
 		if r.header.Get("Retry-After") == "" {
 			t.Fatal("store-full without Retry-After")
 		}
@@ -216,7 +217,7 @@ func TestUnmatchedRoutes(t *testing.T, baseURL string) {
 		}
 		for range 2 {
 			r := send(c.method, c.path, `"unrouted"`)
-			if r.StatusCode != 404 && r.StatusCode != 405 || r.Header.Get(idem.ReplayedHeader) != "" {
+			if r.StatusCode != 404 && r.StatusCode != 405 || r.Header.Get(exchange.ReplayedHeader) != "" {
 				t.Fatalf("%s %s with a key: %d %v, want the framework's 404 or 405, never replayed", c.method, c.path, r.StatusCode, r.Header)
 			}
 		}
@@ -224,7 +225,7 @@ func TestUnmatchedRoutes(t *testing.T, baseURL string) {
 	if r := send("POST", "/charges", ""); r.StatusCode != 400 {
 		t.Fatalf("POST /charges without a key: %d, want 400: the route is guarded", r.StatusCode)
 	}
-	if r := send("POST", "/charges", `"unrouted"`); r.StatusCode != 201 || r.Header.Get(idem.ReplayedHeader) != "" {
+	if r := send("POST", "/charges", `"unrouted"`); r.StatusCode != 201 || r.Header.Get(exchange.ReplayedHeader) != "" {
 		t.Fatalf("POST /charges with the key used on unmatched routes: %d %v, want a first execution", r.StatusCode, r.Header)
 	}
 }

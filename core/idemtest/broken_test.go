@@ -9,6 +9,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemadmin"
 	"github.com/idemkit/idemkit/core/memstore"
 )
@@ -135,7 +136,7 @@ type existingWithoutResponse struct{ *memstore.Store }
 func (s existingWithoutResponse) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, idem.AcquireOutcome, error) {
 	rec, o, err := s.Store.Acquire(ctx, a)
 	if o == idem.AcquireExisting {
-		rec.Response = idem.Response{}
+		rec.Response = exchange.Response{}
 	}
 	return rec, o, err
 }
@@ -310,7 +311,7 @@ func (s batchWithoutFencing) RenewBatch(ctx context.Context, held []idem.Held, u
 type headerAsMap struct{ *memstore.Store }
 
 func (s headerAsMap) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
-	c.Response.Header = slices.SortedFunc(slices.Values(c.Response.Header), func(a, b idem.HeaderField) int {
+	c.Response.Header = slices.SortedFunc(slices.Values(c.Response.Header), func(a, b exchange.HeaderField) int {
 		return cmp.Compare(a.Name, b.Name)
 	})
 	return s.Store.Complete(ctx, id, token, c)
@@ -331,14 +332,14 @@ func (s body64KiB) Complete(ctx context.Context, id idem.ID, token string, c ide
 // write a response where the memory store would not.
 type responses struct {
 	mu   sync.Mutex
-	kept map[idem.ID]idem.Response
+	kept map[idem.ID]exchange.Response
 }
 
-func (r *responses) keep(id idem.ID, resp idem.Response) {
+func (r *responses) keep(id idem.ID, resp exchange.Response) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.kept == nil {
-		r.kept = map[idem.ID]idem.Response{}
+		r.kept = map[idem.ID]exchange.Response{}
 	}
 	r.kept[id] = resp
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // TestDo holds a store to what Engine.Do promises jobs, webhooks and
@@ -276,16 +277,16 @@ var jobCases = []struct {
 		// A request whose key header names a job's key (here, an event's
 		// id) in the job's scope must not reach the job's record, nor a
 		// job a request's: a client cannot block a job, or a job a client.
-		request := func(key string) idem.Decision {
-			return j.e.Begin(ctx, &idem.Request{Method: "POST", Path: "/v1/charges", Scope: "acct_1",
+		request := func(key string) exchange.Decision {
+			return j.e.Adapter().Begin(ctx, exchange.Request{Method: "POST", Path: "/v1/charges", Scope: "acct_1",
 				KeyLines: []string{key}, ContentType: "application/json", Body: []byte(`{}`)})
 		}
 		d := request("evt_1")
-		if d.Action != idem.ActionRun {
+		if d.Action != exchange.Run {
 			t.Fatalf("the first request with key evt_1: %+v, want it run", d)
 		}
 		_, _ = d.Lock.Write([]byte(`{"ok":true}`))
-		if f := d.Lock.Finish(ctx, 201, nil); f.Outcome != idem.Recorded {
+		if f := d.Lock.Finish(ctx, 201, nil); f.Outcome != exchange.Recorded {
 			t.Fatalf("the request's response: %v (%s, %v), want it recorded", f.Outcome, f.Reason, f.Err)
 		}
 		if got, err := j.e.Do(ctx, settle("evt_1"), j.job); err != nil || string(got) != "result 1" {
@@ -294,10 +295,10 @@ var jobCases = []struct {
 		if got, err := j.e.Do(ctx, settle("evt_2"), j.job); err != nil || string(got) != "result 2" {
 			t.Fatal(got, err)
 		}
-		if d := request("evt_2"); d.Action != idem.ActionRun {
+		if d := request("evt_2"); d.Action != exchange.Run {
 			t.Fatalf("a request with key evt_2 after the job evt_2: %+v, want it run", d.Response)
 		} else {
-			d.Lock.Abandon(ctx, idem.ReasonPanic)
+			d.Lock.Abandon(ctx, exchange.ReasonPanic)
 		}
 		// HeldKey gives a job its scope and key as given.
 		if _, err := j.e.Do(ctx, settle("evt_3"), func(ctx context.Context) ([]byte, error) {

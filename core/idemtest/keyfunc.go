@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
@@ -65,7 +66,7 @@ func TestKeyFunc(t *testing.T, mount KeyedMount) {
 			if got := a.calls.Load(); got != 1 {
 				t.Fatalf("handler ran %d times, want once", got)
 			}
-			wantProblem(t, send("msg with spaces", ""), 400, idem.ProblemKeyInvalid)
+			wantProblem(t, send("msg with spaces", ""), 400, exchange.ProblemKeyInvalid)
 			missing := send("", `"an Idempotency-Key is not the key here"`)
 			if optional {
 				if missing.status != 201 || missing.replayed() || a.calls.Load() != 2 {
@@ -73,7 +74,7 @@ func TestKeyFunc(t *testing.T, mount KeyedMount) {
 				}
 				return
 			}
-			wantProblem(t, missing, 400, idem.ProblemKeyMissing)
+			wantProblem(t, missing, 400, exchange.ProblemKeyMissing)
 		})
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/core/idemevent"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
@@ -33,11 +35,11 @@ func NewEngine(tb testing.TB, configure ...func(*idem.Config)) *idem.Engine {
 // every lock (EventStored and EventNotStored), so a test can wait for a
 // key's release instead of racing it: a hijacked or streamed response
 // reaches the client before its handler returns.
-func Outcomes() (func(*idem.Config), <-chan idem.Event) {
-	ch := make(chan idem.Event, 16)
+func Outcomes() (func(*idem.Config), <-chan idemevent.Event) {
+	ch := make(chan idemevent.Event, 16)
 	return func(c *idem.Config) {
-		c.OnEvent = func(_ context.Context, ev idem.Event) {
-			if ev.Kind == idem.EventStored || ev.Kind == idem.EventNotStored {
+		c.OnEvent = func(_ context.Context, ev idemevent.Event) {
+			if ev.Kind == idemevent.Stored || ev.Kind == idemevent.NotStored {
 				select { // a test that stopped reading holds no request for long
 				case ch <- ev:
 				case <-time.After(10 * time.Second):
@@ -48,7 +50,7 @@ func Outcomes() (func(*idem.Config), <-chan idem.Event) {
 }
 
 // WantOutcome waits for the next outcome from Outcomes and checks it.
-func WantOutcome(t *testing.T, events <-chan idem.Event, kind idem.EventKind, reason idem.Reason) {
+func WantOutcome(t *testing.T, events <-chan idemevent.Event, kind idemevent.Kind, reason exchange.Reason) {
 	t.Helper()
 	select {
 	case ev := <-events:
@@ -73,7 +75,7 @@ type Response struct {
 }
 
 // Replayed reports whether the response is a replay.
-func (r Response) Replayed() bool { return r.Header.Get(idem.ReplayedHeader) == "true" }
+func (r Response) Replayed() bool { return r.Header.Get(exchange.ReplayedHeader) == "true" }
 
 // Post sends a JSON POST to url. An empty key sends no Idempotency-Key;
 // header holds extra name, value pairs.

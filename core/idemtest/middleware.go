@@ -18,6 +18,8 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/core/idemevent"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
@@ -103,7 +105,7 @@ var writerCases = []httpCase{
 			}
 			// The connection is the handler's from the 101 on: the response
 			// is streamed, whatever the handler writes after it.
-			WantOutcome(t, e.outcomes, idem.EventNotStored, idem.ReasonStreamed)
+			WantOutcome(t, e.outcomes, idemevent.NotStored, exchange.ReasonStreamed)
 		}
 		e.wantCalls(t, 2)
 	}},
@@ -137,7 +139,7 @@ type env struct {
 	// outcomes receives the end of every lock (EventStored and
 	// EventNotStored), as far as its buffer holds them: a case that
 	// checks why a response was not stored reads them.
-	outcomes <-chan idem.Event
+	outcomes <-chan idemevent.Event
 }
 
 // The suite's limits, small so the size cases stay fast.
@@ -160,13 +162,13 @@ func newEnv(t *testing.T, mount Mount, configure func(*idem.Config)) *env {
 	if configure != nil {
 		configure(&cfg)
 	}
-	outcomes := make(chan idem.Event, 64)
+	outcomes := make(chan idemevent.Event, 64)
 	caseHook := cfg.OnEvent
-	cfg.OnEvent = func(ctx context.Context, ev idem.Event) {
+	cfg.OnEvent = func(ctx context.Context, ev idemevent.Event) {
 		if caseHook != nil {
 			caseHook(ctx, ev)
 		}
-		if ev.Kind == idem.EventStored || ev.Kind == idem.EventNotStored {
+		if ev.Kind == idemevent.Stored || ev.Kind == idemevent.NotStored {
 			select { // cases that never read them lose the later ones
 			case outcomes <- ev:
 			default:
@@ -221,7 +223,7 @@ type result struct {
 	err    error
 }
 
-func (r *result) replayed() bool { return r.header.Get(idem.ReplayedHeader) == "true" }
+func (r *result) replayed() bool { return r.header.Get(exchange.ReplayedHeader) == "true" }
 
 func (e *env) send(c call) *result {
 	if c.method == "" {
@@ -287,10 +289,10 @@ func (e *env) wantCalls(t *testing.T, want int64) {
 func wantReplay(t *testing.T, first, r *result) {
 	t.Helper()
 	if !r.replayed() {
-		t.Fatalf("second response lacks %s: true (headers %v)", idem.ReplayedHeader, r.header)
+		t.Fatalf("second response lacks %s: true (headers %v)", exchange.ReplayedHeader, r.header)
 	}
 	if first.replayed() {
-		t.Fatalf("first response carries %s", idem.ReplayedHeader)
+		t.Fatalf("first response carries %s", exchange.ReplayedHeader)
 	}
 	if r.status != first.status || !bytes.Equal(r.body, first.body) {
 		t.Fatalf("replay = %d %q, want %d %q", r.status, r.body, first.status, first.body)
@@ -340,7 +342,7 @@ func wantProblem(t *testing.T, r *result, status int, name string) {
 	if r.status != status {
 		t.Fatalf("status %d, want %d (%s); body %s", r.status, status, name, r.body)
 	}
-	if ct := r.header.Get("Content-Type"); ct != idem.ProblemContentType {
+	if ct := r.header.Get("Content-Type"); ct != exchange.ProblemContentType {
 		t.Fatalf("problem Content-Type = %q", ct)
 	}
 	var p struct {
@@ -488,9 +490,9 @@ var httpCases = []httpCase{
 		}
 		wantReplay(t, first, r)
 		changed := []formPart{{name: "amount", value: "100"}, {name: "receipt", file: "r.txt", value: "paid in part"}}
-		wantProblem(t, send("third-boundary-3333", changed), 422, idem.ProblemKeyReused)
+		wantProblem(t, send("third-boundary-3333", changed), 422, exchange.ProblemKeyReused)
 		renamed := []formPart{{name: "amount", value: "100"}, {name: "receipt", file: "s.txt", value: "paid in full"}}
-		wantProblem(t, send("fourth-boundary-4444", renamed), 422, idem.ProblemKeyReused)
+		wantProblem(t, send("fourth-boundary-4444", renamed), 422, exchange.ProblemKeyReused)
 		e.wantCalls(t, 1)
 	}},
 	{name: "Mismatch/ContentEncoding", run: func(t *testing.T, e *env) {
@@ -499,7 +501,7 @@ var httpCases = []httpCase{
 		first := e.must(t, call{key: "k1", body: `{"amount":100}`, ctype: "text/plain"}, 201)
 		gzipped := call{key: "k1", body: `{"amount":100}`, ctype: "text/plain",
 			header: http.Header{"Content-Encoding": {"gzip"}}}
-		wantProblem(t, e.send(gzipped), 422, idem.ProblemKeyReused)
+		wantProblem(t, e.send(gzipped), 422, exchange.ProblemKeyReused)
 		wantReplay(t, first, e.must(t, call{key: "k1", body: `{"amount":100}`, ctype: "text/plain"}, 201))
 		e.wantCalls(t, 1)
 	}},
@@ -507,7 +509,7 @@ var httpCases = []httpCase{
 		// encoding/json reads both "amount" and "Amount" into one field and
 		// keeps the last: these two bodies charge 99999 and 100.
 		first := e.must(t, call{key: "k1", body: `{"amount":100,"Amount":99999}`}, 201)
-		wantProblem(t, e.send(call{key: "k1", body: `{"Amount":99999,"amount":100}`}), 422, idem.ProblemKeyReused)
+		wantProblem(t, e.send(call{key: "k1", body: `{"Amount":99999,"amount":100}`}), 422, exchange.ProblemKeyReused)
 		wantReplay(t, first, e.must(t, call{key: "k1", body: `{ "amount": 100, "Amount": 99999 }`}, 201))
 		e.wantCalls(t, 1)
 	}},
@@ -626,18 +628,18 @@ var httpCases = []httpCase{
 	}},
 	{name: "Mismatch/Body", run: func(t *testing.T, e *env) {
 		first := e.must(t, call{key: "k1", body: `{"amount":100}`}, 201)
-		wantProblem(t, e.send(call{key: "k1", body: `{"amount":200}`}), 422, idem.ProblemKeyReused)
-		wantProblem(t, e.send(call{key: "k1", body: `{"amount":100.0}`}), 422, idem.ProblemKeyReused)
-		wantProblem(t, e.send(call{key: "k1", body: `{"amount":100}`, ctype: "text/plain"}), 422, idem.ProblemKeyReused)
+		wantProblem(t, e.send(call{key: "k1", body: `{"amount":200}`}), 422, exchange.ProblemKeyReused)
+		wantProblem(t, e.send(call{key: "k1", body: `{"amount":100.0}`}), 422, exchange.ProblemKeyReused)
+		wantProblem(t, e.send(call{key: "k1", body: `{"amount":100}`, ctype: "text/plain"}), 422, exchange.ProblemKeyReused)
 		// The original record is untouched.
 		wantReplay(t, first, e.must(t, call{key: "k1", body: `{"amount":100}`}, 201))
 		e.wantCalls(t, 1)
 	}},
 	{name: "Mismatch/PathAndMethod", run: func(t *testing.T, e *env) {
 		first := e.must(t, call{key: "k1", body: `{}`}, 201)
-		wantProblem(t, e.send(call{key: "k1", body: `{}`, path: "/charges/other"}), 422, idem.ProblemKeyReused)
-		wantProblem(t, e.send(call{key: "k1", body: `{}`, path: "/charges?x=1"}), 422, idem.ProblemKeyReused)
-		wantProblem(t, e.send(call{key: "k1", body: `{}`, method: http.MethodPatch}), 422, idem.ProblemKeyReused)
+		wantProblem(t, e.send(call{key: "k1", body: `{}`, path: "/charges/other"}), 422, exchange.ProblemKeyReused)
+		wantProblem(t, e.send(call{key: "k1", body: `{}`, path: "/charges?x=1"}), 422, exchange.ProblemKeyReused)
+		wantProblem(t, e.send(call{key: "k1", body: `{}`, method: http.MethodPatch}), 422, exchange.ProblemKeyReused)
 		wantReplay(t, first, e.must(t, call{key: "k1", body: `{}`}, 201))
 		e.wantCalls(t, 1)
 	}},
@@ -646,12 +648,12 @@ var httpCases = []httpCase{
 		go func() { done <- e.send(call{key: "k1", path: "/slow", body: `{"a":1}`}) }()
 		waitEntered(t, e)
 		r := e.send(call{key: "k1", path: "/slow", body: `{"a":1}`})
-		wantProblem(t, r, 409, idem.ProblemInProgress)
+		wantProblem(t, r, 409, exchange.ProblemInProgress)
 		if r.header.Get("Retry-After") != "1" {
 			t.Fatalf("409 Retry-After = %q, want 1", r.header.Get("Retry-After"))
 		}
 		// Another payload is a mismatch, even while the original runs.
-		wantProblem(t, e.send(call{key: "k1", path: "/slow", body: `{"a":2}`}), 422, idem.ProblemKeyReused)
+		wantProblem(t, e.send(call{key: "k1", path: "/slow", body: `{"a":2}`}), 422, exchange.ProblemKeyReused)
 		e.app.releaseSlow()
 		first := recv(t, done, "the original request's response")
 		if first.err != nil || first.status != 201 {
@@ -702,8 +704,8 @@ var httpCases = []httpCase{
 		e.wantCalls(t, 1)
 	}},
 	{name: "Key/Missing", run: func(t *testing.T, e *env) {
-		wantProblem(t, e.send(call{noKey: true, body: `{}`}), 400, idem.ProblemKeyMissing)
-		wantProblem(t, e.send(call{noKey: true, method: http.MethodPatch}), 400, idem.ProblemKeyMissing)
+		wantProblem(t, e.send(call{noKey: true, body: `{}`}), 400, exchange.ProblemKeyMissing)
+		wantProblem(t, e.send(call{noKey: true, method: http.MethodPatch}), 400, exchange.ProblemKeyMissing)
 		e.wantCalls(t, 0)
 	}},
 	{name: "Key/Optional", config: func(c *idem.Config) { c.KeyOptional = true }, run: func(t *testing.T, e *env) {
@@ -713,7 +715,7 @@ var httpCases = []httpCase{
 			}
 		}
 		e.wantCalls(t, 2)
-		wantProblem(t, e.send(call{key: `"unterminated`}), 400, idem.ProblemKeyInvalid)
+		wantProblem(t, e.send(call{key: `"unterminated`}), 400, exchange.ProblemKeyInvalid)
 		wantReplay(t, e.must(t, call{key: "k1"}, 201), e.must(t, call{key: "k1"}, 201))
 	}},
 	{name: "Key/Valid", run: func(t *testing.T, e *env) {
@@ -738,15 +740,15 @@ var httpCases = []httpCase{
 			if r.status != 400 {
 				t.Fatalf("key %s (%q): status %d, want 400", k.name, k.header, r.status)
 			}
-			wantProblem(t, r, 400, idem.ProblemKeyInvalid)
+			wantProblem(t, r, 400, exchange.ProblemKeyInvalid)
 		}
-		wantProblem(t, e.send(call{keys: []string{`"a"`, `"a"`}}), 400, idem.ProblemKeyInvalid)
-		wantProblem(t, e.send(call{keys: []string{`"a"`, `"b"`}}), 400, idem.ProblemKeyInvalid)
+		wantProblem(t, e.send(call{keys: []string{`"a"`, `"a"`}}), 400, exchange.ProblemKeyInvalid)
+		wantProblem(t, e.send(call{keys: []string{`"a"`, `"b"`}}), 400, exchange.ProblemKeyInvalid)
 		e.wantCalls(t, 0)
 	}},
 	{name: "Key/StrictMode", config: func(c *idem.Config) { c.StrictKeys = true }, run: func(t *testing.T, e *env) {
-		wantProblem(t, e.send(call{key: "8e03978e-40d5-43e8-bc93-6894a57f9324"}), 400, idem.ProblemKeyInvalid)
-		wantProblem(t, e.send(call{key: ":aGVsbG8=:"}), 400, idem.ProblemKeyInvalid)
+		wantProblem(t, e.send(call{key: "8e03978e-40d5-43e8-bc93-6894a57f9324"}), 400, exchange.ProblemKeyInvalid)
+		wantProblem(t, e.send(call{key: ":aGVsbG8=:"}), 400, exchange.ProblemKeyInvalid)
 		wantReplay(t, e.must(t, call{key: `"abc"`}, 201), e.must(t, call{key: `"abc"`}, 201))
 	}},
 	{name: "Scope/TenantsApart", run: func(t *testing.T, e *env) {
@@ -793,15 +795,15 @@ var httpCases = []httpCase{
 		// holder's, and the old holder's is withheld: it is not the key's
 		// outcome, so its client must not take it for one.
 		if old.err == nil {
-			wantProblem(t, old, 503, idem.ProblemStoreUnavailable)
+			wantProblem(t, old, 503, exchange.ProblemStoreUnavailable)
 		}
 		wantReplay(t, taken, e.must(t, call{key: "k1", path: "/slow", body: `{}`}, 201))
 		e.wantCalls(t, 2)
 	}},
 	{name: "Body/TooLarge", run: func(t *testing.T, e *env) {
 		big := `{"pad":"` + strings.Repeat("x", maxRequestBody) + `"}`
-		wantProblem(t, e.send(call{key: "k1", body: big}), 413, idem.ProblemPayloadTooLarge)
-		wantProblem(t, e.send(call{key: "k2", body: big, chunked: true}), 413, idem.ProblemPayloadTooLarge)
+		wantProblem(t, e.send(call{key: "k1", body: big}), 413, exchange.ProblemPayloadTooLarge)
+		wantProblem(t, e.send(call{key: "k2", body: big, chunked: true}), 413, exchange.ProblemPayloadTooLarge)
 		e.wantCalls(t, 0)
 		// Not recorded: the key is still free for a request within the limit.
 		e.must(t, call{key: "k1", body: `{}`}, 201)
@@ -829,7 +831,7 @@ var httpCases = []httpCase{
 		}
 	}},
 	{name: "Store/Unavailable", config: func(c *idem.Config) { c.Store = failingStore{} }, run: func(t *testing.T, e *env) {
-		wantProblem(t, e.send(call{key: "k1", body: `{}`}), 503, idem.ProblemStoreUnavailable)
+		wantProblem(t, e.send(call{key: "k1", body: `{}`}), 503, exchange.ProblemStoreUnavailable)
 		e.wantCalls(t, 0)
 		e.must(t, call{method: http.MethodGet, key: "k1"}, 200)
 	}},
@@ -843,7 +845,7 @@ var httpCases = []httpCase{
 			if r.status != 503 {
 				t.Fatalf("got %d %s for a request whose work was rolled back, want a broken connection or a 503", r.status, r.body)
 			}
-			wantProblem(t, r, 503, idem.ProblemStoreUnavailable)
+			wantProblem(t, r, 503, exchange.ProblemStoreUnavailable)
 		}
 		e.wantCalls(t, 1)
 		e.must(t, call{key: "k1", body: `{"a":1}`}, 201)
@@ -856,7 +858,7 @@ var httpCases = []httpCase{
 		// client must not receive it as one. Its retry runs again here, as
 		// the record was forgotten.
 		if r := e.send(call{key: "k1", body: `{"a":1}`}); r.err == nil {
-			wantProblem(t, r, 503, idem.ProblemStoreUnavailable)
+			wantProblem(t, r, 503, exchange.ProblemStoreUnavailable)
 		}
 		e.wantCalls(t, 1)
 		e.must(t, call{key: "k1", body: `{"a":1}`}, 201)
@@ -868,7 +870,7 @@ var httpCases = []httpCase{
 		// work undone must not reach the client whole.
 		c := call{key: "k1", path: fmt.Sprintf("/big?size=%d", maxResponseBody+1)}
 		if r := e.send(c); r.err == nil {
-			wantProblem(t, r, 503, idem.ProblemStoreUnavailable)
+			wantProblem(t, r, 503, exchange.ProblemStoreUnavailable)
 		}
 		// A response the policy does not record and whose work is undone
 		// anyway (a 5xx) goes out as it is: it reports no success.

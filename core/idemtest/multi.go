@@ -13,6 +13,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemhttp"
 )
 
@@ -110,7 +111,7 @@ func (m *instances) send(t *testing.T, i int) {
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	kind := fmt.Sprint(resp.StatusCode)
-	if resp.Header.Get(idem.ReplayedHeader) == "true" {
+	if resp.Header.Get(exchange.ReplayedHeader) == "true" {
 		kind += " replayed"
 	}
 	m.mu.Lock()

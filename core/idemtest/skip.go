@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/core/idemevent"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
@@ -39,7 +41,7 @@ func TestSkip(t *testing.T, mount SkipMount) {
 	t.Cleanup(func() { store.Close() })
 	var events atomic.Int64
 	e := idem.New(idem.Config{Store: store, MaxRequestBody: skipMaxBody, Logger: slog.New(slog.DiscardHandler),
-		OnEvent: func(context.Context, idem.Event) { events.Add(1) }})
+		OnEvent: func(context.Context, idemevent.Event) { events.Add(1) }})
 	var calls atomic.Int64
 	url := mount(t, e, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := calls.Add(1)
@@ -67,7 +69,7 @@ func TestSkip(t *testing.T, mount SkipMount) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return resp.StatusCode, resp.Header.Get(idem.ReplayedHeader) != "", string(b)
+		return resp.StatusCode, resp.Header.Get(exchange.ReplayedHeader) != "", string(b)
 	}
 
 	long := strings.Repeat("x", 2*skipMaxBody)

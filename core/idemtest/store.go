@@ -13,6 +13,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemadmin"
 )
 
@@ -97,7 +98,7 @@ func checkForgetFencesHolder(ctx context.Context, s AdminStore) error {
 		return err
 	}
 	if err := s.Forget(ctx, id, true); err != nil {
-		return fmt.Errorf("Forget of a record in flight with force: %w", err)
+		return fmt.Errorf("forgetting a record in flight with force: %w", err)
 	}
 	if _, err := s.Get(ctx, id); !errors.Is(err, idem.ErrNotFound) {
 		return fmt.Errorf("Get after a Forget with force: %v, want ErrNotFound", err)
@@ -133,7 +134,7 @@ func checkForgetCompleted(ctx context.Context, s AdminStore) error {
 		return err
 	}
 	if err := s.Forget(ctx, id, false); err != nil {
-		return fmt.Errorf("Forget of a completed record: %w", err)
+		return fmt.Errorf("forgetting a completed record: %w", err)
 	}
 	if _, err := s.Get(ctx, id); !errors.Is(err, idem.ErrNotFound) {
 		return fmt.Errorf("Get after Forget: %v, want ErrNotFound", err)
@@ -155,7 +156,7 @@ func checkForgetScopesApart(ctx context.Context, s AdminStore) error {
 		}
 	}
 	if err := s.Forget(ctx, a, false); err != nil {
-		return fmt.Errorf("Forget: %w", err)
+		return fmt.Errorf("forgetting: %w", err)
 	}
 	if rec, err := s.Get(ctx, b); err != nil || rec.State != idem.Completed {
 		return fmt.Errorf("another tenant's record of the same key, after Forget: %v (%v), want it completed", rec.State, err)
@@ -272,7 +273,7 @@ func checkForgetChanged(ctx context.Context, s AdminStore, between func(AdminSto
 	case changed != nil:
 		return fmt.Errorf("the change between Forget's read and its delete: %w", changed)
 	case !errors.Is(err, idemadmin.ErrChanged):
-		return fmt.Errorf("Forget of a record changed after its read: %v, want ErrChanged", err)
+		return fmt.Errorf("forgetting a record changed after its read: %v, want ErrChanged", err)
 	}
 	rec, err := s.Get(ctx, id)
 	return c.after(rec, err)
@@ -411,7 +412,7 @@ func checkAcquireInFlight(ctx context.Context, s idem.Store) error {
 			return err
 		}
 		if err := checkRecord(rec, first); err != nil {
-			return fmt.Errorf("Existing record: %w", err)
+			return fmt.Errorf("the existing record: %w", err)
 		}
 	}
 	return nil
@@ -455,10 +456,10 @@ func checkNoTakeoverOtherFingerprint(ctx context.Context, s idem.Store) error {
 	return checkRecord(rec, first)
 }
 
-func sampleResponse() idem.Response {
-	return idem.Response{
+func sampleResponse() exchange.Response {
+	return exchange.Response{
 		Status: 201,
-		Header: []idem.HeaderField{
+		Header: []exchange.HeaderField{
 			{Name: "Content-Type", Values: []string{"application/json"}},
 			{Name: "Location", Values: []string{"/v1/charges/ch_1"}},
 			{Name: "Link", Values: []string{"</a>; rel=a", "</b>; rel=b"}},
@@ -467,7 +468,7 @@ func sampleResponse() idem.Response {
 	}
 }
 
-func completeAt(ctx context.Context, s idem.Store, id idem.ID, token string, resp idem.Response, now time.Time) error {
+func completeAt(ctx context.Context, s idem.Store, id idem.ID, token string, resp exchange.Response, now time.Time) error {
 	err := s.Complete(ctx, id, token, idem.Completion{Response: resp, CompletedAt: now, ExpiresAt: now.Add(ttl)})
 	if err != nil {
 		return fmt.Errorf("Complete(%q, token %q): %w", id.Key, token, err)
@@ -475,7 +476,7 @@ func completeAt(ctx context.Context, s idem.Store, id idem.ID, token string, res
 	return nil
 }
 
-func checkResponse(got, want idem.Response) error {
+func checkResponse(got, want exchange.Response) error {
 	if got.Status != want.Status {
 		return fmt.Errorf("stored status = %d, want %d", got.Status, want.Status)
 	}
@@ -694,10 +695,10 @@ func checkRenewStale(ctx context.Context, s idem.Store) error {
 }
 
 func checkCompleteRoundTrip(ctx context.Context, s idem.Store) error {
-	cases := []idem.Response{
+	cases := []exchange.Response{
 		sampleResponse(),
 		{Status: 204, Body: []byte{}},
-		{Status: 400, Header: []idem.HeaderField{{Name: "Content-Type", Values: []string{"application/problem+json"}}}, Body: []byte(`{"title":"bad"}`)},
+		{Status: 400, Header: []exchange.HeaderField{{Name: "Content-Type", Values: []string{"application/problem+json"}}}, Body: []byte(`{"title":"bad"}`)},
 	}
 	for i, want := range cases {
 		id := idem.ID{Scope: "s", Key: fmt.Sprintf("k-rt-%d", i)}
@@ -739,7 +740,7 @@ func checkCompleteCopies(ctx context.Context, s idem.Store) error {
 		for j := range lent.Header[i].Values {
 			lent.Header[i].Values[j] = "reused" // the handler's own value arrays are lent too
 		}
-		lent.Header[i] = idem.HeaderField{Name: "X-Reused", Values: []string{"reused"}}
+		lent.Header[i] = exchange.HeaderField{Name: "X-Reused", Values: []string{"reused"}}
 	}
 	got, err := s.Get(ctx, id)
 	if err != nil {
@@ -756,7 +757,7 @@ func checkCompleteLarge(ctx context.Context, s idem.Store) error {
 	for i := range body {
 		body[i] = byte(i*7 + i>>9) // every byte value, not compressible to nothing
 	}
-	want := idem.Response{Status: 200, Header: []idem.HeaderField{{Name: "Content-Type", Values: []string{"application/octet-stream"}}}, Body: body}
+	want := exchange.Response{Status: 200, Header: []exchange.HeaderField{{Name: "Content-Type", Values: []string{"application/octet-stream"}}}, Body: body}
 	id := idem.ID{Key: "k-large"}
 	if _, err := acquire(ctx, s, acquireAt(id, fpA, "tok", t0), idem.AcquireCreated); err != nil {
 		return err
@@ -776,7 +777,7 @@ func checkCompleteStale(ctx context.Context, s idem.Store) error {
 	if err := takenOver(ctx, s, id); err != nil {
 		return err
 	}
-	stale := idem.Response{Status: 201, Body: []byte("stale")}
+	stale := exchange.Response{Status: 201, Body: []byte("stale")}
 	if err := wantErr("Complete by the stale owner", s.Complete(ctx, id, "tok-old", idem.Completion{Response: stale, CompletedAt: t0, ExpiresAt: t0.Add(ttl)}), idem.ErrLockLost); err != nil {
 		return err
 	}
@@ -827,7 +828,7 @@ func checkCompleteTwice(ctx context.Context, s idem.Store) error {
 	if err := completeAt(ctx, s, id, "tok", want, t0); err != nil {
 		return err
 	}
-	again := idem.Completion{Response: idem.Response{Status: 500}, CompletedAt: t0, ExpiresAt: t0.Add(ttl)}
+	again := idem.Completion{Response: exchange.Response{Status: 500}, CompletedAt: t0, ExpiresAt: t0.Add(ttl)}
 	if err := wantErr("second Complete", s.Complete(ctx, id, "tok", again), idem.ErrLockLost); err != nil {
 		return err
 	}

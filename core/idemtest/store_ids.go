@@ -8,6 +8,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // oddIDs are scopes and keys a store must keep apart and return as they
@@ -110,7 +111,7 @@ func renewBatchRecords(ctx context.Context, s idem.Store) ([]idem.Held, []bool, 
 	if _, err := acquire(ctx, s, acquireAt(acctID("taken"), fpA, "tok-new", t0.Add(lease)), idem.AcquireTookOver); err != nil {
 		return nil, nil, err
 	}
-	if err := s.Complete(ctx, acctID("done"), "tok-done", idem.Completion{Response: idem.Response{Status: 201, Body: []byte{}},
+	if err := s.Complete(ctx, acctID("done"), "tok-done", idem.Completion{Response: exchange.Response{Status: 201, Body: []byte{}},
 		CompletedAt: t0, ExpiresAt: t0.Add(ttl)}); err != nil {
 		return nil, nil, err
 	}

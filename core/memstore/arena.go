@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // A shard keeps its completed records packed one after the other in large
@@ -80,7 +81,7 @@ type completed struct {
 
 // packRecord writes into *scratch the record that f's completion makes,
 // and returns it.
-func packRecord(scratch *[]byte, f *flight, status int, completedAt, expiresAt int64, r idem.Response) []byte {
+func packRecord(scratch *[]byte, f *flight, status int, completedAt, expiresAt int64, r exchange.Response) []byte {
 	b := append((*scratch)[:0], make([]byte, headRoom)...)
 	b = append(b, f.fp[:]...)
 	b = binary.AppendVarint(b, f.createdAt)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // modelRecord is what a test expects the store to hold for an ID.
@@ -75,8 +76,8 @@ func churn(t *testing.T, s *Store, seed uint64, keys, ops, check int) {
 			if rng.IntN(3) == 0 {
 				ttl = time.Duration(20+rng.IntN(40)) * time.Second
 			}
-			if err := s.Complete(ctx, id, m.token, idem.Completion{Response: idem.Response{Status: 200 + i%7,
-				Header: []idem.HeaderField{{Name: "Content-Type", Values: []string{"application/json"}}, {Name: "X-Step", Values: []string{fmt.Sprint(i), ""}}},
+			if err := s.Complete(ctx, id, m.token, idem.Completion{Response: exchange.Response{Status: 200 + i%7,
+				Header: []exchange.HeaderField{{Name: "Content-Type", Values: []string{"application/json"}}, {Name: "X-Step", Values: []string{fmt.Sprint(i), ""}}},
 				Body:   []byte(body)}, CompletedAt: now, ExpiresAt: now.Add(ttl)}); err != nil {
 				t.Fatalf("step %d: Complete: %v", i, err)
 			}
@@ -169,7 +170,7 @@ func TestDigestSeparatesScopeAndKey(t *testing.T) {
 		if _, _, err := s.Acquire(ctx, idem.Acquire{ID: id, Token: id.Scope, Now: now, LeaseUntil: now.Add(time.Minute), ExpiresAt: now.Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Complete(ctx, id, id.Scope, idem.Completion{Response: idem.Response{Status: 201, Body: []byte(id.Scope)}, CompletedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
+		if err := s.Complete(ctx, id, id.Scope, idem.Completion{Response: exchange.Response{Status: 201, Body: []byte(id.Scope)}, CompletedAt: now, ExpiresAt: now.Add(time.Hour)}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
@@ -14,9 +15,9 @@ import (
 //
 //	go test -run XXX -bench . -benchmem ./core/memstore/
 
-var benchResponse = idem.Response{
+var benchResponse = exchange.Response{
 	Status: 201,
-	Header: []idem.HeaderField{
+	Header: []exchange.HeaderField{
 		{Name: "Content-Type", Values: []string{"application/json"}},
 		{Name: "Location", Values: []string{"/v1/charges/ch_1"}},
 	},

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
@@ -266,7 +267,7 @@ func TestCountsStayExact(t *testing.T) {
 	checkCounts(t, s, "acquired", map[string]int{"a": 3, "b": 1, "": 1})
 
 	if err := s.Complete(ctx, idem.ID{Scope: "a", Key: "1"}, token("a", "1"), idem.Completion{
-		Response: idem.Response{Status: 201}, CompletedAt: at, ExpiresAt: at.Add(time.Minute)}); err != nil {
+		Response: exchange.Response{Status: 201}, CompletedAt: at, ExpiresAt: at.Add(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Release(ctx, idem.ID{Scope: "a", Key: "2"}, token("a", "2")); err != nil {
@@ -316,7 +317,7 @@ func TestSweepFindsRecordsThatExpireEarly(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := idem.ID{Key: "k-3"}
-	if err := s.Complete(ctx, id, "t", idem.Completion{Response: idem.Response{Status: 201},
+	if err := s.Complete(ctx, id, "t", idem.Completion{Response: exchange.Response{Status: 201},
 		CompletedAt: at, ExpiresAt: at.Add(10 * time.Second)}); err != nil {
 		t.Fatal(err)
 	}

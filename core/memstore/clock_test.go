@@ -13,6 +13,7 @@ import (
 	"unsafe"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemhttp"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
@@ -74,7 +75,7 @@ func TestLeasesFollowTheMonotonicClock(t *testing.T) {
 	if err := s.Renew(ctx, running, "first", later.Add(lease)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(ctx, running, "first", idem.Completion{Response: idem.Response{Status: 201},
+	if err := s.Complete(ctx, running, "first", idem.Completion{Response: exchange.Response{Status: 201},
 		CompletedAt: later, ExpiresAt: later.Add(24 * time.Hour)}); err != nil {
 		t.Fatal(err)
 	}

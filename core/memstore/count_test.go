@@ -11,6 +11,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // recount compares the store's counts with the records its shards hold,
@@ -164,7 +165,7 @@ func TestCountsUnderConcurrentChurn(t *testing.T) {
 						tookOver.Add(1)
 					}
 				case op < 7:
-					err = s.Complete(ctx, id, held[id], idem.Completion{Response: idem.Response{Status: 201},
+					err = s.Complete(ctx, id, held[id], idem.Completion{Response: exchange.Response{Status: 201},
 						CompletedAt: now, ExpiresAt: now.Add(time.Duration(rng.IntN(500)) * time.Millisecond)})
 				case op < 8:
 					err = s.Release(ctx, id, held[id])

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemhttp"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
@@ -25,7 +26,7 @@ func post(h http.Handler, account, key string) {
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, req)
 	fmt.Printf("%s: %d", strings.TrimSpace(account+" "+key), rec.Code)
-	if rec.Header().Get(idem.ReplayedHeader) == "true" {
+	if rec.Header().Get(exchange.ReplayedHeader) == "true" {
 		fmt.Print(" replayed")
 	}
 	if ra := rec.Header().Get("Retry-After"); ra != "" {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
@@ -68,8 +69,8 @@ func TestRecordsAreCompactAndPointerFree(t *testing.T) {
 
 // response150 is a created order: 150 bytes of JSON, as the load
 // benchmarks' handler writes.
-func response150(i int) idem.Response {
+func response150(i int) exchange.Response {
 	body := fmt.Sprintf(`{"id":"ord_%013d","item":"paperback-0042","quantity":3,"customer":"cus_8f14e45fceea167a","amount":5997,"currency":"usd","created":1780000000}`+"\n", 1e12+i)
-	return idem.Response{Status: 201, Header: []idem.HeaderField{{Name: "Content-Type", Values: []string{"application/json"}}},
+	return exchange.Response{Status: 201, Header: []exchange.HeaderField{{Name: "Content-Type", Values: []string{"application/json"}}},
 		Body: []byte(body)}
 }

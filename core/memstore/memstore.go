@@ -51,7 +51,7 @@ import (
 	"unsafe"
 
 	idem "github.com/idemkit/idemkit/core"
-	"github.com/idemkit/idemkit/core/purge"
+	"github.com/idemkit/idemkit/internal/purge"
 )
 
 const shardCount = 64

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"unsafe"
 
-	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // A stored response is packed, after its record's other fields, into the
@@ -50,7 +50,7 @@ var commonIndex = func() map[string]int {
 }()
 
 // appendResponse appends r's header and body, packed, to b.
-func appendResponse(b []byte, r idem.Response) []byte {
+func appendResponse(b []byte, r exchange.Response) []byte {
 	values := 0
 	for _, f := range r.Header {
 		values += len(f.Values)
@@ -80,12 +80,12 @@ func appendStr(b []byte, s string) []byte {
 // it, not copies. The header costs two allocations whatever its size: one
 // array of fields and one of values, each field's values clipped so that
 // appending to them copies.
-func unpackResponse(status int, b []byte) idem.Response {
-	r := idem.Response{Status: status}
+func unpackResponse(status int, b []byte) exchange.Response {
+	r := exchange.Response{Status: status}
 	fields, b := uvarint(b)
 	values, b := uvarint(b)
 	if fields > 0 {
-		r.Header = make([]idem.HeaderField, fields)
+		r.Header = make([]exchange.HeaderField, fields)
 		all := make([]string, values)
 		v := 0
 		for i := range r.Header {

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -19,11 +18,11 @@ import (
 	"testing"
 	"time"
 
-	idem "github.com/idemkit/idemkit/core"
-
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
 	"github.com/idemkit/idemkit/demo/payments/internal/app"
 	"github.com/idemkit/idemkit/demo/payments/internal/server"
+	"github.com/idemkit/idemkit/internal/testservers"
 )
 
 // databases are the stores the demo's API is tested on. PostgreSQL and
@@ -32,19 +31,12 @@ import (
 // mysql:// URL a user would pass to -db).
 func databases(t *testing.T) map[string]string {
 	dbs := map[string]string{"sqlite": filepath.Join(t.TempDir(), "payments.db")}
-	pg, my := os.Getenv("IDEMKIT_TEST_POSTGRES_DSN"), os.Getenv("IDEMKIT_TEST_MYSQL_DSN")
+	pg, my := testservers.Optional(t, testservers.PostgresDSN), testservers.Optional(t, testservers.MySQLDSN)
 	if pg == "" || my == "" {
-		if testing.Short() {
-			return dbs
-		}
-		t.Fatal("IDEMKIT_TEST_POSTGRES_DSN or IDEMKIT_TEST_MYSQL_DSN is not set: run the tests with `make test`, which starts the servers (or use -short for SQLite only)")
+		return dbs // -short: SQLite only
 	}
 	dbs["postgres"] = pg
-	m := regexp.MustCompile(`^([^@]*)@tcp\(([^)]*)\)/([^?]*)`).FindStringSubmatch(my)
-	if m == nil {
-		t.Fatalf("IDEMKIT_TEST_MYSQL_DSN %q is not user:pass@tcp(host:port)/db", my)
-	}
-	dbs["mysql"] = "mysql://" + m[1] + "@" + m[2] + "/" + m[3]
+	dbs["mysql"] = testservers.MySQLURL(t, my)
 	return dbs
 }
 
@@ -103,7 +95,7 @@ func (r reply) json(t *testing.T) map[string]any {
 	return m
 }
 
-func (r reply) replayed() bool { return r.header.Get(idem.ReplayedHeader) == "true" }
+func (r reply) replayed() bool { return r.header.Get(exchange.ReplayedHeader) == "true" }
 
 // problem checks an RFC 9457 problem of the given type name.
 func (r reply) problem(t *testing.T, status int, name string) {
@@ -111,7 +103,7 @@ func (r reply) problem(t *testing.T, status int, name string) {
 	if r.status != status {
 		t.Fatalf("status %d, want %d (%s): %s", r.status, status, name, r.body)
 	}
-	if ct := r.header.Get("Content-Type"); ct != idem.ProblemContentType {
+	if ct := r.header.Get("Content-Type"); ct != exchange.ProblemContentType {
 		t.Fatalf("Content-Type %q, want a problem: %s", ct, r.body)
 	}
 	m := r.json(t)
@@ -773,7 +765,7 @@ func TestProviderFailureIsNotRecorded(t *testing.T) {
 // idemkit's and the demo's own.
 func problemNames() []string {
 	return append([]string{
-		idem.ProblemKeyMissing, idem.ProblemKeyInvalid, idem.ProblemKeyReused, idem.ProblemInProgress,
-		idem.ProblemPayloadTooLarge, idem.ProblemStoreUnavailable, idem.ProblemBodyUnreadable, idem.ProblemStoreFull,
+		exchange.ProblemKeyMissing, exchange.ProblemKeyInvalid, exchange.ProblemKeyReused, exchange.ProblemInProgress,
+		exchange.ProblemPayloadTooLarge, exchange.ProblemStoreUnavailable, exchange.ProblemBodyUnreadable, exchange.ProblemStoreFull,
 	}, api.ProblemNames()...)
 }

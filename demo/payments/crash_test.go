@@ -241,8 +241,7 @@ func crashConsumer(t *testing.T, dsn string, recordsInRedis bool) {
 
 	// Redis dies and comes back on its append-only file; a new consumer
 	// takes the victim's place; more charges and refunds follow.
-	rs.Kill()
-	time.Sleep(500 * time.Millisecond)
+	rs.Kill() // returns once the process has exited
 	if err := rs.Restart(ctx); err != nil {
 		t.Fatal(err)
 	}

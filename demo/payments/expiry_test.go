@@ -44,7 +44,7 @@ func TestExpiredKeyIsNewInTheDatabase(t *testing.T) {
 		t.Run(dbName, func(t *testing.T) {
 			clock := idemtest.NewClock(time.Now())
 			cfg := app.DefaultConfig()
-			cfg.DB, cfg.ProviderLatency, cfg.TTL, cfg.Now = db, 0, time.Minute, clock.Now
+			cfg.DB, cfg.ProviderLatency, cfg.TTL, cfg.Now = db, 0, 10*time.Minute, clock.Now
 			d := start(t, cfg)
 			provider := &lossyProvider{Provider: d.app.Provider}
 			d.app.API.Provider = provider

@@ -34,10 +34,10 @@ func parseFlags(args []string, usage io.Writer) (app.Config, error) {
 	}
 	// idemkit's Engine refuses these (it panics): refused here first, as
 	// any bad flag is, rather than as a crash at start.
-	if err := app.CheckTTL(cfg.TTL); err != nil {
+	if err := app.CheckLease(cfg.Lease); err != nil {
 		return cfg, err
 	}
-	if err := app.CheckLease(cfg.Lease); err != nil {
+	if err := app.CheckTTL(cfg.TTL, cfg.Lease); err != nil {
 		return cfg, err
 	}
 	if err := app.CheckRecords(cfg.Records); err != nil {
@@ -134,7 +134,7 @@ Flags:
 	fs.StringVar(&cfg.GRPCAddr, "grpc-addr", cfg.GRPCAddr, "gRPC listen address for payments.v1.Charges/Create, on the same idempotency keys and database as the API (default: no gRPC listener)")
 	fs.StringVar(&cfg.Framework, "framework", cfg.Framework, strings.Join(server.Frameworks, "|")+" (echo is Echo v4, fiber Fiber v2)")
 	fs.StringVar(&cfg.DB, "db", cfg.DB, "SQLite file path, or a postgres:// or mysql:// DSN")
-	fs.DurationVar(&cfg.TTL, "ttl", cfg.TTL, "how long idempotency keys are kept after completion (above 0, at most 100 years)")
+	fs.DurationVar(&cfg.TTL, "ttl", cfg.TTL, "how long idempotency keys are kept after completion (at least 5m, the webhooks' signature tolerance, and -lease, the event stream's claim delay; at most 100 years)")
 	fs.DurationVar(&cfg.Lease, "lease", cfg.Lease, "in-flight lease of a running request (100ms to 100 years)")
 	fs.DurationVar(&cfg.ProviderLatency, "provider-latency", cfg.ProviderLatency, "simulated payment-provider latency")
 	fs.Float64Var(&cfg.ProviderFailureRate, "provider-failure-rate", cfg.ProviderFailureRate, "probability 0..1 of a transient provider failure")

@@ -11,8 +11,7 @@ import (
 	"testing"
 	"time"
 
-	idem "github.com/idemkit/idemkit/core"
-
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/demo/payments/internal/app"
 	"github.com/idemkit/idemkit/demo/payments/internal/flaky"
 	"github.com/idemkit/idemkit/demo/payments/internal/server"
@@ -60,7 +59,7 @@ func TestFlakyNetworkEveryFramework(t *testing.T) {
 			for {
 				status, h, err := send(10 * time.Second)
 				if err == nil && status == 201 {
-					if h.Get(idem.ReplayedHeader) != "true" {
+					if h.Get(exchange.ReplayedHeader) != "true" {
 						t.Fatalf("the answer after the held attempt finished is not a replay")
 					}
 					break

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -189,13 +190,13 @@ func TestREADMEFlags(t *testing.T) {
 }
 
 // TestFlagsRefuseTimesIdemkitCannotKeep: a -ttl or -lease that idemkit's
-// Engine refuses (a TTL above 0 and up to 100 years, a lease from 100 ms
-// to 100 years) is a bad flag, from the command line or the environment:
+// Engine refuses (a TTL up to 100 years, a lease from 100 ms to 100 years)
+// is a bad flag, from the command line or the environment:
 // parseFlags names it, and the command exits 2 with that message, not
 // with a panic.
 func TestFlagsRefuseTimesIdemkitCannotKeep(t *testing.T) {
 	const century = "876000h"
-	for _, args := range [][]string{{"-ttl", century}, {"-lease", "100ms"}, {"-lease", century}, {"-ttl", "1s", "-lease", "1s"}} {
+	for _, args := range [][]string{{"-ttl", century}, {"-lease", "100ms"}, {"-lease", century, "-ttl", century}, {"-ttl", "5m", "-lease", "1s"}} {
 		if _, err := parseFlags(args, io.Discard); err != nil {
 			t.Errorf("parseFlags(%q): %v, want it accepted", args, err)
 		}
@@ -227,6 +228,44 @@ func TestFlagsRefuseTimesIdemkitCannotKeep(t *testing.T) {
 		if !errors.As(err, &exit) || exit.ExitCode() != 2 || strings.Contains(out.String(), "panic") || !strings.Contains(out.String(), flag+" must be") {
 			t.Errorf("payments %s %s: %v, want exit status 2 and the reason, no panic:\n%s", flag, values[0], err, out.String())
 		}
+	}
+}
+
+// TestTTLOutlivesTheWebhookToleranceAndTheClaimDelay: a -ttl shorter
+// than the webhooks' signature tolerance (5 minutes: a captured webhook
+// replayed within it passes the signature check) or than the event
+// stream's claim delay (-lease: an entry claimed again after it) would let
+// such a delivery find its event's record gone. It is refused at start,
+// from the flags (exit status 2) and from app.Open, with a message that
+// names both; a -ttl of both or more is taken.
+func TestTTLOutlivesTheWebhookToleranceAndTheClaimDelay(t *testing.T) {
+	for _, args := range [][]string{{"-ttl", "1m"}, {"-ttl", "299s"}, {"-ttl", "10m", "-lease", "20m"}} {
+		_, err := parseFlags(args, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "-ttl") || !strings.Contains(err.Error(), "5m0s") || !strings.Contains(err.Error(), "-lease") {
+			t.Errorf("parseFlags(%q): %v, want an error naming -ttl, the 5m0s tolerance and -lease", args, err)
+		}
+	}
+	for _, args := range [][]string{{"-ttl", "5m"}, {"-ttl", "20m", "-lease", "20m"}} {
+		if _, err := parseFlags(args, io.Discard); err != nil {
+			t.Errorf("parseFlags(%q): %v, want it accepted", args, err)
+		}
+	}
+	cfg := app.DefaultConfig()
+	cfg.DB, cfg.TTL = filepath.Join(t.TempDir(), "p.db"), time.Minute
+	if a, err := app.Open(t.Context(), cfg, quietLog()); err == nil {
+		a.Close()
+		t.Error("app.Open with a TTL of 1m: started, want it refused")
+	}
+	var out bytes.Buffer
+	// Bounded: a demo that takes the flag serves until killed.
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary(t), "-ttl", "3s", "-addr", "127.0.0.1:0")
+	cmd.Dir, cmd.Stdout, cmd.Stderr = t.TempDir(), &out, &out
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(out.String(), "-ttl must be") {
+		t.Errorf("payments -ttl 3s: %v, want exit status 2 and the reason:\n%s", err, out.String())
 	}
 }
 
@@ -330,7 +369,13 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	time.Sleep(300 * time.Millisecond) // the charge is with the provider
+	// The charge is running (with the provider, for a minute) once the
+	// demo's metrics count a request in flight.
+	for deadline := time.Now().Add(30 * time.Second); !inFlight(t, base); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the charge never ran:\n%s", logs.String())
+		}
+	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
@@ -349,4 +394,25 @@ func TestSecondSignalStopsAtOnce(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatalf("the demo did not stop on the second SIGTERM:\n%s", logs.String())
 	}
+}
+
+// inFlight reports whether the demo at base counts a request holding its
+// key (the idemkit_in_flight gauge of its /metrics).
+func inFlight(t *testing.T, base string) bool {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && strings.HasPrefix(f[0], "idemkit_in_flight") && f[1] != "0" {
+			return true
+		}
+	}
+	return false
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/idemkit/idemkit/core/idemadmin"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 
+	"github.com/idemkit/idemkit/demo/payments/internal/api"
 	"github.com/idemkit/idemkit/demo/payments/internal/app"
 	"github.com/idemkit/idemkit/demo/payments/internal/payments"
 	"github.com/idemkit/idemkit/demo/payments/internal/server"
@@ -210,7 +211,7 @@ func TestAdminListener(t *testing.T) {
 	// The records admin (idemctl's -admin) finds the charge's record by
 	// its account and key, on its own listener only.
 	records := idemadmin.NewClient(s.records+server.RecordsAdminPath, "", nil)
-	id := idem.ID{Scope: acct, Key: strings.Trim(key, `"`)}
+	id := idem.ID{Scope: api.AccountScope(acct), Key: strings.Trim(key, `"`)}
 	if in, err := records.Inspect(t.Context(), id); err != nil || in.State != "completed" || in.Status != 201 {
 		t.Fatalf("records admin get: %+v, %v", in, err)
 	}

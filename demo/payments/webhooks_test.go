@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
 	"github.com/idemkit/idemkit/demo/payments/internal/payments"
@@ -122,7 +124,7 @@ var webhookCases = []struct {
 				t.Fatalf("a concurrent delivery: %d %s, want 200 or 409 request-in-progress", a.status, a.body)
 			}
 			if a.status == 409 {
-				a.problem(t, 409, idem.ProblemInProgress)
+				a.problem(t, 409, exchange.ProblemInProgress)
 			}
 		}
 		if r := d.webhook(t, e); r.status != 200 {
@@ -213,6 +215,53 @@ var webhookCases = []struct {
 		}
 		d.settled(t, acct, 1999, 0, 1)
 	}},
+	{"Webhook/NoClientReachesTheProvidersRecords", func(t *testing.T, d *demo) {
+		// A client whose bearer token names the provider's scopes, with
+		// the webhook's id as its Idempotency-Key, records answers of its
+		// own: the signed webhook must not meet them.
+		acct, e := d.charged(t)
+		for _, token := range []string{api.WebhookScope, api.EventScope, "provider-webhooks", "provider-events"} {
+			r := d.do(t, http.MethodPost, "/v1/charges", token, e.ID, `{"amount":0}`)
+			r.problem(t, 400, api.ProblemInvalidRequest)
+			if again := d.do(t, http.MethodPost, "/v1/charges", token, e.ID, `{"amount":0}`); !again.replayed() {
+				t.Fatalf("the client's own 400 under %q was not recorded: the test proves nothing", token)
+			}
+		}
+		if r := d.webhook(t, e); r.status != 200 || r.replayed() {
+			t.Fatalf("the signed webhook after clients used its id: %d replayed=%v %s, want 200, applied", r.status, r.replayed(), r.body)
+		}
+		d.settled(t, acct, 1999, 0, 1)
+	}},
+	{"Webhook/ContentEncodingRefusedRecordsNothing", func(t *testing.T, d *demo) {
+		// A webhook whose body is gzip-encoded, signed over the body
+		// decoded (what a framework that decodes it would check) or as
+		// sent: refused 415 on every framework, before idemkit, so that
+		// the plain delivery of the event is applied, not refused.
+		acct, e := d.charged(t)
+		var zipped bytes.Buffer
+		zw := gzip.NewWriter(&zipped)
+		zw.Write(e.Body())
+		zw.Close()
+		for name, signed := range map[string][]byte{"decoded": e.Body(), "as sent": zipped.Bytes()} {
+			for _, coding := range []string{"gzip", "GZIP", "identity, gzip"} {
+				now := time.Now()
+				h := http.Header{}
+				h.Set(webhook.HeaderID, e.ID)
+				h.Set(webhook.HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
+				h.Set(webhook.HeaderSignature, testSecret.Sign(e.ID, now, signed))
+				h.Set("Content-Encoding", coding)
+				r := d.doHeader(t, http.MethodPost, api.WebhookPath, h, "", zipped.String())
+				if r.problem(t, 415, api.ProblemWebhookEncodingUnsupported); r.header.Get("Accept-Encoding") != "identity" {
+					t.Fatalf("signed over the body %s, Content-Encoding %q: Accept-Encoding %q, want identity", name, coding, r.header.Get("Accept-Encoding"))
+				}
+			}
+		}
+		d.settled(t, acct, 0, 0, 0)
+		if r := d.webhook(t, e); r.status != 200 || r.replayed() {
+			t.Fatalf("the plain delivery after the encoded ones: %d replayed=%v %s, want 200, applied", r.status, r.replayed(), r.body)
+		}
+		d.settled(t, acct, 1999, 0, 1)
+	}},
 	{"Webhook/EventRejected", func(t *testing.T, d *demo) {
 		acct, e := d.charged(t)
 		e.Data.Amount = 2000
@@ -239,7 +288,7 @@ var webhookCases = []struct {
 		}
 		other := e
 		other.Data.Amount = 1
-		d.webhookAt(t, e.ID, other.Body(), testSecret, time.Now()).problem(t, 422, idem.ProblemKeyReused)
+		d.webhookAt(t, e.ID, other.Body(), testSecret, time.Now()).problem(t, 422, exchange.ProblemKeyReused)
 		if _, err := d.app.API.ApplyEvent(context.Background(), e.ID, other.Body()); !errors.Is(err, idem.ErrKeyReused) {
 			t.Fatalf("another payload by the stream: %v, want ErrKeyReused", err)
 		}

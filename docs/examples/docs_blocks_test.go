@@ -48,6 +48,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemevent"
 	"github.com/idemkit/idemkit/core/idemhttp"
 	"github.com/idemkit/idemkit/core/memstore"
 )
@@ -294,6 +295,22 @@ func TestDocsShellBlocks(t *testing.T) {
 	}
 	if checked < 8 {
 		t.Fatalf("only %d shell lines checked", checked)
+	}
+	// Until the first release a user builds from a clone: every program
+	// of the README and the tutorial whose modules they name for `go get`
+	// gets the replace lines that stand for them, not only the first. (The
+	// other pages point to the tutorial's section 1 for that.)
+	checkouts := map[string]bool{}
+	for _, b := range allBlocks(t) {
+		if name, ok := strings.CutPrefix(b.note, "checkout: "); ok {
+			checkouts[name] = true
+		}
+	}
+	for _, b := range allBlocks(t) {
+		tutorial := b.doc == "README.md" || b.doc == "docs/tutorial.md"
+		if name, ok := strings.CutPrefix(b.note, "install: "); ok && tutorial && !checkouts[name] {
+			t.Errorf("%s: no <!-- checkout: %s --> block gives the replace lines for %s before the first release", b.at(), name, name)
+		}
 	}
 }
 
@@ -608,8 +625,8 @@ func TestOperationsKeyHash(t *testing.T) {
 	var logged string
 	store := memstore.New()
 	defer store.Close()
-	engine := idem.New(idem.Config{Store: store, KeyHashSecret: []byte(secret[1]), OnEvent: func(_ context.Context, ev idem.Event) {
-		if ev.Kind == idem.EventFirst {
+	engine := idem.New(idem.Config{Store: store, KeyHashSecret: []byte(secret[1]), OnEvent: func(_ context.Context, ev idemevent.Event) {
+		if ev.Kind == idemevent.First {
 			logged = ev.KeyHash()
 		}
 	}})

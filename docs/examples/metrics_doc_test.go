@@ -16,7 +16,8 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
-	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/core/idemevent"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 	idemotel "github.com/idemkit/idemkit/observability/otel"
@@ -62,26 +63,26 @@ func exportAll(t *testing.T) exported {
 	down := errors.New("connection refused")
 	ctx := context.Background()
 	for _, k := range idemtest.EventKinds() {
-		ev := idem.Event{Kind: k, Method: "POST", Route: "/v1/charges/ch_1", Duration: time.Second, StoreLatency: time.Millisecond}
+		ev := idemevent.Event{Kind: k, Method: "POST", Route: "/v1/charges/ch_1", Duration: time.Second, StoreLatency: time.Millisecond}
 		switch k {
-		case idem.EventKeyMissing, idem.EventKeyInvalid, idem.EventTooLarge, idem.EventBodyUnreadable, idem.EventLeaseLost:
-		case idem.EventStored:
+		case idemevent.KeyMissing, idemevent.KeyInvalid, idemevent.TooLarge, idemevent.BodyUnreadable, idemevent.LeaseLost:
+		case idemevent.Stored:
 			ev.StoreCall = "complete"
-		case idem.EventRenewed, idem.EventRenewError:
+		case idemevent.Renewed, idemevent.RenewError:
 			ev.StoreCall = "renew"
 		default:
 			ev.StoreCall = "acquire"
 		}
-		if k == idem.EventStoreError || k == idem.EventUnprotected || k == idem.EventRenewError {
+		if k == idemevent.StoreError || k == idemevent.Unprotected || k == idemevent.RenewError {
 			ev.Err = down
 		}
-		if k != idem.EventNotStored {
+		if k != idemevent.NotStored {
 			m.OnEvent(ctx, ev)
 			continue
 		}
 		for _, r := range idemtest.Reasons() {
 			ev.Reason, ev.StoreCall, ev.Err = r, "release", nil
-			if r == idem.ReasonStore {
+			if r == exchange.ReasonStore {
 				ev.StoreCall, ev.Err = "complete", down
 			}
 			m.OnEvent(ctx, ev)

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/internal/testservers"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 )
@@ -71,12 +72,9 @@ func TestTutorialSessions(t *testing.T) {
 
 	// The durable example on PostgreSQL, in a database of its own, answers
 	// exactly as it does on SQLite.
-	dsn := os.Getenv("IDEMKIT_TEST_POSTGRES_DSN")
+	dsn := testservers.Optional(t, testservers.PostgresDSN)
 	if dsn == "" {
-		if testing.Short() {
-			return
-		}
-		t.Fatal("IDEMKIT_TEST_POSTGRES_DSN is not set: run the tests with `make test`, which starts PostgreSQL")
+		return // -short
 	}
 	addr := startExample(t, bin, "durable", []string{"DATABASE_URL=" + freshDatabase(t, dsn)})
 	for _, b := range blocks {
@@ -201,6 +199,7 @@ func startProgram(t *testing.T, exe string, args, env []string, addr string) {
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		cmd.Wait()
+		leftIgnored(t, cmd.Dir)
 	})
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		c, err := net.Dial("tcp", addr)
@@ -290,4 +289,43 @@ func freshDatabase(t *testing.T, dsn string) string {
 	u.User = url.UserPassword(uniqueRole, password)
 	u.Path = "/" + uniqueName
 	return u.String()
+}
+
+// leftIgnored fails t unless the repository's .gitignore ignores every
+// file a program left in dir, its working directory: run from a clone, as
+// the documents say, it must leave git status clean (the SQLite file, its
+// journal and the store's lock file).
+func leftIgnored(t *testing.T, dir string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if !gitIgnored(t, e.Name()) {
+			t.Errorf("a program run from the clone leaves %s, which .gitignore does not ignore", e.Name())
+		}
+	}
+}
+
+// gitIgnored reports whether a file named name in the repository's root
+// matches a pattern of its .gitignore, which holds only patterns without a
+// slash inside (they match a name in any folder) and folders.
+func gitIgnored(t *testing.T, name string) bool {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot, ".gitignore"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range strings.Split(string(b), "\n") {
+		if p = strings.TrimSpace(p); p == "" || strings.HasPrefix(p, "#") || strings.Contains(p, "/") {
+			continue
+		}
+		if ok, err := filepath.Match(p, name); err != nil {
+			t.Fatalf(".gitignore: %q: %v", p, err)
+		} else if ok {
+			return true
+		}
+	}
+	return false
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // Ablation names what is taken out of an Engine's configuration.
@@ -58,12 +59,12 @@ func (a Ablation) Apply(cfg idem.Config) idem.Config {
 		cfg.Store = NothingStored()
 	case NoStoreNoFingerprint:
 		cfg.Store = NothingStored()
-		cfg.Fingerprint = func(idem.Request) idem.Fingerprint { return idem.Fingerprint{} }
+		cfg.Fingerprint = func(exchange.Request) idem.Fingerprint { return idem.Fingerprint{} }
 	}
 	return cfg
 }
 
-func rawFingerprint(r idem.Request) idem.Fingerprint {
+func rawFingerprint(r exchange.Request) idem.Fingerprint {
 	h := sha256.New()
 	h.Write([]byte(r.Method))
 	h.Write([]byte{0})

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
@@ -30,12 +31,12 @@ func runs(t *testing.T, e *idem.Engine, bodies ...string) []bool {
 	t.Helper()
 	var ran []bool
 	for _, b := range bodies {
-		r := idem.Request{Method: "POST", Path: "/v1/charges", KeyLines: []string{`"k"`},
+		r := exchange.Request{Method: "POST", Path: "/v1/charges", KeyLines: []string{`"k"`},
 			ContentType: "application/json", Body: []byte(b)}
-		d := e.Begin(context.Background(), &r)
+		d := e.Adapter().Begin(context.Background(), r)
 		ran = append(ran, d.Lock != nil)
 		if d.Lock != nil {
-			if f := d.Lock.Finish(context.Background(), 201, nil); f.Outcome != idem.Recorded {
+			if f := d.Lock.Finish(context.Background(), 201, nil); f.Outcome != exchange.Recorded {
 				t.Fatalf("Finish: %+v", f)
 			}
 		}
@@ -60,9 +61,9 @@ func TestAblations(t *testing.T) {
 	if got := runs(t, e, `{"a":1,"b":2}`, `{"a":1,"b":2}`); got[0] != true || got[1] != false {
 		t.Errorf("RawFingerprint: ran %v, want [true false]", got)
 	}
-	r := idem.Request{Method: "POST", Path: "/v1/charges", KeyLines: []string{`"k"`}, ContentType: "application/json",
+	r := exchange.Request{Method: "POST", Path: "/v1/charges", KeyLines: []string{`"k"`}, ContentType: "application/json",
 		Body: []byte(`{"b":2, "a":1}`)}
-	if d := e.Begin(context.Background(), &r); d.Lock != nil || d.Response.Status != 422 {
+	if d := e.Adapter().Begin(context.Background(), r); d.Lock != nil || d.Response.Status != 422 {
 		t.Errorf("RawFingerprint: a re-encoded retry got %d, want 422", d.Response.Status)
 	}
 	// Without a store every request runs, the same key included.

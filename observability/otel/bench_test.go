@@ -8,15 +8,15 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemevent"
 	idemotel "github.com/idemkit/idemkit/observability/otel"
 )
 
 // BenchmarkOnEvent measures the cost OnEvent adds to each request: a first
 // and a stored event, as a request that runs its handler yields.
 func BenchmarkOnEvent(b *testing.B) {
-	first := idem.Event{Kind: idem.EventFirst, Method: "POST", Route: "/v1/charges", StoreCall: "acquire", StoreLatency: time.Microsecond}
-	stored := idem.Event{Kind: idem.EventStored, Method: "POST", Route: "/v1/charges", Status: 201, StoreCall: "complete", StoreLatency: time.Microsecond, Duration: time.Millisecond}
+	first := idemevent.Event{Kind: idemevent.First, Method: "POST", Route: "/v1/charges", StoreCall: "acquire", StoreLatency: time.Microsecond}
+	stored := idemevent.Event{Kind: idemevent.Stored, Method: "POST", Route: "/v1/charges", Status: 201, StoreCall: "complete", StoreLatency: time.Microsecond, Duration: time.Millisecond}
 	bench := func(b *testing.B, ctx context.Context, opts ...idemotel.Option) {
 		mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))
 		b.Cleanup(func() { _ = mp.Shutdown(context.Background()) })

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemevent"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 )
@@ -76,7 +77,7 @@ func TestNameConstantsAreTheInstruments(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range idemtest.EventKinds() {
-		m.OnEvent(context.Background(), idem.Event{Kind: k, StoreCall: "acquire"})
+		m.OnEvent(context.Background(), idemevent.Event{Kind: k, StoreCall: "acquire"})
 	}
 	var rm metricdata.ResourceMetrics
 	if err := reader.Collect(context.Background(), &rm); err != nil {

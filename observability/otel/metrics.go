@@ -6,11 +6,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/core/idemevent"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
-
-	idem "github.com/idemkit/idemkit/core"
 )
 
 // ScopeName is the instrumentation scope of the instruments.
@@ -21,7 +21,7 @@ const ScopeName = "github.com/idemkit/idemkit/observability/otel"
 // shows.
 const (
 	// DecisionsName counts guarded requests, one per request: the events
-	// whose kind is a decision (idem.EventKind.IsDecision).
+	// whose kind is a decision (idemevent.Kind.IsDecision).
 	DecisionsName = "idemkit.decisions"
 	// HandlerOutcomesName counts what became of handlers that ran: stored
 	// or not-stored.
@@ -48,7 +48,7 @@ const (
 // Attribute keys of the metrics. The request's method and route take the
 // names of OpenTelemetry's HTTP conventions.
 const (
-	// AttrEvent is the event kind (idem.EventKind.String), on the three
+	// AttrEvent is the event kind (idemevent.Kind.String), on the three
 	// counters of events.
 	AttrEvent = attribute.Key("idemkit.event")
 	// AttrReason is why a response was not stored, on not-stored only.
@@ -124,7 +124,7 @@ type requestKey struct{ method, route string }
 const maxCachedSeries = 4096
 
 type seriesKey struct {
-	kind                  idem.EventKind
+	kind                  idemevent.Kind
 	reason, method, route string
 }
 
@@ -208,13 +208,13 @@ func New(opts ...Option) (*Metrics, error) {
 // every decision, and every outcome and lease event an alert reads.
 var zeroKinds = func() []seriesKey {
 	var ks []seriesKey
-	for k := idem.EventKind(1); k.String() != "unknown"; k++ {
-		if familyOf(k) != familyNone && k != idem.EventNotStored {
+	for k := idemevent.Kind(1); k.String() != "unknown"; k++ {
+		if familyOf(k) != familyNone && k != idemevent.NotStored {
 			ks = append(ks, seriesKey{kind: k})
 		}
 	}
-	for _, r := range []idem.Reason{idem.ReasonLockLost, idem.ReasonStore, idem.ReasonTimeoutInside} {
-		ks = append(ks, seriesKey{kind: idem.EventNotStored, reason: string(r)})
+	for _, r := range []exchange.Reason{exchange.ReasonLockLost, exchange.ReasonStore, exchange.ReasonTimeoutInside} {
+		ks = append(ks, seriesKey{kind: idemevent.NotStored, reason: string(r)})
 	}
 	return ks
 }()
@@ -247,7 +247,7 @@ func (m *Metrics) startAtZero(rk requestKey) {
 	m.inFlight.Add(ctx, 0, newSeriesAttrs(seriesKey{method: rk.method, route: rk.route}, m.route != nil).request...)
 }
 
-// The store calls an event can name (idem.Event.StoreCall).
+// The store calls an event can name (idemevent.Event.StoreCall).
 var storeCalls = [...]string{"acquire", "complete", "release", "renew"}
 
 // How a store call ended.
@@ -266,12 +266,12 @@ var storeResultNames = [storeResults]string{"ok", "error", "cancelled"}
 // held its key, keeps the in-flight count (up on first and takeover, down
 // on stored and not-stored), and annotates the recording span in ctx, if
 // any (see the package documentation).
-func (m *Metrics) OnEvent(ctx context.Context, ev idem.Event) {
+func (m *Metrics) OnEvent(ctx context.Context, ev idemevent.Event) {
 	attrs := m.attrs(&ev)
 	switch familyOf(ev.Kind) {
 	case familyDecision:
 		m.decisions.Add(ctx, 1, attrs.count...)
-		if ev.Kind == idem.EventFirst || ev.Kind == idem.EventTakeover {
+		if ev.Kind == idemevent.First || ev.Kind == idemevent.Takeover {
 			m.inFlight.Add(ctx, 1, attrs.request...)
 		}
 	case familyOutcome:
@@ -298,11 +298,11 @@ const (
 	familyLease
 )
 
-func familyOf(k idem.EventKind) int {
+func familyOf(k idemevent.Kind) int {
 	switch {
-	case k == idem.EventStored || k == idem.EventNotStored:
+	case k == idemevent.Stored || k == idemevent.NotStored:
 		return familyOutcome
-	case k == idem.EventRenewed || k == idem.EventRenewError || k == idem.EventLeaseLost:
+	case k == idemevent.Renewed || k == idemevent.RenewError || k == idemevent.LeaseLost:
 		return familyLease
 	case k.IsDecision():
 		return familyDecision
@@ -315,10 +315,10 @@ func familyOf(k idem.EventKind) int {
 // apart, as cancelled: no error of the store. One that ran into
 // StoreTimeout is the store's error, whoever left first: the Engine makes
 // it a store-error, with its error.
-func (m *Metrics) storeCallAttrs(ev *idem.Event) []metric.RecordOption {
+func (m *Metrics) storeCallAttrs(ev *idemevent.Event) []metric.RecordOption {
 	result := resultOK
 	switch {
-	case ev.Kind == idem.EventClientGone:
+	case ev.Kind == idemevent.ClientGone:
 		result = resultCancelled
 	case ev.Err != nil:
 		result = resultError
@@ -333,9 +333,9 @@ func (m *Metrics) storeCallAttrs(ev *idem.Event) []metric.RecordOption {
 }
 
 // attrs returns the attribute sets of an event's series.
-func (m *Metrics) attrs(ev *idem.Event) *seriesAttrs {
+func (m *Metrics) attrs(ev *idemevent.Event) *seriesAttrs {
 	key := seriesKey{kind: ev.Kind, method: ev.Method}
-	if ev.Kind == idem.EventNotStored {
+	if ev.Kind == idemevent.NotStored {
 		key.reason = string(ev.Reason)
 	}
 	if m.route != nil {
@@ -363,7 +363,7 @@ func newSeriesAttrs(k seriesKey, withRoute bool) *seriesAttrs {
 		common = append(common, AttrRoute.String(k.route))
 	}
 	all := append(common[:len(common):len(common)], AttrEvent.String(k.kind.String()))
-	if k.kind == idem.EventNotStored {
+	if k.kind == idemevent.NotStored {
 		all = append(all, AttrReason.String(k.reason))
 	}
 	request := attribute.NewSet(common...)

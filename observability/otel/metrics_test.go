@@ -13,6 +13,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/core/idemevent"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 	idemotel "github.com/idemkit/idemkit/observability/otel"
@@ -79,21 +81,21 @@ func counted(t *testing.T, data metricdata.Aggregation) map[string]int64 {
 func render(s attribute.Set) string {
 	var out string
 	for _, kv := range s.ToSlice() {
-		out += string(kv.Key) + "=" + kv.Value.Emit() + ";"
+		out += string(kv.Key) + "=" + kv.Value.String() + ";"
 	}
 	return out
 }
 
 func TestOnEventAttributes(t *testing.T) {
 	ms := time.Millisecond
-	script := []idem.Event{
-		{Kind: idem.EventFirst, Method: "POST", Route: "/v1/charges", StoreCall: "acquire", StoreLatency: 2 * ms},
-		{Kind: idem.EventStored, Method: "POST", Route: "/v1/charges", Status: 201, StoreCall: "complete", StoreLatency: 3 * ms},
-		{Kind: idem.EventTakeover, Method: "PATCH", Route: "/v1/charges/ch_9", StoreCall: "acquire", StoreLatency: ms},
-		{Kind: idem.EventRenewed, Method: "PATCH", Route: "/v1/charges/ch_9", StoreCall: "renew", StoreLatency: ms},
-		{Kind: idem.EventNotStored, Method: "PATCH", Route: "/v1/charges/ch_9", Reason: idem.ReasonLockLost, StoreCall: "complete", StoreLatency: ms},
-		{Kind: idem.EventKeyInvalid, Method: "POST", Route: "/v1/charges", Status: 400},
-		{Kind: idem.EventConflict, Method: "POST", Route: "/v1/charges", Status: 409, StoreCall: "acquire", StoreLatency: 4 * ms},
+	script := []idemevent.Event{
+		{Kind: idemevent.First, Method: "POST", Route: "/v1/charges", StoreCall: "acquire", StoreLatency: 2 * ms},
+		{Kind: idemevent.Stored, Method: "POST", Route: "/v1/charges", Status: 201, StoreCall: "complete", StoreLatency: 3 * ms},
+		{Kind: idemevent.Takeover, Method: "PATCH", Route: "/v1/charges/ch_9", StoreCall: "acquire", StoreLatency: ms},
+		{Kind: idemevent.Renewed, Method: "PATCH", Route: "/v1/charges/ch_9", StoreCall: "renew", StoreLatency: ms},
+		{Kind: idemevent.NotStored, Method: "PATCH", Route: "/v1/charges/ch_9", Reason: exchange.ReasonLockLost, StoreCall: "complete", StoreLatency: ms},
+		{Kind: idemevent.KeyInvalid, Method: "POST", Route: "/v1/charges", Status: 400},
+		{Kind: idemevent.Conflict, Method: "POST", Route: "/v1/charges", Status: 409, StoreCall: "acquire", StoreLatency: 4 * ms},
 	}
 	tests := []struct {
 		name                                   string
@@ -210,9 +212,9 @@ func TestEveryEventInOneFamily(t *testing.T) {
 	m, reader := newManual(t)
 	decisions := 0
 	for _, k := range idemtest.EventKinds() {
-		ev := idem.Event{Kind: k, Method: "POST"}
-		if k == idem.EventNotStored {
-			ev.Reason = idem.ReasonStatus
+		ev := idemevent.Event{Kind: k, Method: "POST"}
+		if k == idemevent.NotStored {
+			ev.Reason = exchange.ReasonStatus
 		}
 		m.OnEvent(context.Background(), ev)
 		if k.IsDecision() {
@@ -251,21 +253,21 @@ func TestStoreDurationTimesEachCall(t *testing.T) {
 	m, reader := newManual(t)
 	ms := time.Millisecond
 	down := errors.New("dial tcp 10.0.0.7:6379: i/o timeout")
-	for _, ev := range []idem.Event{
-		{Kind: idem.EventFirst, StoreCall: "acquire", StoreLatency: 2 * ms},
-		{Kind: idem.EventStored, StoreCall: "complete", StoreLatency: 3 * ms},
-		{Kind: idem.EventStoreError, StoreCall: "acquire", StoreLatency: 5*time.Second + 3*ms, Err: down},
-		{Kind: idem.EventUnprotected, StoreCall: "acquire", StoreLatency: 5*time.Second + ms, Err: down},
-		{Kind: idem.EventClientGone, StoreCall: "acquire", StoreLatency: 800 * ms},
-		{Kind: idem.EventNotStored, Reason: idem.ReasonPanic, StoreCall: "release", StoreLatency: ms},
-		{Kind: idem.EventNotStored, Reason: idem.ReasonStore, StoreCall: "complete", StoreLatency: 40 * time.Second, Err: down},
-		{Kind: idem.EventRenewed, StoreCall: "renew", StoreLatency: ms},
-		{Kind: idem.EventRenewError, StoreCall: "renew", StoreLatency: 5 * time.Second, Err: down},
+	for _, ev := range []idemevent.Event{
+		{Kind: idemevent.First, StoreCall: "acquire", StoreLatency: 2 * ms},
+		{Kind: idemevent.Stored, StoreCall: "complete", StoreLatency: 3 * ms},
+		{Kind: idemevent.StoreError, StoreCall: "acquire", StoreLatency: 5*time.Second + 3*ms, Err: down},
+		{Kind: idemevent.Unprotected, StoreCall: "acquire", StoreLatency: 5*time.Second + ms, Err: down},
+		{Kind: idemevent.ClientGone, StoreCall: "acquire", StoreLatency: 800 * ms},
+		{Kind: idemevent.NotStored, Reason: exchange.ReasonPanic, StoreCall: "release", StoreLatency: ms},
+		{Kind: idemevent.NotStored, Reason: exchange.ReasonStore, StoreCall: "complete", StoreLatency: 40 * time.Second, Err: down},
+		{Kind: idemevent.Renewed, StoreCall: "renew", StoreLatency: ms},
+		{Kind: idemevent.RenewError, StoreCall: "renew", StoreLatency: 5 * time.Second, Err: down},
 		// No store call behind these: no sample.
-		{Kind: idem.EventClientGone},
-		{Kind: idem.EventKeyInvalid},
-		{Kind: idem.EventLeaseLost, Err: down},
-		{Kind: idem.EventNotStored, Reason: idem.ReasonTimeoutInside, Err: errors.New("timeout inside")},
+		{Kind: idemevent.ClientGone},
+		{Kind: idemevent.KeyInvalid},
+		{Kind: idemevent.LeaseLost, Err: down},
+		{Kind: idemevent.NotStored, Reason: exchange.ReasonTimeoutInside, Err: errors.New("timeout inside")},
 	} {
 		m.OnEvent(context.Background(), ev)
 	}
@@ -322,11 +324,11 @@ func TestHandlerDurationUpToTheLease(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			m, reader := newManual(t, tt.opts...)
 			held := time.Duration(tt.lease * 0.8 * float64(time.Second))
-			for _, ev := range []idem.Event{
-				{Kind: idem.EventFirst, Method: "POST", Duration: time.Millisecond, StoreCall: "acquire", StoreLatency: time.Millisecond},
-				{Kind: idem.EventStored, Method: "POST", Duration: held},
-				{Kind: idem.EventNotStored, Method: "POST", Reason: idem.ReasonStatus, Duration: 2 * held},
-				{Kind: idem.EventRenewed, Method: "POST", Duration: held / 2},
+			for _, ev := range []idemevent.Event{
+				{Kind: idemevent.First, Method: "POST", Duration: time.Millisecond, StoreCall: "acquire", StoreLatency: time.Millisecond},
+				{Kind: idemevent.Stored, Method: "POST", Duration: held},
+				{Kind: idemevent.NotStored, Method: "POST", Reason: exchange.ReasonStatus, Duration: 2 * held},
+				{Kind: idemevent.Renewed, Method: "POST", Duration: held / 2},
 			} {
 				m.OnEvent(context.Background(), ev)
 			}
@@ -358,9 +360,9 @@ func TestMemoryStoreGauges(t *testing.T) {
 	_, reader := newManual(t, idemotel.WithMemoryStore(store))
 	engine := idem.New(idem.Config{Store: store, TTL: time.Minute, Logger: slog.New(slog.DiscardHandler)})
 	for i := range 3 {
-		d := engine.Begin(context.Background(), &idem.Request{Method: "POST", Path: "/v1/charges",
+		d := engine.Adapter().Begin(context.Background(), exchange.Request{Method: "POST", Path: "/v1/charges",
 			KeyLines: []string{fmt.Sprintf(`"k-%d"`, i)}, Body: []byte(`{}`)})
-		if f := d.Lock.Finish(context.Background(), 201, nil); f.Outcome != idem.Recorded {
+		if f := d.Lock.Finish(context.Background(), 201, nil); f.Outcome != exchange.Recorded {
 			t.Fatalf("Finish: %+v", f)
 		}
 	}
@@ -396,13 +398,13 @@ func TestMemoryStoreGauges(t *testing.T) {
 func TestInFlightRises(t *testing.T) {
 	m, reader := newManual(t)
 	ctx := context.Background()
-	m.OnEvent(ctx, idem.Event{Kind: idem.EventFirst, Method: "POST"})
-	m.OnEvent(ctx, idem.Event{Kind: idem.EventTakeover, Method: "POST"})
-	m.OnEvent(ctx, idem.Event{Kind: idem.EventReplay, Method: "POST"})
+	m.OnEvent(ctx, idemevent.Event{Kind: idemevent.First, Method: "POST"})
+	m.OnEvent(ctx, idemevent.Event{Kind: idemevent.Takeover, Method: "POST"})
+	m.OnEvent(ctx, idemevent.Event{Kind: idemevent.Replay, Method: "POST"})
 	if got := sums(t, collect(t, reader)[idemotel.InFlightName]); got["http.request.method=POST;"] != 2 {
 		t.Errorf("in flight %v, want 2 after a first and a takeover", got)
 	}
-	m.OnEvent(ctx, idem.Event{Kind: idem.EventNotStored, Method: "POST", Reason: idem.ReasonPanic})
+	m.OnEvent(ctx, idemevent.Event{Kind: idemevent.NotStored, Method: "POST", Reason: exchange.ReasonPanic})
 	if got := sums(t, collect(t, reader)[idemotel.InFlightName]); got["http.request.method=POST;"] != 1 {
 		t.Errorf("in flight %v, want 1 after one ended", got)
 	}
@@ -446,7 +448,7 @@ func TestSeriesStartAtZero(t *testing.T) {
 	if d := collect(t, reader)[idemotel.DecisionsName]; d != nil {
 		t.Errorf("with a route mapper, series before any event: %v; want none (their routes are unknown)", sums(t, d))
 	}
-	m.OnEvent(context.Background(), idem.Event{Kind: idem.EventFirst, Method: "POST", Route: "/v1/charges"})
+	m.OnEvent(context.Background(), idemevent.Event{Kind: idemevent.First, Method: "POST", Route: "/v1/charges"})
 	got := sums(t, collect(t, reader)[idemotel.LeaseEventsName])
 	if v, ok := got["http.request.method=POST;http.route=/v1/charges;idemkit.event=lease-lost;"]; !ok || v != 0 {
 		t.Errorf("after the route's first event, its lease-lost series: %d (present %v), want 0; all: %v", v, ok, got)

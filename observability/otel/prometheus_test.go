@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemevent"
 	"github.com/idemkit/idemkit/core/idemhttp"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
@@ -232,7 +233,7 @@ func TestPrometheusRegistriesIndependent(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range i + 1 {
-			m.OnEvent(t.Context(), idem.Event{Kind: idem.EventFirst, Method: "POST"})
+			m.OnEvent(t.Context(), idemevent.Event{Kind: idemevent.First, Method: "POST"})
 		}
 		handlers = append(handlers, prom.Handler())
 	}

@@ -8,13 +8,14 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemevent"
 )
 
 // annotate adds ev to the recording span in ctx: a span event, the
 // decision's attributes, the store's error as an exception, and the
 // status Error where the request failed or ran unprotected (see
 // failsRequest).
-func annotate(ctx context.Context, ev *idem.Event) {
+func annotate(ctx context.Context, ev *idemevent.Event) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return
@@ -58,11 +59,11 @@ func annotate(ctx context.Context, ev *idem.Event) {
 // request whose next renewal succeeds ends well (OpenTelemetry leaves the
 // status of an operation that recovered from an error unset); its
 // exception event stays on the span all the same.
-func failsRequest(ev *idem.Event) bool {
+func failsRequest(ev *idemevent.Event) bool {
 	switch ev.Kind {
-	case idem.EventLeaseLost:
+	case idemevent.LeaseLost:
 		return true
-	case idem.EventRenewError:
+	case idemevent.RenewError:
 		return false
 	}
 	return ev.Err != nil

@@ -20,6 +20,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/core/idemevent"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 	idemotel "github.com/idemkit/idemkit/observability/otel"
@@ -128,10 +130,10 @@ func TestSpanEvents(t *testing.T) {
 
 			for _, s := range tt.steps {
 				ctx, span := tracer.Start(context.Background(), "POST /v1/charges")
-				req := idem.Request{Method: "POST", Path: "/v1/charges", KeyLines: []string{key},
+				req := exchange.Request{Method: "POST", Path: "/v1/charges", KeyLines: []string{key},
 					ContentType: "application/json", Body: []byte(s.body)}
-				d := engine.Begin(ctx, &req)
-				if d.Action == idem.ActionRun {
+				d := engine.Adapter().Begin(ctx, req)
+				if d.Action == exchange.Run {
 					d.Lock.Write([]byte(`{"ok":true}`))
 					if f := d.Lock.Finish(ctx, s.finish, http.Header{}); f.Err != nil {
 						t.Fatal(f.Err)
@@ -165,7 +167,7 @@ func TestSpanEvents(t *testing.T) {
 
 func TestNoSpanInContext(t *testing.T) {
 	m, reader := newManual(t)
-	m.OnEvent(context.Background(), idem.Event{Kind: idem.EventFirst, Method: "POST"})
+	m.OnEvent(context.Background(), idemevent.Event{Kind: idemevent.First, Method: "POST"})
 	if got := counted(t, collect(t, reader)[idemotel.DecisionsName]); got["http.request.method=POST;idemkit.event=first;"] != 1 {
 		t.Errorf("events %v, want the first counted", got)
 	}
@@ -174,7 +176,7 @@ func TestNoSpanInContext(t *testing.T) {
 func attrMap(kvs []attribute.KeyValue) map[attribute.Key]string {
 	out := map[attribute.Key]string{}
 	for _, kv := range kvs {
-		out[kv.Key] = kv.Value.Emit()
+		out[kv.Key] = kv.Value.String()
 	}
 	return out
 }
@@ -237,14 +239,14 @@ func TestLeaseEventsReachTheRequestSpan(t *testing.T) {
 	run := func(failFrom time.Duration) sdktrace.ReadOnlySpan {
 		ctx, span := tp.Tracer("test").Start(context.Background(), "POST /v1/charges")
 		store.fail = false
-		d := engine.Begin(ctx, &idem.Request{Method: "POST", Path: "/v1/charges",
+		d := engine.Adapter().Begin(ctx, exchange.Request{Method: "POST", Path: "/v1/charges",
 			KeyLines: []string{fmt.Sprintf(`"k-%v"`, failFrom)}, Body: []byte(`{}`)})
 		clock.Advance(failFrom) // renewals succeed until then
 		store.fail = true
 		clock.Advance(12 * time.Second) // then one fails
 		store.fail = failFrom > 20*time.Second
 		clock.Advance(40 * time.Second) // and, if they go on failing, the lease runs out
-		d.Lock.Abandon(ctx, idem.ReasonPanic)
+		d.Lock.Abandon(ctx, exchange.ReasonPanic)
 		span.End()
 		spans := rec.Ended()
 		return spans[len(spans)-1]

@@ -151,8 +151,10 @@ func (c *moduleCheck) judge(accepted map[string]bool) {
 // apicheck compares the exported API of every module with that of its
 // last release (its highest tag), or, for a module never released, with
 // the commit in BaselineFile, and fails on an incompatible change that
-// AcceptedFile does not list or the next version does not allow.
-func apicheck(root, apidiff string, out io.Writer) error {
+// AcceptedFile does not list or the next version does not allow. The
+// compatible changes are counted; they are listed one by one for a module
+// whose check fails, and for every module when verbose.
+func apicheck(root, apidiff string, verbose bool, out io.Writer) error {
 	root, err := filepath.Abs(root)
 	if err != nil {
 		return err
@@ -277,7 +279,12 @@ func apicheck(root, apidiff string, out io.Writer) error {
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", status, c.m.Dir, c.base, verdict)
 	}
 	tw.Flush()
+	unlisted := 0
 	for _, c := range checks {
+		if !verbose && len(c.problems) == 0 {
+			unlisted += len(c.diff.compatible)
+			c.diff.compatible = nil
+		}
 		for _, ch := range c.diff.compatible {
 			fmt.Fprintf(out, "    added or compatible: %s\n", ch)
 		}
@@ -294,6 +301,9 @@ func apicheck(root, apidiff string, out io.Writer) error {
 	if len(stale) > 0 {
 		failed = true
 		fmt.Fprintf(out, "  %s lists changes that are no longer made; remove:\n      %s\n", AcceptedFile, strings.Join(stale, "\n      "))
+	}
+	if unlisted > 0 {
+		fmt.Fprintf(out, "  (%d compatible changes in modules that allow them; scripts/apicheck -v lists them)\n", unlisted)
 	}
 	if failed {
 		fmt.Fprintf(out, "\nAn incompatible change breaks every program that uses the old API. If it is intended,\n"+

@@ -4,7 +4,8 @@
 // CONTRIBUTING.md, "Releasing".
 //
 //	releasetool plan [-dry-run]       tag the modules whose next version is not tagged yet
-//	releasetool apicheck -apidiff BIN compare each module's API with its last release
+//	releasetool apicheck -apidiff BIN [-v] compare each module's API with its last release
+//	                                       (-v also lists every compatible change)
 //
 // It needs only the go and git commands (and, for apicheck, the apidiff
 // binary the script installs), and never pushes anything.
@@ -26,7 +27,7 @@ func main() {
 
 func run(args []string, out io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: releasetool plan [-dry-run] | apicheck -apidiff BIN")
+		return fmt.Errorf("usage: releasetool plan [-dry-run] | apicheck -apidiff BIN [-v]")
 	}
 	switch args[0] {
 	case "plan":
@@ -41,10 +42,11 @@ func run(args []string, out io.Writer) error {
 		fs := flag.NewFlagSet("apicheck", flag.ContinueOnError)
 		apidiff := fs.String("apidiff", "apidiff", "the apidiff binary")
 		root := fs.String("C", ".", "repository root")
+		verbose := fs.Bool("v", false, "list every compatible change, not only their count")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
-		return apicheck(*root, *apidiff, out)
+		return apicheck(*root, *apidiff, *verbose, out)
 	}
 	return fmt.Errorf("unknown command %q", args[0])
 }

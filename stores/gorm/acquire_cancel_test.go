@@ -9,6 +9,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/internal/testservers"
 	"gorm.io/gorm"
 )
 
@@ -21,7 +22,7 @@ type holdInsertKey struct{}
 // callback a test registers reaches no other test.
 func ownServerPool(env string, dial func(string) gorm.Dialector) func(testing.TB) *gorm.DB {
 	return func(tb testing.TB) *gorm.DB {
-		db, err := openServer(dial(serverDSN(tb, env)), 2)
+		db, err := openServer(dial(testservers.Require(tb, env)), 2)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -55,8 +56,8 @@ func TestAcquireWhenTheClientLeavesMidWrite(t *testing.T) {
 		open func(testing.TB) *gorm.DB
 	}{
 		{"sqlite", openSQLite},
-		{"postgres", ownServerPool(postgresEnv, dialPostgres)},
-		{"mysql", ownServerPool(mysqlEnv, dialMySQL)},
+		{"postgres", ownServerPool(testservers.PostgresDSN, dialPostgres)},
+		{"mysql", ownServerPool(testservers.MySQLDSN, dialMySQL)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

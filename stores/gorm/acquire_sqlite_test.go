@@ -9,6 +9,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // TestSQLiteStatements: on SQLite a new key costs one read and one write.
@@ -43,7 +44,7 @@ func TestSQLiteStatements(t *testing.T) {
 		}, idem.AcquireExisting, ""},
 		{"complete", func() (idem.AcquireOutcome, error) {
 			return idem.AcquireExisting, s.Complete(ctx, id, "tok-3", idem.Completion{
-				Response: idem.Response{Status: 201}, CompletedAt: t0.Add(time.Minute), ExpiresAt: t0.Add(time.Hour)})
+				Response: exchange.Response{Status: 201}, CompletedAt: t0.Add(time.Minute), ExpiresAt: t0.Add(time.Hour)})
 		}, idem.AcquireExisting, "INSERT"},
 		{"replay", acquire("tok-4", t0.Add(2*time.Minute)), idem.AcquireExisting, "SELECT"},
 		{"expired", acquire("tok-5", t0.Add(2*time.Hour)), idem.AcquireCreated, "SELECT DELETE SELECT"},
@@ -62,7 +63,7 @@ func TestSQLiteStatements(t *testing.T) {
 		{"new again", acquire("tok-6", t0.Add(2*time.Hour)), idem.AcquireCreated, "SELECT"},
 		{"complete again", func() (idem.AcquireOutcome, error) {
 			return idem.AcquireExisting, s.Complete(ctx, id, "tok-6", idem.Completion{
-				Response: idem.Response{Status: 202}, CompletedAt: t0.Add(2 * time.Hour), ExpiresAt: t0.Add(3 * time.Hour)})
+				Response: exchange.Response{Status: 202}, CompletedAt: t0.Add(2 * time.Hour), ExpiresAt: t0.Add(3 * time.Hour)})
 		}, idem.AcquireExisting, "INSERT"},
 	}
 	for _, st := range steps {

@@ -3,11 +3,13 @@ package gormstore
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
-	"github.com/idemkit/idemkit/core/acquireorder"
+	"github.com/idemkit/idemkit/internal/acquireorder"
+	"gorm.io/gorm"
 )
 
 // On PostgreSQL Acquire inserts first while new keys are the common case,
@@ -91,14 +93,22 @@ func TestAcquireBesideADelete(t *testing.T) {
 			var wg sync.WaitGroup
 			errs := make([]error, n)
 			outcomes := make([]idem.AcquireOutcome, n)
+			var returned atomic.Int32
 			for i := range n {
 				wg.Go(func() {
 					_, outcomes[i], errs[i] = s.Acquire(ctx, acquireAt(id, fmt.Sprint("tok-", i), t0.Add(time.Second)))
+					returned.Add(1)
 				})
 			}
-			// Let the acquisitions reach the deleted row's lock; if some
-			// have not yet, the test is only weaker.
-			time.Sleep(300 * time.Millisecond)
+			// Commit once every acquisition has either reached the deleted
+			// row's lock (the database counts it waiting: PostgreSQL's
+			// do) or returned (MySQL's read the row as it was before the
+			// delete, and find it).
+			for deadline := time.Now().Add(30 * time.Second); lockWaiters(t, db, b.name)+int(returned.Load()) < n; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("in 30 s, of %d acquisitions %d returned, and the others did not all wait for the row's lock", n, returned.Load())
+				}
+			}
 			if err := tx.Commit().Error; err != nil {
 				t.Fatal(err)
 			}
@@ -117,4 +127,22 @@ func TestAcquireBesideADelete(t *testing.T) {
 			}
 		})
 	}
+}
+
+// lockWaiters returns how many statements wait for a lock in db's
+// database: on PostgreSQL, as it says; on MySQL/MariaDB, the statements
+// of this user's other sessions under way (the test's user has no PROCESS
+// privilege to see InnoDB's lock waits, and while the row's delete is
+// uncommitted, an acquisition under way is one that waits for it).
+func lockWaiters(t *testing.T, db *gorm.DB, backend string) int {
+	t.Helper()
+	q := "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE COMMAND IN ('Query', 'Execute') AND ID <> CONNECTION_ID()"
+	if backend == "postgres" {
+		q = "SELECT COUNT(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
+	}
+	var n int
+	if err := db.Raw(q).Scan(&n).Error; err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

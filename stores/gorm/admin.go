@@ -11,7 +11,7 @@ import (
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemadmin"
-	"github.com/idemkit/idemkit/core/purge"
+	"github.com/idemkit/idemkit/internal/purge"
 	"gorm.io/gorm"
 )
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemadmin"
 	"github.com/idemkit/idemkit/core/idemtest"
 )
@@ -57,7 +58,7 @@ func TestForgetDuringSQLiteCompletion(t *testing.T) {
 	}
 	var forgot error
 	beforeStatement(s, "INSERT", func() { forgot = s.Forget(ctx, id, true) })
-	c := idem.Completion{Response: idem.Response{Status: 201, Body: []byte(`{"id":1}`)}, CompletedAt: t0, ExpiresAt: t0.Add(24 * time.Hour)}
+	c := idem.Completion{Response: exchange.Response{Status: 201, Body: []byte(`{"id":1}`)}, CompletedAt: t0, ExpiresAt: t0.Add(24 * time.Hour)}
 	if err := s.Complete(ctx, id, "tok", c); err != nil {
 		t.Fatalf("Complete: %v", err)
 	}
@@ -99,7 +100,7 @@ func TestCompleteAnotherLockOnASlotContext(t *testing.T) {
 			if _, _, err := s.Acquire(ctx, acquireAt(job, "tok-job", t0)); err != nil {
 				t.Fatal(err)
 			}
-			c := idem.Completion{Response: idem.Response{Status: 200, Body: []byte("done")}, CompletedAt: t0, ExpiresAt: t0.Add(24 * time.Hour)}
+			c := idem.Completion{Response: exchange.Response{Status: 200, Body: []byte("done")}, CompletedAt: t0, ExpiresAt: t0.Add(24 * time.Hour)}
 			if err := s.Complete(ctx, job, "tok-job", c); err != nil {
 				t.Fatalf("the job's Complete on the request's context: %v", err)
 			}

@@ -8,11 +8,11 @@ package gormstore
 import (
 	"testing"
 
-	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 func TestHeaderDecodeAllocs(t *testing.T) {
-	enc := appendHeader(nil, []idem.HeaderField{
+	enc := appendHeader(nil, []exchange.HeaderField{
 		{Name: "Content-Type", Values: []string{"application/json"}},
 		{Name: "Location", Values: []string{"/v1/charges/ch_1"}},
 		{Name: "Link", Values: []string{"</a>; rel=a", "</b>; rel=b"}},

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // The benchmarks set the store's calls beside a baseline of the same
@@ -26,9 +27,9 @@ import (
 //
 //	go test -run '^$' -bench . -benchmem
 
-var benchResponse = idem.Response{
+var benchResponse = exchange.Response{
 	Status: 201,
-	Header: []idem.HeaderField{
+	Header: []exchange.HeaderField{
 		{Name: "Content-Type", Values: []string{"application/json"}},
 		{Name: "Location", Values: []string{"/v1/charges/ch_1"}},
 	},

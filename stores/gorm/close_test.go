@@ -11,6 +11,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // closeBound is how long the tests below give Close to return: far more
@@ -129,7 +130,7 @@ func TestCloseUnderTraffic(t *testing.T) {
 				"Get":     func() error { _, err := s.Get(ctx, id); return err }(),
 				"Renew":   s.Renew(ctx, id, "tok", t0),
 				"Release": s.Release(ctx, id, "tok"),
-				"Complete": s.Complete(ctx, id, "tok", idem.Completion{Response: idem.Response{Status: 200},
+				"Complete": s.Complete(ctx, id, "tok", idem.Completion{Response: exchange.Response{Status: 200},
 					CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}),
 				"RenewBatch": s.RenewBatch(ctx, []idem.Held{{ID: id, Token: "tok"}}, t0, make([]bool, 1)),
 				"Purge":      func() error { _, err := s.Purge(ctx, t0, 10); return err }(),
@@ -147,7 +148,7 @@ func TestCloseUnderTraffic(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = s.Complete(txCtx, id, "tok", idem.Completion{Response: idem.Response{Status: 200},
+			err = s.Complete(txCtx, id, "tok", idem.Completion{Response: exchange.Response{Status: 200},
 				CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)})
 			if !errors.Is(err, ErrClosed) || !errors.Is(err, idem.ErrRolledBack) {
 				t.Errorf("Complete in a transaction after Close: %v, want ErrClosed and idem.ErrRolledBack", err)
@@ -189,7 +190,7 @@ func TestCloseWaitsForCallsInProgress(t *testing.T) {
 			completed := make(chan error, 1)
 			go func() {
 				completed <- s.Complete(context.WithValue(ctx, holdKey{}, true), id, "tok",
-					idem.Completion{Response: idem.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)})
+					idem.Completion{Response: exchange.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)})
 			}()
 			<-entered
 			closed := make(chan error, 1)

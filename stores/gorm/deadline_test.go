@@ -9,6 +9,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/stores/gorm/sqlitedb"
 	"gorm.io/gorm"
 )
@@ -87,11 +88,11 @@ func TestSQLiteDeadlineBehindAnotherWriter(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Complete(ctx, done, "tok", idem.Completion{Response: idem.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+	if err := s.Complete(ctx, done, "tok", idem.Completion{Response: exchange.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	complete := func(ctx context.Context) error {
-		return s.Complete(ctx, held, "tok", idem.Completion{Response: idem.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)})
+		return s.Complete(ctx, held, "tok", idem.Completion{Response: exchange.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)})
 	}
 	purge := func(ctx context.Context) error { _, err := s.Purge(ctx, t0.Add(48*time.Hour), 10); return err }
 	blocked := []struct {
@@ -138,7 +139,7 @@ func TestSQLiteDeadlineBehindAnotherWriter(t *testing.T) {
 	go func() {
 		wctx, cancel := context.WithTimeout(context.WithValue(ctx, holdKey{}, true), writerHolds)
 		defer cancel()
-		waited <- s.Complete(wctx, waiting, "tok", idem.Completion{Response: idem.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)})
+		waited <- s.Complete(wctx, waiting, "tok", idem.Completion{Response: exchange.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)})
 	}()
 	<-inWrite
 	fresh := idem.ID{Key: "fresh"}
@@ -273,7 +274,7 @@ func TestSQLiteStatementsNeverCancellable(t *testing.T) {
 	if err := s.RenewBatch(ctx, batch, t0.Add(time.Minute), make([]bool, len(batch))); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(ctx, id, "tok", idem.Completion{Response: idem.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+	if err := s.Complete(ctx, id, "tok", idem.Completion{Response: exchange.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Get(ctx, id); err != nil {
@@ -289,7 +290,7 @@ func TestSQLiteStatementsNeverCancellable(t *testing.T) {
 	if _, err := Tx(tctx, db); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(tctx, txID, "tok", idem.Completion{Response: idem.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+	if err := s.Complete(tctx, txID, "tok", idem.Completion{Response: exchange.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := s.Acquire(ctx, acquireAt(idem.ID{Key: "r"}, "tok", t0)); err != nil {

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemhttp"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 	"github.com/idemkit/idemkit/stores/gorm/sqlitedb"
@@ -77,7 +78,7 @@ func Example() {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		fmt.Println(resp.StatusCode, resp.Header.Get(idem.ReplayedHeader), string(body))
+		fmt.Println(resp.StatusCode, resp.Header.Get(exchange.ReplayedHeader), string(body))
 	}
 	var charges int
 	db.Raw("SELECT COUNT(*) FROM charges").Scan(&charges)

@@ -3,8 +3,8 @@ package gormstore
 import (
 	"errors"
 
-	idem "github.com/idemkit/idemkit/core"
-	"github.com/idemkit/idemkit/core/storecodec"
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/internal/storecodec"
 )
 
 // Stored headers are one binary column: a version byte, then the header
@@ -17,7 +17,7 @@ var errBadHeader = errors.New("gormstore: stored headers are corrupt")
 
 // appendHeader encodes h onto b. A nil or empty h encodes to nil, stored as
 // NULL.
-func appendHeader(b []byte, h []idem.HeaderField) []byte {
+func appendHeader(b []byte, h []exchange.HeaderField) []byte {
 	if len(h) == 0 {
 		return b
 	}
@@ -25,7 +25,7 @@ func appendHeader(b []byte, h []idem.HeaderField) []byte {
 }
 
 // decodeHeader is the inverse of appendHeader.
-func decodeHeader(b []byte) ([]idem.HeaderField, error) {
+func decodeHeader(b []byte) ([]exchange.HeaderField, error) {
 	if len(b) == 0 {
 		return nil, nil
 	}

@@ -4,23 +4,23 @@ import (
 	"slices"
 	"testing"
 
-	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 func TestHeaderRoundTrip(t *testing.T) {
 	cases := []struct {
 		name string
-		h    []idem.HeaderField
+		h    []exchange.HeaderField
 	}{
 		{"none", nil},
-		{"one", []idem.HeaderField{{Name: "Content-Type", Values: []string{"application/json"}}}},
-		{"several values", []idem.HeaderField{
+		{"one", []exchange.HeaderField{{Name: "Content-Type", Values: []string{"application/json"}}}},
+		{"several values", []exchange.HeaderField{
 			{Name: "Content-Type", Values: []string{"text/plain"}},
 			{Name: "Link", Values: []string{"</a>; rel=a", "</b>; rel=b", ""}},
 			{Name: "Location", Values: []string{"/v1/charges/ch_1"}},
 		}},
-		{"no values", []idem.HeaderField{{Name: "X-Empty", Values: []string{}}}},
-		{"any bytes", []idem.HeaderField{{Name: "X-\x00\r\n:", Values: []string{"\xff\x80\r\n\x00", string(make([]byte, 300))}}}},
+		{"no values", []exchange.HeaderField{{Name: "X-Empty", Values: []string{}}}},
+		{"any bytes", []exchange.HeaderField{{Name: "X-\x00\r\n:", Values: []string{"\xff\x80\r\n\x00", string(make([]byte, 300))}}}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -50,7 +50,7 @@ func TestHeaderRoundTrip(t *testing.T) {
 }
 
 func TestHeaderCorrupt(t *testing.T) {
-	good := appendHeader(nil, []idem.HeaderField{{Name: "Content-Type", Values: []string{"text/plain", "x"}}})
+	good := appendHeader(nil, []exchange.HeaderField{{Name: "Content-Type", Values: []string{"text/plain", "x"}}})
 	cases := map[string][]byte{
 		"version":        append([]byte{9}, good[1:]...),
 		"truncated":      good[:len(good)-1],
@@ -70,7 +70,7 @@ func TestHeaderCorrupt(t *testing.T) {
 }
 
 func FuzzHeader(f *testing.F) {
-	f.Add(appendHeader(nil, []idem.HeaderField{{Name: "A", Values: []string{"b", "c"}}}))
+	f.Add(appendHeader(nil, []exchange.HeaderField{{Name: "A", Values: []string{"b", "c"}}}))
 	f.Add([]byte{headerVersion, 2, 0, 0, 1, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, err := decodeHeader(b)

@@ -16,16 +16,8 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 
+	"github.com/idemkit/idemkit/internal/testservers"
 	"github.com/idemkit/idemkit/stores/gorm/sqlitedb"
-)
-
-// The DSNs of the test servers. scripts/test-all (make test) starts
-// throwaway servers and sets them, see scripts/servers.sh. Without them the
-// PostgreSQL and MySQL tests fail, except under -short, where they are
-// skipped so that a quick run needs no server.
-const (
-	postgresEnv = "IDEMKIT_TEST_POSTGRES_DSN"
-	mysqlEnv    = "IDEMKIT_TEST_MYSQL_DSN"
 )
 
 func TestMain(m *testing.M) {
@@ -50,8 +42,8 @@ type backend struct {
 
 var backends = []backend{
 	{"sqlite", openSQLite, func(_ testing.TB, db *gorm.DB) string { return sqlitePaths.get(db) }},
-	{"postgres", openPostgres, func(tb testing.TB, _ *gorm.DB) string { return serverDSN(tb, postgresEnv) }},
-	{"mysql", openMySQL, func(tb testing.TB, _ *gorm.DB) string { return serverDSN(tb, mysqlEnv) }},
+	{"postgres", openPostgres, func(tb testing.TB, _ *gorm.DB) string { return testservers.Require(tb, testservers.PostgresDSN) }},
+	{"mysql", openMySQL, func(tb testing.TB, _ *gorm.DB) string { return testservers.Require(tb, testservers.MySQLDSN) }},
 }
 
 func backendNamed(name string) backend {
@@ -102,20 +94,6 @@ func openSQLite(tb testing.TB) *gorm.DB {
 	return db
 }
 
-// serverDSN returns the DSN in env, failing the test if it is unset.
-func serverDSN(tb testing.TB, env string) string {
-	tb.Helper()
-	dsn := os.Getenv(env)
-	if dsn == "" {
-		if testing.Short() {
-			tb.Skipf("%s is not set; -short skips the tests that need a database server", env)
-		}
-		tb.Fatalf("%s is not set: run the tests with `make test` (scripts/test-all), which starts the database servers, "+
-			"or `source scripts/servers.sh && start_servers` first", env)
-	}
-	return dsn
-}
-
 // sharedPool opens one pool per server for the whole test binary.
 type sharedPool struct {
 	once sync.Once
@@ -127,7 +105,7 @@ var postgresPool, mysqlPool sharedPool
 
 func (p *sharedPool) get(tb testing.TB, env string, dial func(string) gorm.Dialector) *gorm.DB {
 	tb.Helper()
-	dsn := serverDSN(tb, env)
+	dsn := testservers.Require(tb, env)
 	p.once.Do(func() { p.db, p.err = openServer(dial(dsn), 20) })
 	if p.err != nil {
 		tb.Fatalf("%s: %v", env, p.err)
@@ -157,11 +135,11 @@ func dialPostgres(dsn string) gorm.Dialector { return postgres.Open(dsn) }
 func dialMySQL(dsn string) gorm.Dialector    { return mysql.Open(dsn) }
 
 func openPostgres(tb testing.TB) *gorm.DB {
-	return postgresPool.get(tb, postgresEnv, dialPostgres)
+	return postgresPool.get(tb, testservers.PostgresDSN, dialPostgres)
 }
 
 func openMySQL(tb testing.TB) *gorm.DB {
-	return mysqlPool.get(tb, mysqlEnv, dialMySQL)
+	return mysqlPool.get(tb, testservers.MySQLDSN, dialMySQL)
 }
 
 // uniqueTable names a table no other test, test run or concurrent test

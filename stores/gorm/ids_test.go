@@ -11,6 +11,8 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/internal/testservers"
 	"gorm.io/gorm"
 )
 
@@ -57,7 +59,7 @@ func TestAnyScopeAndKey(t *testing.T) {
 	ids := awkwardIDs()
 	// MySQL outside strict mode cuts an overlong value to the column's
 	// length instead of failing: tenants sharing a prefix would collide.
-	nonStrict := backend{name: "mysql-nonstrict", open: ownServerPool(mysqlEnv, func(dsn string) gorm.Dialector {
+	nonStrict := backend{name: "mysql-nonstrict", open: ownServerPool(testservers.MySQLDSN, func(dsn string) gorm.Dialector {
 		return dialMySQL(dsn + sep(dsn) + "sql_mode=%27%27")
 	})}
 	for _, b := range append(backends[:len(backends):len(backends)], nonStrict) {
@@ -76,7 +78,7 @@ func TestAnyScopeAndKey(t *testing.T) {
 				}
 			}
 			for i, id := range ids {
-				c := idem.Completion{Response: idem.Response{Status: 201, Body: []byte(fmt.Sprint("body-", i))},
+				c := idem.Completion{Response: exchange.Response{Status: 201, Body: []byte(fmt.Sprint("body-", i))},
 					CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}
 				if err := s.Complete(ctx, id, fmt.Sprint("tok-", i), c); err != nil {
 					t.Fatalf("Complete(ID %d) = %v", i, err)
@@ -122,7 +124,7 @@ func TestCorruptRecordKeepsTheKeySecret(t *testing.T) {
 	if _, _, err := s.Acquire(ctx, acquireAt(id, "tok", t0)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(ctx, id, "tok", idem.Completion{Response: idem.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+	if err := s.Complete(ctx, id, "tok", idem.Completion{Response: exchange.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Exec("UPDATE " + s.sql.quotedTableName + " SET idem_state = 7").Error; err != nil {

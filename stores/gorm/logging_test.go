@@ -12,6 +12,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
 )
@@ -65,7 +66,7 @@ func TestKeysNeverLogged(t *testing.T) {
 			check(err)
 			check(s.Renew(ctx, id, "tok", t0.Add(time.Minute)))
 			check(s.RenewBatch(ctx, []idem.Held{{ID: id, Token: "tok"}}, t0.Add(time.Minute), make([]bool, 1)))
-			check(s.Complete(ctx, id, "tok", idem.Completion{Response: idem.Response{Status: 201, Body: []byte(body)}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}))
+			check(s.Complete(ctx, id, "tok", idem.Completion{Response: exchange.Response{Status: 201, Body: []byte(body)}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}))
 			_, err = s.Get(ctx, id)
 			check(err)
 			// The completion inside the request's transaction.
@@ -76,7 +77,7 @@ func TestKeysNeverLogged(t *testing.T) {
 			if _, err := Tx(tctx, db); err != nil {
 				t.Fatal(err)
 			}
-			check(s.Complete(tctx, txID, "tok", idem.Completion{Response: idem.Response{Status: 201, Body: []byte(body)}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}))
+			check(s.Complete(tctx, txID, "tok", idem.Completion{Response: exchange.Response{Status: 201, Body: []byte(body)}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}))
 			done()
 			if len(errs) > 0 {
 				t.Fatalf("the lifecycle failed: %v", errs)
@@ -107,7 +108,7 @@ func TestKeysNeverLogged(t *testing.T) {
 				check(s.RenewBatch(ctx, []idem.Held{{ID: id, Token: "tok"}}, t0.Add(time.Minute), make([]bool, 1)))
 				check(s.Release(ctx, id, "tok"))
 			}
-			check(s.Complete(ctx, held, "tok", idem.Completion{Response: idem.Response{Status: 201, Body: []byte(body)}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}))
+			check(s.Complete(ctx, held, "tok", idem.Completion{Response: exchange.Response{Status: 201, Body: []byte(body)}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}))
 			_, err = s.Get(ctx, id)
 			check(err)
 			_, err = s.Purge(ctx, t0.Add(48*time.Hour), 10)

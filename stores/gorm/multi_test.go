@@ -6,6 +6,7 @@ import (
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemtest"
+	"github.com/idemkit/idemkit/internal/testservers"
 	"github.com/idemkit/idemkit/stores/gorm/sqlitedb"
 	"gorm.io/gorm"
 )
@@ -20,10 +21,10 @@ func independentPools(t *testing.T, b backend, n int) []*gorm.DB {
 		path := filepath.Join(t.TempDir(), "idem.db")
 		dial = func() (*gorm.DB, error) { return sqlitedb.Open(path, quiet()) }
 	case "postgres":
-		dsn := serverDSN(t, postgresEnv)
+		dsn := testservers.Require(t, testservers.PostgresDSN)
 		dial = func() (*gorm.DB, error) { return openServer(dialPostgres(dsn), 10) }
 	case "mysql":
-		dsn := serverDSN(t, mysqlEnv)
+		dsn := testservers.Require(t, testservers.MySQLDSN)
 		dial = func() (*gorm.DB, error) { return openServer(dialMySQL(dsn), 10) }
 	}
 	pools := make([]*gorm.DB, n)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/glebarez/sqlite"
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"gorm.io/gorm"
 
@@ -232,7 +233,7 @@ func TestSQLiteOtherNames(t *testing.T) {
 	}
 
 	// The store already open keeps its key, and is the file's only one.
-	if err := first.Complete(ctx, id, "tok-1", idem.Completion{Response: idem.Response{Status: 201},
+	if err := first.Complete(ctx, id, "tok-1", idem.Completion{Response: exchange.Response{Status: 201},
 		CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
-	"github.com/idemkit/idemkit/core/purge"
+	"github.com/idemkit/idemkit/internal/purge"
 )
 
 // Defaults of the options.

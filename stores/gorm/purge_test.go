@@ -159,12 +159,18 @@ func TestCloseNoLeak(t *testing.T) {
 	for i := range 5 {
 		// The purger may run before the table exists: its warning is noise.
 		s := newStore(t, db, WithPurgeInterval(time.Millisecond), WithPurgeBatch(1), WithLogger(discardLogger))
-		insertCompleted(t, s, "old", 50*i, t0)
+		insertCompleted(t, s, "old", 50*i, time.Now().Add(-time.Hour)) // expired: the purgers delete them
 		stores = append(stores, s)
 	}
 	off := newStore(t, db) // WithPurgeInterval(0)
 	waitPurgers(t, before+len(stores))
-	time.Sleep(20 * time.Millisecond) // let some be mid-purge
+	// Close them once the last one (200 records, one a batch) has begun
+	// to purge: some will be mid-purge.
+	for deadline := time.Now().Add(time.Minute); countRecords(t, stores[len(stores)-1]) == 50*(len(stores)-1); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("in a minute, the purger deleted no record")
+		}
+	}
 	for _, s := range stores {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)

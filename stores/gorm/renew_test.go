@@ -8,6 +8,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // TestRenewBatch: one call renews the leases of every lock still held and
@@ -39,7 +40,7 @@ func TestRenewBatch(t *testing.T) {
 			// counts such an UPDATE as changing no row, yet the lock holds.
 			acquire(sameLease, "tok-same", later.Add(-30*time.Second))
 			acquire(takenOver, "successor", t0.Add(31*time.Second)) // the lease ran out
-			if err := s.Complete(ctx, completed, "tok-completed", idem.Completion{Response: idem.Response{Status: 200}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+			if err := s.Complete(ctx, completed, "tok-completed", idem.Completion{Response: exchange.Response{Status: 200}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
 				t.Fatal(err)
 			}
 			if err := s.Release(ctx, released, "tok-released"); err != nil {

@@ -14,8 +14,9 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
-	"github.com/idemkit/idemkit/core/acquireorder"
-	"github.com/idemkit/idemkit/core/purge"
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/internal/acquireorder"
+	"github.com/idemkit/idemkit/internal/purge"
 	"gorm.io/gorm"
 )
 
@@ -734,7 +735,7 @@ func (s *Store) toRecord(id idem.ID, key blob, r *recordRow) (idem.Record, error
 		if body == nil {
 			body = []byte{}
 		}
-		rec.Response = idem.Response{Status: int(r.status.Int64), Header: h, Body: body}
+		rec.Response = exchange.Response{Status: int(r.status.Int64), Header: h, Body: body}
 	}
 	return rec, nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -120,7 +121,7 @@ func TestTimesExact(t *testing.T) {
 				t.Fatal(err)
 			}
 			done := now.Add(1500 * time.Millisecond)
-			c := idem.Completion{Response: idem.Response{Status: 201}, CompletedAt: done, ExpiresAt: done.Add(time.Hour)}
+			c := idem.Completion{Response: exchange.Response{Status: 201}, CompletedAt: done, ExpiresAt: done.Add(time.Hour)}
 			if err := s.Complete(ctx, a.ID, "tok", c); err != nil {
 				t.Fatal(err)
 			}
@@ -255,7 +256,7 @@ func TestCorruptRecord(t *testing.T) {
 	if _, _, err := s.Acquire(ctx, acquireAt(id, "tok", t0)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(ctx, id, "tok", idem.Completion{Response: idem.Response{Status: 200, Body: []byte("ok")}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+	if err := s.Complete(ctx, id, "tok", idem.Completion{Response: exchange.Response{Status: 200, Body: []byte("ok")}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ name, set string }{
@@ -290,7 +291,7 @@ func TestLargeBodies(t *testing.T) {
 				if _, _, err := s.Acquire(ctx, acquireAt(id, "tok", t0)); err != nil {
 					t.Fatal(err)
 				}
-				c := idem.Completion{Response: idem.Response{Status: 200, Body: body}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}
+				c := idem.Completion{Response: exchange.Response{Status: 200, Body: body}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}
 				if err := s.Complete(ctx, id, "tok", c); err != nil {
 					t.Fatal(err)
 				}

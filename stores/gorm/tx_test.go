@@ -16,6 +16,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemhttp"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"gorm.io/gorm"
@@ -118,7 +119,7 @@ func post(tb testing.TB, client *http.Client, url, key string) (reply, error) {
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	return reply{resp.StatusCode, resp.Header.Get(idem.ReplayedHeader) == "true", string(body)}, err
+	return reply{resp.StatusCode, resp.Header.Get(exchange.ReplayedHeader) == "true", string(body)}, err
 }
 
 func mustPost(tb testing.TB, url, key string) reply {
@@ -259,7 +260,7 @@ func TestTxSlot(t *testing.T) {
 				wantCharges int
 			}{
 				{"Complete commits", func(ctx context.Context, id idem.ID) error {
-					return s.Complete(ctx, id, "tok", idem.Completion{Response: idem.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)})
+					return s.Complete(ctx, id, "tok", idem.Completion{Response: exchange.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)})
 				}, 1},
 				{"Release rolls back", func(ctx context.Context, id idem.ID) error {
 					// and says so: the handler's writes are undone.
@@ -343,7 +344,7 @@ func TestTxErrors(t *testing.T) {
 	// Its writes are gone, so its response must not be recorded as if they
 	// had happened: Complete refuses, and the record stays in flight for
 	// the Engine to release.
-	err = s.Complete(ctx, idem.ID{Key: "k"}, "tok", idem.Completion{Response: idem.Response{Status: 200}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)})
+	err = s.Complete(ctx, idem.ID{Key: "k"}, "tok", idem.Completion{Response: exchange.Response{Status: 200}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)})
 	if !errors.Is(err, ErrTxAborted) || !errors.Is(err, idem.ErrRolledBack) {
 		t.Fatalf("Complete after the cleanup rolled back the handler's writes: %v, want ErrTxAborted (an idem.ErrRolledBack)", err)
 	}
@@ -364,7 +365,7 @@ func TestTxErrors(t *testing.T) {
 	if _, _, err := s.Acquire(ctx2, acquireAt(idem.ID{Key: "k2"}, "tok2", t0)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Complete(ctx2, idem.ID{Key: "k2"}, "other-token", idem.Completion{Response: idem.Response{Status: 200}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}); !errors.Is(err, idem.ErrLockLost) || errors.Is(err, idem.ErrRolledBack) {
+	if err := s.Complete(ctx2, idem.ID{Key: "k2"}, "other-token", idem.Completion{Response: exchange.Response{Status: 200}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}); !errors.Is(err, idem.ErrLockLost) || errors.Is(err, idem.ErrRolledBack) {
 		t.Fatalf("Complete with another token: %v, want ErrLockLost, and nothing rolled back", err)
 	}
 	// A completion that fails inside the request's transaction takes the
@@ -378,7 +379,7 @@ func TestTxErrors(t *testing.T) {
 	if _, err := Tx(ctx3, s.db); err != nil {
 		t.Fatal(err)
 	}
-	err = s.Complete(ctx3, idem.ID{Key: "k3-gone"}, "tok3", idem.Completion{Response: idem.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)})
+	err = s.Complete(ctx3, idem.ID{Key: "k3-gone"}, "tok3", idem.Completion{Response: exchange.Response{Status: 201}, CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)})
 	if !errors.Is(err, idem.ErrRolledBack) || !errors.Is(err, idem.ErrLockLost) {
 		t.Fatalf("Complete in the transaction of a lock no longer held: %v, want ErrRolledBack and ErrLockLost", err)
 	}
@@ -417,12 +418,12 @@ func TestTxAbortedBeforeComplete(t *testing.T) {
 			s := newStore(t, db)
 			charges := createCharges(t, db)
 			e := quietEngine(s, time.Now)
-			req := func() *idem.Request {
-				return &idem.Request{Method: http.MethodPost, Path: "/charges", KeyLines: []string{`"aborted"`}, Body: []byte(`{}`)}
+			req := func() *exchange.Request {
+				return &exchange.Request{Method: http.MethodPost, Path: "/charges", KeyLines: []string{`"aborted"`}, Body: []byte(`{}`)}
 			}
 			ctx, done := WithTxSlot(testCtx(t))
-			d := e.Begin(ctx, req())
-			if d.Action != idem.ActionRun {
+			d := e.Adapter().Begin(ctx, *req())
+			if d.Action != exchange.Run {
 				t.Fatalf("first request: %+v", d)
 			}
 			tx, err := Tx(ctx, db)
@@ -434,16 +435,16 @@ func TestTxAbortedBeforeComplete(t *testing.T) {
 			}
 			done() // the request is over before its response is recorded
 			d.Lock.Write([]byte(`{"charged":true}`))
-			if f := d.Lock.Finish(ctx, 201, nil); f.Outcome != idem.RolledBack || !f.Withhold() || !errors.Is(f.Err, ErrTxAborted) {
+			if f := d.Lock.Finish(ctx, 201, nil); f.Outcome != exchange.RolledBack || !f.Withhold() || !errors.Is(f.Err, ErrTxAborted) {
 				t.Fatalf("Finish = %+v, want it rolled back with ErrTxAborted, and withheld", f)
 			}
 			if n := countCharges(t, db, charges); n != 0 {
 				t.Fatalf("%d charges after the rollback", n)
 			}
-			if d := e.Begin(testCtx(t), req()); d.Action != idem.ActionRun {
+			if d := e.Adapter().Begin(testCtx(t), *req()); d.Action != exchange.Run {
 				t.Fatalf("retry: %+v, want the handler to run again (no false replay)", d)
 			} else {
-				d.Lock.Abandon(testCtx(t), idem.ReasonPanic)
+				d.Lock.Abandon(testCtx(t), exchange.ReasonPanic)
 			}
 		})
 	}
@@ -463,8 +464,8 @@ func TestTxReleasedIsUndone(t *testing.T) {
 			e := idem.New(idem.Config{Store: s, Logger: discardLogger, MaxResponseBody: 16})
 			ctx, done := WithTxSlot(testCtx(t))
 			defer done()
-			d := e.Begin(ctx, &idem.Request{Method: http.MethodPost, Path: "/charges", KeyLines: []string{`"big"`}, Body: []byte(`{}`)})
-			if d.Action != idem.ActionRun {
+			d := e.Adapter().Begin(ctx, exchange.Request{Method: http.MethodPost, Path: "/charges", KeyLines: []string{`"big"`}, Body: []byte(`{}`)})
+			if d.Action != exchange.Run {
 				t.Fatalf("first request: %+v", d)
 			}
 			tx, err := Tx(d.Lock.Context(), db)
@@ -475,7 +476,7 @@ func TestTxReleasedIsUndone(t *testing.T) {
 				t.Fatal(err)
 			}
 			d.Lock.Write([]byte(`{"charged":true,"receipt":"a receipt longer than the limit"}`))
-			if f := d.Lock.Finish(ctx, 201, nil); f.Outcome != idem.RolledBack || f.Reason != idem.ReasonTooLarge || !f.Withhold() {
+			if f := d.Lock.Finish(ctx, 201, nil); f.Outcome != exchange.RolledBack || f.Reason != exchange.ReasonTooLarge || !f.Withhold() {
 				t.Fatalf("Finish = %+v, want it rolled back (too large) and withheld", f)
 			}
 			if n := countCharges(t, db, charges); n != 0 {
@@ -484,17 +485,17 @@ func TestTxReleasedIsUndone(t *testing.T) {
 			// A 5xx rolls back too, and goes out as it is: it reports no success.
 			ctx2, done2 := WithTxSlot(testCtx(t))
 			defer done2()
-			d = e.Begin(ctx2, &idem.Request{Method: http.MethodPost, Path: "/charges", KeyLines: []string{`"fails"`}, Body: []byte(`{}`)})
+			d = e.Adapter().Begin(ctx2, exchange.Request{Method: http.MethodPost, Path: "/charges", KeyLines: []string{`"fails"`}, Body: []byte(`{}`)})
 			if _, err := Tx(d.Lock.Context(), db); err != nil {
 				t.Fatal(err)
 			}
-			if f := d.Lock.Finish(ctx2, 503, nil); f.Outcome != idem.RolledBack || f.Withhold() {
+			if f := d.Lock.Finish(ctx2, 503, nil); f.Outcome != exchange.RolledBack || f.Withhold() {
 				t.Fatalf("Finish of a 503 = %+v, want it rolled back, not withheld", f)
 			}
 			// Without a transaction, a release is no rollback.
-			d = e.Begin(testCtx(t), &idem.Request{Method: http.MethodPost, Path: "/charges", KeyLines: []string{`"plain"`}, Body: []byte(`{}`)})
+			d = e.Adapter().Begin(testCtx(t), exchange.Request{Method: http.MethodPost, Path: "/charges", KeyLines: []string{`"plain"`}, Body: []byte(`{}`)})
 			d.Lock.Write([]byte(`{"charged":true,"receipt":"a receipt longer than the limit"}`))
-			if f := d.Lock.Finish(testCtx(t), 201, nil); f.Outcome != idem.NotRecorded || f.Withhold() {
+			if f := d.Lock.Finish(testCtx(t), 201, nil); f.Outcome != exchange.NotRecorded || f.Withhold() {
 				t.Fatalf("Finish without a transaction = %+v, want it not recorded, not withheld", f)
 			}
 		})
@@ -508,11 +509,11 @@ func TestTxSlotAfterMiddleware(t *testing.T) {
 	db := openSQLite(t)
 	s := newStore(t, db)
 	e := idem.New(idem.Config{Store: s, Logger: discardLogger})
-	d := e.Begin(testCtx(t), &idem.Request{Method: http.MethodPost, Path: "/v1/charges", KeyLines: []string{`"k"`}, Body: []byte(`{}`)})
+	d := e.Adapter().Begin(testCtx(t), exchange.Request{Method: http.MethodPost, Path: "/v1/charges", KeyLines: []string{`"k"`}, Body: []byte(`{}`)})
 	if d.Lock == nil {
 		t.Fatalf("Begin: %+v, want a lock", d)
 	}
-	defer d.Lock.Abandon(testCtx(t), idem.ReasonPanic)
+	defer d.Lock.Abandon(testCtx(t), exchange.ReasonPanic)
 	ctx, done := WithTxSlot(d.Lock.Context()) // the slot after idemkit: the store never armed it
 	defer done()
 	_, err := Tx(ctx, db)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // oldSchema is the table of the versions that keyed records by the scope
@@ -105,7 +106,7 @@ func TestUpgradeStatements(t *testing.T) {
 			if rec, o, err := s.Acquire(ctx, acquireAt(inFlight, "tok-3", t0)); err != nil || o != idem.AcquireExisting || rec.Token != "tok-2" {
 				t.Fatalf("Acquire of the in-flight key after the upgrade: %v (%q), %v; want Existing, held by tok-2", o, rec.Token, err)
 			}
-			if err := s.Complete(ctx, inFlight, "tok-2", idem.Completion{Response: idem.Response{Status: 200}, CompletedAt: t0, ExpiresAt: far}); err != nil {
+			if err := s.Complete(ctx, inFlight, "tok-2", idem.Completion{Response: exchange.Response{Status: 200}, CompletedAt: t0, ExpiresAt: far}); err != nil {
 				t.Fatalf("the holder's Complete after the upgrade: %v", err)
 			}
 			var n int

@@ -9,7 +9,9 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
-	"github.com/idemkit/idemkit/core/acquireorder"
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/internal/acquireorder"
+	"github.com/idemkit/idemkit/internal/testservers"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -164,7 +166,7 @@ func (s *Store) completeOf(t *testing.T, ctx context.Context) func(idem.ID) {
 		t.Helper()
 		s.holdOf(t, ctx)(id)
 		err := s.Complete(ctx, id, "tok-first", idem.Completion{
-			Response: idem.Response{Status: 201, Body: []byte("ok")}, CompletedAt: t0, ExpiresAt: t0.Add(ttl)})
+			Response: exchange.Response{Status: 201, Body: []byte("ok")}, CompletedAt: t0, ExpiresAt: t0.Add(ttl)})
 		if err != nil {
 			t.Fatalf("complete %v: %v", id, err)
 		}
@@ -184,7 +186,7 @@ func TestAcquireNeverReadsFromReplicas(t *testing.T) {
 		{"RouteRandomly", func(o *redis.ClusterOptions) { o.RouteRandomly = true }},
 	} {
 		t.Run(opt.name, func(t *testing.T) {
-			o := &redis.ClusterOptions{Addrs: strings.Split(serverEnv(t, clusterEnv), ","), ContextTimeoutEnabled: true}
+			o := &redis.ClusterOptions{Addrs: strings.Split(testservers.Require(t, testservers.RedisClusterAddrs), ","), ContextTimeoutEnabled: true}
 			opt.set(o)
 			c := redis.NewClusterClient(o)
 			t.Cleanup(func() { _ = c.Close() })

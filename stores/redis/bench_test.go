@@ -8,6 +8,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // BenchmarkStore measures each store step on a single node beside a
@@ -23,7 +24,7 @@ func BenchmarkStore(b *testing.B) {
 	s := newStore(b, c)
 	ctx := context.Background() // no deadline: -count and -benchtime decide how long it runs
 	body := bytes.Repeat([]byte("x"), 1024)
-	resp := idem.Response{Status: 201, Header: []idem.HeaderField{{Name: "Content-Type", Values: []string{"application/json"}}}, Body: body}
+	resp := exchange.Response{Status: 201, Header: []exchange.HeaderField{{Name: "Content-Type", Values: []string{"application/json"}}}, Body: body}
 	now := time.Now()
 	// Keys of their own for every run of a sub-benchmark, so that each
 	// run measures new keys.

@@ -8,7 +8,8 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
-	"github.com/idemkit/idemkit/core/storecodec"
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/internal/storecodec"
 )
 
 // responseVersion is the first byte of a stored response, so that a later
@@ -20,7 +21,7 @@ const responseVersion = 1
 // storecodec), and the body, which runs to the end. Copying into a buffer
 // of its own is also what lets the Engine reuse the memory of r once
 // Complete returns.
-func encodeResponse(r idem.Response) []byte {
+func encodeResponse(r exchange.Response) []byte {
 	b := make([]byte, 0, 1+binary.MaxVarintLen64+storecodec.HeaderSize(r.Header)+len(r.Body))
 	b = append(b, responseVersion)
 	b = binary.AppendUvarint(b, uint64(r.Status))
@@ -32,20 +33,20 @@ var errCorrupt = errors.New("redisstore: corrupt stored response")
 
 // decodeResponse reads what encodeResponse wrote. The body is cut from
 // one copy of s, the header's strings from one string.
-func decodeResponse(s string) (idem.Response, error) {
+func decodeResponse(s string) (exchange.Response, error) {
 	b := []byte(s)
 	if len(b) == 0 || b[0] != responseVersion {
-		return idem.Response{}, errCorrupt
+		return exchange.Response{}, errCorrupt
 	}
 	status, n := binary.Uvarint(b[1:])
 	if n <= 0 || status > 999 || n > 1 && b[n] == 0 {
-		return idem.Response{}, errCorrupt
+		return exchange.Response{}, errCorrupt
 	}
 	h, body, err := storecodec.ReadHeader(b[1+n:])
 	if err != nil {
-		return idem.Response{}, errCorrupt
+		return exchange.Response{}, errCorrupt
 	}
-	return idem.Response{Status: int(status), Header: h, Body: body}, nil
+	return exchange.Response{Status: int(status), Header: h, Body: body}, nil
 }
 
 // ttlMillis is the TTL, in whole milliseconds rounded up, of a key that

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // FuzzResponseCodec: any stored bytes decode to a response or an error,
@@ -24,12 +25,12 @@ func FuzzResponseCodec(f *testing.F) {
 				status = -status
 			}
 		}
-		want := idem.Response{Status: status, Body: body}
+		want := exchange.Response{Status: status, Body: body}
 		if name != "" {
-			want.Header = append(want.Header, idem.HeaderField{Name: name, Values: []string{value, value + value}})
+			want.Header = append(want.Header, exchange.HeaderField{Name: name, Values: []string{value, value + value}})
 		}
 		if name2 != "" {
-			want.Header = append(want.Header, idem.HeaderField{Name: name2, Values: []string{}})
+			want.Header = append(want.Header, exchange.HeaderField{Name: name2, Values: []string{}})
 		}
 		enc := encodeResponse(want)
 		got, err := decodeResponse(string(enc))

@@ -8,7 +8,8 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
-	"github.com/idemkit/idemkit/core/acquireorder"
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/internal/acquireorder"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -50,7 +51,7 @@ func TestDeadlineOfHungRedis(t *testing.T) {
 		},
 		"Renew": func(ctx context.Context) error { return s.Renew(ctx, id, "tok", t0) },
 		"Complete": func(ctx context.Context) error {
-			return s.Complete(ctx, id, "tok", idem.Completion{Response: idem.Response{Status: 200}, CompletedAt: t0, ExpiresAt: t0})
+			return s.Complete(ctx, id, "tok", idem.Completion{Response: exchange.Response{Status: 200}, CompletedAt: t0, ExpiresAt: t0})
 		},
 		"Release": func(ctx context.Context) error { return s.Release(ctx, id, "tok") },
 		"Get":     func(ctx context.Context) error { _, err := s.Get(ctx, id); return err },

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/internal/testservers"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -101,7 +103,7 @@ func TestWrappedClusterClient(t *testing.T) {
 	}
 	renewsAll(t, s, held, "through the wrapped Cluster client")
 	for _, h := range held {
-		if err := s.Complete(ctx, h.ID, "tok", idem.Completion{Response: idem.Response{Status: 201},
+		if err := s.Complete(ctx, h.ID, "tok", idem.Completion{Response: exchange.Response{Status: 201},
 			CompletedAt: t0, ExpiresAt: t0.Add(ttl)}); err != nil {
 			t.Fatal(err)
 		}
@@ -134,7 +136,7 @@ func TestUnclassifiableClient(t *testing.T) {
 // not the client's type, and renews lease by lease.
 func TestPlainClientOnClusterNode(t *testing.T) {
 	cc := dialCluster(t).(*redis.ClusterClient)
-	addr := strings.Split(serverEnv(t, clusterEnv), ",")[0]
+	addr := strings.Split(testservers.Require(t, testservers.RedisClusterAddrs), ",")[0]
 	node := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = node.Close() })
 	prefix := testPrefix(t, cc)
@@ -165,7 +167,7 @@ func TestPlainClientOnClusterNode(t *testing.T) {
 // guess works, so only a Cluster node can tell a wrong one.)
 func TestPlainClientOnClusterNodeWithoutInfo(t *testing.T) {
 	cc := dialCluster(t).(*redis.ClusterClient)
-	addr := strings.Split(serverEnv(t, clusterEnv), ",")[0]
+	addr := strings.Split(testservers.Require(t, testservers.RedisClusterAddrs), ",")[0]
 	admin := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = admin.Close() })
 	ctx := testContext(t)
@@ -291,7 +293,7 @@ func TestRenewBatchWithoutInfo(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = admin.Do(context.Background(), "ACL", "DELUSER", user).Err() })
-	c := redis.NewClient(&redis.Options{Addr: serverEnv(t, singleEnv), Username: user, Password: "pw", ContextTimeoutEnabled: true})
+	c := redis.NewClient(&redis.Options{Addr: testservers.Require(t, testservers.RedisAddr), Username: user, Password: "pw", ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = c.Close() })
 	if err := c.Info(ctx, "cluster").Err(); err == nil {
 		t.Fatal("INFO allowed: the test proves nothing")

@@ -4,22 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/internal/testservers"
 	"github.com/redis/go-redis/v9"
-)
-
-// The addresses of the test servers. scripts/test-all (make test) starts a
-// throwaway redis-server and a three-master Redis Cluster and sets them,
-// see scripts/redis-servers.sh. Without them the tests fail, except under
-// -short, where they are skipped so that a quick run needs no server.
-const (
-	singleEnv  = "IDEMKIT_TEST_REDIS_ADDR"
-	clusterEnv = "IDEMKIT_TEST_REDIS_CLUSTER_ADDRS"
 )
 
 // topology is a kind of Redis deployment the tests run against.
@@ -37,23 +28,9 @@ var topologies = []topology{
 	{"cluster", dialCluster},
 }
 
-// serverEnv returns the value of env, failing the test if it is unset.
-func serverEnv(tb testing.TB, env string) string {
-	tb.Helper()
-	v := os.Getenv(env)
-	if v == "" {
-		if testing.Short() {
-			tb.Skipf("%s is not set; -short skips the tests that need Redis", env)
-		}
-		tb.Fatalf("%s is not set: run the tests with `make test` (scripts/test-all), which starts Redis, "+
-			"or `source scripts/redis-servers.sh && start_redis_servers` first", env)
-	}
-	return v
-}
-
 func dialSingle(tb testing.TB, hooks ...redis.Hook) redis.UniversalClient {
 	tb.Helper()
-	c := redis.NewClient(&redis.Options{Addr: serverEnv(tb, singleEnv), ContextTimeoutEnabled: true})
+	c := redis.NewClient(&redis.Options{Addr: testservers.Require(tb, testservers.RedisAddr), ContextTimeoutEnabled: true})
 	tb.Cleanup(func() { _ = c.Close() })
 	for _, h := range hooks {
 		c.AddHook(h)
@@ -64,7 +41,7 @@ func dialSingle(tb testing.TB, hooks ...redis.Hook) redis.UniversalClient {
 
 func dialCluster(tb testing.TB, hooks ...redis.Hook) redis.UniversalClient {
 	tb.Helper()
-	addrs := strings.Split(serverEnv(tb, clusterEnv), ",")
+	addrs := strings.Split(testservers.Require(tb, testservers.RedisClusterAddrs), ",")
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
 	tb.Cleanup(func() { _ = c.Close() })
 	for _, h := range hooks {

@@ -1,17 +1,11 @@
 package redisstore
 
 import (
-	"log/slog"
 	"testing"
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemtest"
 )
-
-// quietEngine is an Engine on s that logs nothing.
-func quietEngine(s idem.Store) *idem.Engine {
-	return idem.New(idem.Config{Store: s, Logger: slog.New(slog.DiscardHandler)})
-}
 
 // TestMultiInstance: three instances, each with its own Redis client and
 // Engine, behind three servers, get 200 parallel requests with one key (see

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -41,7 +42,7 @@ func TestRenewBatch(t *testing.T) {
 					}
 				case 2: // completed
 					wantLost[i] = true
-					if err := s.Complete(ctx, id, "tok", idem.Completion{Response: idem.Response{Status: 200}, CompletedAt: t0, ExpiresAt: t0.Add(ttl)}); err != nil {
+					if err := s.Complete(ctx, id, "tok", idem.Completion{Response: exchange.Response{Status: 200}, CompletedAt: t0, ExpiresAt: t0.Add(ttl)}); err != nil {
 						t.Fatal(err)
 					}
 				case 3: // released

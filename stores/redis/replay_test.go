@@ -6,6 +6,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // A client library may send a script again when the connection drops
@@ -55,7 +56,7 @@ func TestCompleteSentTwice(t *testing.T) {
 			if _, _, err := s.Acquire(ctx, acquireAt(id, "tok", t0)); err != nil {
 				t.Fatal(err)
 			}
-			c := idem.Completion{Response: idem.Response{Status: 201, Body: []byte(`{"id":1}`)}, CompletedAt: t0, ExpiresAt: t0.Add(ttl)}
+			c := idem.Completion{Response: exchange.Response{Status: 201, Body: []byte(`{"id":1}`)}, CompletedAt: t0, ExpiresAt: t0.Add(ttl)}
 			for run := range 2 {
 				if err := s.Complete(ctx, id, "tok", c); err != nil {
 					t.Fatalf("run %d: %v", run, err)

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemhttp"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/redis/go-redis/v9"
@@ -185,8 +186,8 @@ func TestRedisRestart(t *testing.T) {
 		}
 		defer resp.Body.Close()
 		body, _ := io.ReadAll(resp.Body)
-		a := answer{status: resp.StatusCode, replayed: resp.Header.Get(idem.ReplayedHeader) == "true", body: string(body)}
-		if resp.Header.Get("Content-Type") == idem.ProblemContentType {
+		a := answer{status: resp.StatusCode, replayed: resp.Header.Get(exchange.ReplayedHeader) == "true", body: string(body)}
+		if resp.Header.Get("Content-Type") == exchange.ProblemContentType {
 			var p struct{ Type string }
 			_ = json.Unmarshal(body, &p)
 			a.problem = p.Type[strings.LastIndexByte(p.Type, '#')+1:]
@@ -210,8 +211,8 @@ func TestRedisRestart(t *testing.T) {
 
 	p.kill()
 	for _, key := range []string{"k-down", "k-before"} {
-		if a := post(key); a.status != http.StatusServiceUnavailable || a.problem != idem.ProblemStoreUnavailable {
-			t.Fatalf("Redis down, POST %s: %+v; want 503 %s", key, a, idem.ProblemStoreUnavailable)
+		if a := post(key); a.status != http.StatusServiceUnavailable || a.problem != exchange.ProblemStoreUnavailable {
+			t.Fatalf("Redis down, POST %s: %+v; want 503 %s", key, a, exchange.ProblemStoreUnavailable)
 		}
 	}
 	if n := runsOf("k-down"); n != 0 {

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
-	"github.com/idemkit/idemkit/core/acquireorder"
+	"github.com/idemkit/idemkit/internal/acquireorder"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -63,7 +64,7 @@ func TestTTLFollowsRecord(t *testing.T) {
 				t.Fatalf("renewed again: TTL %v, want %v", d, ttl+5*time.Hour+time.Millisecond)
 			}
 			done := t0.Add(ttl + 4*time.Hour)
-			err := s.Complete(ctx, id, "tok", idem.Completion{Response: idem.Response{Status: 201, Body: []byte("ok")},
+			err := s.Complete(ctx, id, "tok", idem.Completion{Response: exchange.Response{Status: 201, Body: []byte("ok")},
 				CompletedAt: done, ExpiresAt: done.Add(time.Hour)})
 			if err != nil {
 				t.Fatal(err)

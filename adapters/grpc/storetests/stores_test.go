@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/idemkit/idemkit/adapters/grpc/internal/grpcsuite"
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/internal/testservers"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 	"github.com/idemkit/idemkit/stores/gorm/sqlitedb"
 	redisstore "github.com/idemkit/idemkit/stores/redis"
@@ -19,14 +19,6 @@ import (
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
-)
-
-// The test servers. scripts/test-all (make test) starts throwaway ones and
-// sets these; without them the PostgreSQL and Redis tests fail, except
-// under -short, where they are skipped so that a quick run needs no server.
-const (
-	postgresEnv = "IDEMKIT_TEST_POSTGRES_DSN"
-	redisEnv    = "IDEMKIT_TEST_REDIS_ADDR"
 )
 
 func TestInterceptorGORMSQLite(t *testing.T) {
@@ -55,20 +47,6 @@ func TestInterceptorRedis(t *testing.T) {
 		}
 		return s
 	})
-}
-
-// serverEnv returns the value of env, failing the test if it is unset.
-func serverEnv(tb testing.TB, env string) string {
-	tb.Helper()
-	v := os.Getenv(env)
-	if v == "" {
-		if testing.Short() {
-			tb.Skipf("%s is not set; -short skips the tests that need a server", env)
-		}
-		tb.Fatalf("%s is not set: run the tests with `make test` (scripts/test-all), which starts the servers, "+
-			"or `source scripts/servers.sh && start_servers` and `source scripts/redis-servers.sh && start_redis_servers` first", env)
-	}
-	return v
 }
 
 func quiet() *gorm.Config { return &gorm.Config{Logger: logger.Default.LogMode(logger.Silent)} }
@@ -100,10 +78,10 @@ var pgPool struct {
 // of its own in it.
 func postgresPool(tb testing.TB) *gorm.DB {
 	tb.Helper()
-	dsn := serverEnv(tb, postgresEnv)
+	dsn := testservers.Require(tb, testservers.PostgresDSN)
 	pgPool.once.Do(func() { pgPool.db, pgPool.err = gorm.Open(postgres.Open(dsn), quiet()) })
 	if pgPool.err != nil {
-		tb.Fatalf("%s: %v", postgresEnv, pgPool.err)
+		tb.Fatalf("%s: %v", testservers.PostgresDSN, pgPool.err)
 	}
 	return pgPool.db
 }
@@ -127,7 +105,7 @@ func gormStore(tb testing.TB, db *gorm.DB, opts ...gormstore.Option) *gormstore.
 
 func redisClient(tb testing.TB) *redis.Client {
 	tb.Helper()
-	c := redis.NewClient(&redis.Options{Addr: serverEnv(tb, redisEnv), ContextTimeoutEnabled: true})
+	c := redis.NewClient(&redis.Options{Addr: testservers.Require(tb, testservers.RedisAddr), ContextTimeoutEnabled: true})
 	tb.Cleanup(func() { _ = c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

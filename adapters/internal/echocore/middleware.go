@@ -2,7 +2,7 @@
 // for Echo v4, adapters/echov5 for Echo v5), written once. Both majors
 // serve net/http requests, and idemkit's net/http work (reading the
 // request, capturing the response, finishing) is the core's
-// (idem.ResponseCapture); what is left, and is here, is the flow around
+// (exchange.ResponseCapture); what is left, and is here, is the flow around
 // it: which requests pass untouched, the options, a body refused by Echo's
 // BodyLimit, the capture put in the response chain and taken out again, a
 // handler's error rendered inside it. An adapter only translates its
@@ -18,6 +18,7 @@ import (
 	"net/http"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // Ctx is what the middleware uses of a request's Echo context: methods
@@ -86,7 +87,7 @@ type middleware[C Ctx, H ~func(C) error] struct {
 }
 
 func (m *middleware[C, H]) serve(c C, next H) error {
-	e, f, o := m.e, m.f, m.o
+	e, f, o := m.e.Adapter(), m.f, m.o
 	r := c.Request()
 	if !e.Guards(r.Method) || f.Unrouted(c) || o.Skip != nil && o.Skip(c) {
 		return next(c)
@@ -104,12 +105,12 @@ func (m *middleware[C, H]) serve(c C, next H) error {
 	if o.Scope != nil {
 		req.Scope = o.Scope(c)
 	}
-	d := e.Begin(r.Context(), &req)
+	d := e.Begin(r.Context(), req)
 	switch d.Action {
-	case idem.ActionRespond:
+	case exchange.Respond:
 		d.WriteTo(f.Response(c))
 		return nil
-	case idem.ActionRun:
+	case exchange.Run:
 		return serveLocked(c, next, f, d)
 	default:
 		d.SetBody(r)
@@ -134,9 +135,16 @@ func (r bodyLimitReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func serveLocked[C Ctx, H ~func(C) error](c C, next H, f *Framework[C], d idem.Decision) error {
+// timeouts names the function of http.TimeoutHandler that writes its
+// answer, on which Echo's Timeout middleware is built: registered inside
+// idemkit, it answers for a handler it leaves running (see
+// exchange.ResponseCapture.WatchTimeouts).
+var timeouts = []string{"net/http.(*timeoutHandler).ServeHTTP"}
+
+func serveLocked[C Ctx, H ~func(C) error](c C, next H, f *Framework[C], d exchange.Decision) error {
 	lock, ctx, orig := d.Lock, c.Request().Context(), f.Writer(c)
 	x := new(captureWriter) // one allocation for the writer and the body
+	x.WatchTimeouts(timeouts)
 	x.Reset(orig, lock)
 	x.SetRequestBody(c.Request(), d.Body)
 	if f.Informational != nil {
@@ -168,11 +176,11 @@ func serveLocked[C Ctx, H ~func(C) error](c C, next H, f *Framework[C], d idem.D
 	return nil
 }
 
-// captureWriter is the shared capture (idem.ResponseCapture), with the
+// captureWriter is the shared capture (exchange.ResponseCapture), with the
 // informational statuses a handler sends passed to the writer below Echo's
 // Response where there is one (Framework.Informational).
 type captureWriter struct {
-	idem.ResponseCapture
+	exchange.ResponseCapture
 	informational http.ResponseWriter
 }
 

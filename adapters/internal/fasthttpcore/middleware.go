@@ -2,11 +2,11 @@
 // (adapters/fiber for Fiber v2, adapters/fiberv3 for Fiber v3), written
 // once. Both majors run on fasthttp and give a handler the same request
 // and response (*fasthttp.Request, *fasthttp.Response), so everything
-// idemkit does with them is here: the idem.Request built from the request,
+// idemkit does with them is here: the exchange.Request built from the request,
 // copied out of fasthttp's reused buffers; a multipart form written out
 // the same way for every retry; the handler run under the lock, its error
 // rendered inside the capture; the response recorded, or withheld when
-// idem.Finished says so; a decision written to the response; and the
+// exchange.Finished says so; a decision written to the response; and the
 // route table that tells a request matching no route. An adapter only
 // translates its Fiber's context: a Framework value says how.
 //
@@ -24,6 +24,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // Ctx is what the middleware uses of a request's Fiber context: methods
@@ -97,10 +98,11 @@ func Apply[T any, O ~func(*T)](opts []O) T {
 // Middleware is the adapters' New: a Fiber handler that runs every request
 // through e.
 func Middleware[C Ctx](e *idem.Engine, f *Framework[C], o Options[C]) func(C) error {
-	keyHeader := e.HeaderName()
+	a := e.Adapter()
+	keyHeader := a.HeaderName()
 	known := &routes[C]{f: f}
 	return func(c C) error {
-		if !e.Guards(c.Method()) || !known.match(c) || o.Next != nil && o.Next(c) {
+		if !a.Guards(c.Method()) || !known.match(c) || o.Next != nil && o.Next(c) {
 			// Unguarded methods, requests that match no route (Fiber's 404
 			// and 405, which app.Use middleware also sees) and skipped
 			// requests pass untouched.
@@ -118,15 +120,15 @@ func Middleware[C Ctx](e *idem.Engine, f *Framework[C], o Options[C]) func(C) er
 			req.Scope = strings.Clone(o.Scope(c)) // scopes usually come from c.Get, which aliases
 		}
 		ctx := f.Context(c)
-		d := e.Begin(ctx, &req)
+		d := a.Begin(ctx, req)
 		if d.Body != nil {
 			r.SetBodyRaw(d.Body) // Begin consumed the stream; d.Body is ours to hand on
 		}
 		switch d.Action {
-		case idem.ActionRespond:
+		case exchange.Respond:
 			respond(c.Response(), &d.Response, d.Replayed)
 			return nil
-		case idem.ActionRun:
+		case exchange.Run:
 			return run(c, e, f, d.Lock)
 		default:
 			return c.Next()
@@ -135,13 +137,13 @@ func Middleware[C Ctx](e *idem.Engine, f *Framework[C], o Options[C]) func(C) er
 }
 
 // run runs the rest of the chain under lock and records what it answered.
-func run[C Ctx](c C, e *idem.Engine, f *Framework[C], lock *idem.Lock) error {
+func run[C Ctx](c C, e *idem.Engine, f *Framework[C], lock exchange.Lock) error {
 	ctx := f.Context(c)
 	f.SetContext(c, lock.Context())
 	defer func() {
 		if p := recover(); p != nil {
 			f.SetContext(c, ctx)
-			_ = lock.Abandon(ctx, idem.ReasonPanic)
+			_ = lock.Abandon(ctx, exchange.ReasonPanic)
 			panic(p) // for the recover middleware, which answers 500
 		}
 	}()
@@ -152,7 +154,7 @@ func run[C Ctx](c C, e *idem.Engine, f *Framework[C], lock *idem.Lock) error {
 		// app.Use or on a group) answered and left the handler running on a
 		// goroutine of its own, which may still use c: leave c to it, and
 		// the error to Fiber, as without idemkit; the key stays locked for a
-		// lease (see idem.Lock.LeaveRunning). It was a timeout inside only
+		// lease (see exchange.Lock.LeaveRunning). It was a timeout inside only
 		// if the context idemkit received is still live: one registered
 		// before idemkit gives up when that context ends, and then runs
 		// idemkit and the handler on its own goroutine, so when the chain
@@ -174,10 +176,10 @@ func run[C Ctx](c C, e *idem.Engine, f *Framework[C], lock *idem.Lock) error {
 // finish records resp, the response the handler wrote under lock, or
 // abandons the key if resp is streamed or the connection was hijacked;
 // and withholds resp where the outcome says it must not go out
-// (idem.Finished.Withhold).
-func finish(ctx context.Context, e *idem.Engine, lock *idem.Lock, resp *fasthttp.Response, hijacked bool) {
+// (exchange.Finished.Withhold).
+func finish(ctx context.Context, e *idem.Engine, lock exchange.Lock, resp *fasthttp.Response, hijacked bool) {
 	if resp.IsBodyStream() || hijacked {
-		if lock.Abandon(ctx, idem.ReasonStreamed).Withhold() && !hijacked {
+		if lock.Abandon(ctx, exchange.ReasonStreamed).Withhold() && !hijacked {
 			withhold(e, resp)
 		}
 		return
@@ -204,7 +206,7 @@ func ErrorHandler[C Ctx](e *idem.Engine, f *Framework[C], next func(C, error) er
 		if limit <= 0 {
 			limit = fasthttp.DefaultMaxRequestBodySize
 		}
-		problem := e.BodyTooLarge(int64(limit))
+		problem := e.Adapter().BodyTooLarge(int64(limit))
 		respond(c.Response(), &problem, false)
 		return nil
 	}

@@ -6,16 +6,15 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/valyala/fasthttp"
-
-	idem "github.com/idemkit/idemkit/core"
 )
 
 // newRequest describes r, whose method Fiber says is method, for
 // Engine.Begin. What the store keeps (method, path, key lines) is copied
 // out of fasthttp's buffers; what Begin only reads may alias them.
-func newRequest(r *fasthttp.Request, method, keyHeader string) idem.Request {
-	req := idem.Request{
+func newRequest(r *fasthttp.Request, method, keyHeader string) exchange.Request {
+	req := exchange.Request{
 		Method:          ownMethod(method),
 		Path:            requestTarget(r),
 		KeyLines:        ownLines(r.Header.PeekAll(keyHeader)),

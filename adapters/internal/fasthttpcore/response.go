@@ -7,10 +7,11 @@ import (
 	"github.com/valyala/fasthttp"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // respond writes r to resp, replacing what earlier middleware set.
-func respond(resp *fasthttp.Response, r *idem.Response, replayed bool) {
+func respond(resp *fasthttp.Response, r *exchange.Response, replayed bool) {
 	resp.SetStatusCode(r.Status)
 	for _, f := range r.Header {
 		for i, v := range f.Values {
@@ -22,23 +23,23 @@ func respond(resp *fasthttp.Response, r *idem.Response, replayed bool) {
 		}
 	}
 	if replayed {
-		resp.Header.Set(idem.ReplayedHeader, "true")
+		resp.Header.Set(exchange.ReplayedHeader, "true")
 	}
 	resp.SetBody(r.Body) // a copy: the stored record is read-only
 }
 
 // withhold replaces the response in resp, which describes work that was
-// rolled back or is not the key's outcome (idem.Finished.Withhold), with
+// rolled back or is not the key's outcome (exchange.Finished.Withhold), with
 // the Engine's answer for it. Nothing is sent yet: fasthttp writes the
 // response once the handler chain returns.
 func withhold(e *idem.Engine, resp *fasthttp.Response) {
-	withheld := e.WithheldResponse()
+	withheld := e.Adapter().WithheldResponse()
 	resp.Reset()
 	respond(resp, &withheld, false)
 }
 
 // responseHeader lets Lock.Finish read the headers of the handler's
-// response as they go on the wire; it is an idem.HeaderReader with
+// response as they go on the wire; it is an exchange.HeaderReader with
 // AppendValues.
 type responseHeader fasthttp.Response
 
@@ -48,7 +49,7 @@ func (h *responseHeader) Values(name string) []string {
 	return ownLines(h.peekAll(name))
 }
 
-// AppendValues is idem.HeaderReader's optional method: the values of the header
+// AppendValues is exchange.HeaderReader's optional method: the values of the header
 // name, without copies, for Lock.Finish, which needs them only until the
 // store has copied them, while fasthttp's buffers are still the handler's
 // response.

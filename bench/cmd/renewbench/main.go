@@ -43,6 +43,8 @@ import (
 	"gorm.io/gorm/logger"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/core/idemevent"
 	"github.com/idemkit/idemkit/core/memstore"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 	"github.com/idemkit/idemkit/stores/gorm/sqlitedb"
@@ -131,8 +133,8 @@ func run(store idem.Store, n int, lease, hold time.Duration) result {
 	var renewErrs atomic.Int64
 	var firstErr atomic.Value
 	e := idem.New(idem.Config{Store: counted, Lease: lease, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		OnEvent: func(_ context.Context, ev idem.Event) {
-			if ev.Kind == idem.EventRenewError {
+		OnEvent: func(_ context.Context, ev idemevent.Event) {
+			if ev.Kind == idemevent.RenewError {
 				renewErrs.Add(1)
 				firstErr.CompareAndSwap(nil, ev.Err.Error())
 			}
@@ -143,14 +145,14 @@ func run(store idem.Store, n int, lease, hold time.Duration) result {
 		}
 	}()
 	ctx := context.Background()
-	locks := make([]*idem.Lock, n)
+	locks := make([]exchange.Lock, n)
 	start := time.Now()
 	prefix := strconv.FormatInt(start.UnixNano(), 36)
 	for i := range locks {
-		d := e.Begin(ctx, &idem.Request{Method: "POST", Path: "/jobs", KeyLines: []string{prefix + "-" + strconv.Itoa(i)}, Body: []byte{}})
+		d := e.Adapter().Begin(ctx, exchange.Request{Method: "POST", Path: "/jobs", KeyLines: []string{prefix + "-" + strconv.Itoa(i)}, Body: []byte{}})
 		if d.Lock == nil {
 			for _, l := range locks[:i] {
-				_ = l.Abandon(ctx, idem.ReasonPanic)
+				_ = l.Abandon(ctx, exchange.ReasonPanic)
 			}
 			return result{err: fmt.Errorf("key %d not taken: status %d %s", i, d.Response.Status, d.Response.Body)}
 		}
@@ -166,11 +168,11 @@ func run(store idem.Store, n int, lease, hold time.Duration) result {
 	// Finish concurrently, as handlers would, a few at a time.
 	var refused atomic.Int64
 	var wg sync.WaitGroup
-	next := make(chan *idem.Lock)
+	next := make(chan exchange.Lock)
 	for range 16 {
 		wg.Go(func() {
 			for l := range next {
-				if l.Finish(ctx, 201, nil).Outcome == idem.LockLost {
+				if l.Finish(ctx, 201, nil).Outcome == exchange.LockLost {
 					refused.Add(1)
 				}
 			}

@@ -6,7 +6,6 @@
 package report
 
 import (
-	"math"
 	"slices"
 	"time"
 
@@ -281,5 +280,3 @@ func sortedInts(m map[int]bool) []int {
 	slices.Sort(out)
 	return out
 }
-
-func isNaN(x float64) bool { return math.IsNaN(x) }

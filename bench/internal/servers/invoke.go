@@ -32,9 +32,8 @@ func (s *Server) Invoker() Invoker {
 // httpInvoker builds each request as net/http's server would hand it to
 // the handler, minus the parsing: the same cost for every configuration.
 type httpInvoker struct {
-	h    http.Handler
-	w    *discardWriter
-	body bytes.Reader
+	h http.Handler
+	w *discardWriter
 }
 
 var ordersURL = &url.URL{Path: Path}

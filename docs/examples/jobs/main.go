@@ -257,6 +257,6 @@ func receive(engine *idem.Engine, db *gorm.DB) {
 		}
 		answer, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		fmt.Printf("webhook %s: %d %s (replayed: %v)\n", d.id, resp.StatusCode, bytes.TrimSpace(answer), resp.Header.Get(idem.ReplayedHeader) == "true")
+		fmt.Printf("webhook %s: %d %s (replayed: %v)\n", d.id, resp.StatusCode, bytes.TrimSpace(answer), resp.Header.Get("Idempotent-Replayed") == "true")
 	}
 }

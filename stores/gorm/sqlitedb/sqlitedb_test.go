@@ -163,7 +163,8 @@ func TestOpenOpensTheFileNamed(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := db.Exec("CREATE TABLE IF NOT EXISTS t (path TEXT)").Error; err == nil {
+				err = db.Exec("CREATE TABLE IF NOT EXISTS t (path TEXT)").Error
+				if err == nil {
 					err = db.Exec("INSERT INTO t VALUES (?)", path).Error
 				}
 				closeDB(t, db)

@@ -17,6 +17,7 @@ import (
 
 	idemgrpc "github.com/idemkit/idemkit/adapters/grpc"
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -120,14 +121,14 @@ var cases = []suiteCase{
 	}},
 	{name: "Mismatch/Request", run: func(t *testing.T, e *Env) {
 		first := e.Must(t, Call{Key: "k1"})
-		e.WantRefusal(t, e.Send(Call{Key: "k1", Req: map[string]any{"amount": 2000}}), codes.FailedPrecondition, idem.ProblemKeyReused, false)
-		e.WantRefusal(t, e.Send(Call{Key: "k1", Req: map[string]any{}}), codes.FailedPrecondition, idem.ProblemKeyReused, false)
+		e.WantRefusal(t, e.Send(Call{Key: "k1", Req: map[string]any{"amount": 2000}}), codes.FailedPrecondition, exchange.ProblemKeyReused, false)
+		e.WantRefusal(t, e.Send(Call{Key: "k1", Req: map[string]any{}}), codes.FailedPrecondition, exchange.ProblemKeyReused, false)
 		WantReplay(t, first, e.Send(Call{Key: "k1"}))
 		e.WantCalls(t, 1)
 	}},
 	{name: "Mismatch/Method", run: func(t *testing.T, e *Env) {
 		first := e.Must(t, Call{Key: "k1"})
-		e.WantRefusal(t, e.Send(Call{Method: Held, Key: "k1"}), codes.FailedPrecondition, idem.ProblemKeyReused, false)
+		e.WantRefusal(t, e.Send(Call{Method: Held, Key: "k1"}), codes.FailedPrecondition, exchange.ProblemKeyReused, false)
 		WantReplay(t, first, e.Send(Call{Key: "k1"}))
 		e.WantCalls(t, 1)
 	}},
@@ -135,10 +136,10 @@ var cases = []suiteCase{
 		done := make(chan *Result, 1)
 		go func() { done <- e.Send(Call{Method: Slow, Key: "k1"}) }()
 		e.WaitEntered(t)
-		e.WantRefusal(t, e.Send(Call{Method: Slow, Key: "k1"}), codes.Aborted, idem.ProblemInProgress, true)
+		e.WantRefusal(t, e.Send(Call{Method: Slow, Key: "k1"}), codes.Aborted, exchange.ProblemInProgress, true)
 		// Another request message is a mismatch, even while the first runs.
 		e.WantRefusal(t, e.Send(Call{Method: Slow, Key: "k1", Req: map[string]any{"amount": 2}}),
-			codes.FailedPrecondition, idem.ProblemKeyReused, false)
+			codes.FailedPrecondition, exchange.ProblemKeyReused, false)
 		e.App.ReleaseSlow()
 		first := recv(t, done, "answer to the first call")
 		if first.Err != nil {
@@ -187,13 +188,13 @@ var cases = []suiteCase{
 		e.WantCalls(t, 1)
 	}},
 	{name: "Key/Missing", run: func(t *testing.T, e *Env) {
-		e.WantRefusal(t, e.Send(Call{NoKey: true}), codes.InvalidArgument, idem.ProblemKeyMissing, false)
+		e.WantRefusal(t, e.Send(Call{NoKey: true}), codes.InvalidArgument, exchange.ProblemKeyMissing, false)
 		e.WantCalls(t, 0)
 	}},
 	{name: "Key/Invalid", run: func(t *testing.T, e *Env) {
 		for _, keys := range [][]string{{`"unterminated`}, {"k1", "k2"}, {"k1", "k1"}, {"a, b"}, {""}, {strings.Repeat("k", 256)}} {
 			r := e.Send(Call{Keys: keys})
-			e.WantRefusal(t, r, codes.InvalidArgument, idem.ProblemKeyInvalid, false)
+			e.WantRefusal(t, r, codes.InvalidArgument, exchange.ProblemKeyInvalid, false)
 		}
 		e.WantCalls(t, 0)
 	}},
@@ -274,7 +275,7 @@ var cases = []suiteCase{
 		}
 		// The old holder's reply is not the key's outcome: it is withheld,
 		// and its caller's retry gets the new holder's.
-		e.WantRefusal(t, old, codes.Unavailable, idem.ProblemStoreUnavailable, true)
+		e.WantRefusal(t, old, codes.Unavailable, exchange.ProblemStoreUnavailable, true)
 		WantReplay(t, taken, e.Send(Call{Method: Slow, Key: "k1"}))
 		e.WantCalls(t, 2)
 	}},
@@ -289,7 +290,7 @@ var cases = []suiteCase{
 	}},
 	{name: "Body/TooLarge", run: func(t *testing.T, e *Env) {
 		big := map[string]any{"amount": strings.Repeat("x", MaxRequestBody)}
-		e.WantRefusal(t, e.Send(Call{Key: "k1", Req: big}), codes.ResourceExhausted, idem.ProblemPayloadTooLarge, false)
+		e.WantRefusal(t, e.Send(Call{Key: "k1", Req: big}), codes.ResourceExhausted, exchange.ProblemPayloadTooLarge, false)
 		e.WantCalls(t, 0)
 		// Nothing recorded: the key is free for a call within the limit.
 		e.Must(t, Call{Key: "k1"})
@@ -316,17 +317,17 @@ var cases = []suiteCase{
 		e.WantCalls(t, 4)
 	}},
 	{name: "Store/Unavailable", config: StoreUnreachable, run: func(t *testing.T, e *Env) {
-		e.WantRefusal(t, e.Send(Call{Key: "k1"}), codes.Unavailable, idem.ProblemStoreUnavailable, true)
+		e.WantRefusal(t, e.Send(Call{Key: "k1"}), codes.Unavailable, exchange.ProblemStoreUnavailable, true)
 		e.WantCalls(t, 0)
 	}},
 	{name: "Store/Full", config: StoreFull, run: func(t *testing.T, e *Env) {
-		e.WantRefusal(t, e.Send(Call{Key: "k1"}), codes.ResourceExhausted, idem.ProblemStoreFull, true)
+		e.WantRefusal(t, e.Send(Call{Key: "k1"}), codes.ResourceExhausted, exchange.ProblemStoreFull, true)
 		e.WantCalls(t, 0)
 	}},
 	{name: "Store/RolledBackNotDelivered", config: func(c *idem.Config) { c.Store = &rollsBackOnce{Store: c.Store} }, run: func(t *testing.T, e *Env) {
 		// The handler's work was undone with the failed completion: its
 		// reply must not reach the client, whose retry runs it again.
-		e.WantRefusal(t, e.Send(Call{Key: "k1"}), codes.Unavailable, idem.ProblemStoreUnavailable, true)
+		e.WantRefusal(t, e.Send(Call{Key: "k1"}), codes.Unavailable, exchange.ProblemStoreUnavailable, true)
 		second := e.Must(t, Call{Key: "k1"})
 		if second.Replayed() {
 			t.Fatal("the retry after a rolled-back completion was replayed")
@@ -337,7 +338,7 @@ var cases = []suiteCase{
 	{name: "Store/LockLostWithheld", config: func(c *idem.Config) { c.Store = &losesLockOnce{Store: c.Store} }, run: func(t *testing.T, e *Env) {
 		// Another call holds the key by the time the reply is recorded (an
 		// operator forgot the record): the reply is not the key's outcome.
-		e.WantRefusal(t, e.Send(Call{Key: "k1"}), codes.Unavailable, idem.ProblemStoreUnavailable, true)
+		e.WantRefusal(t, e.Send(Call{Key: "k1"}), codes.Unavailable, exchange.ProblemStoreUnavailable, true)
 		if r := e.Must(t, Call{Key: "k1"}); r.Replayed() {
 			t.Fatal("the retry was replayed")
 		}
@@ -348,7 +349,7 @@ var cases = []suiteCase{
 		// does not record (here, one over MaxResponseBody): an OK for work
 		// undone must not reach the client.
 		big := map[string]any{"amount": strings.Repeat("x", MaxResponseBody)}
-		e.WantRefusal(t, e.Send(Call{Key: "k1", Req: big}), codes.Unavailable, idem.ProblemStoreUnavailable, true)
+		e.WantRefusal(t, e.Send(Call{Key: "k1", Req: big}), codes.Unavailable, exchange.ProblemStoreUnavailable, true)
 		// A code the policy does not record reports no success: it goes
 		// out as it is.
 		if r := e.Send(Call{Method: Fail, Key: "k2", Req: map[string]any{"code": int(codes.Internal), "message": "m"}}); r.Code() != codes.Internal {
@@ -423,7 +424,7 @@ var cases = []suiteCase{
 		// The key's refusals speak of metadata, not of HTTP header lines.
 		for _, keys := range [][]string{{"k1", "k2"}, {""}} {
 			r := e.Send(Call{Keys: keys})
-			e.WantRefusal(t, r, codes.InvalidArgument, idem.ProblemKeyInvalid, false)
+			e.WantRefusal(t, r, codes.InvalidArgument, exchange.ProblemKeyInvalid, false)
 			msg := status.Convert(r.Err).Message()
 			if strings.Contains(msg, "Idempotency-Key") || strings.Contains(msg, "field") || !strings.Contains(msg, idemgrpc.KeyMetadata+" metadata") {
 				t.Fatalf("%q: %q, want it in gRPC's words", keys, msg)
@@ -435,12 +436,12 @@ var cases = []suiteCase{
 		return v.GetStringValue(), ok
 	})}, run: func(t *testing.T, e *Env) {
 		r := e.Send(Call{Key: "k1"}) // a metadata key is not where this server looks
-		e.WantRefusal(t, r, codes.InvalidArgument, idem.ProblemKeyMissing, false)
+		e.WantRefusal(t, r, codes.InvalidArgument, exchange.ProblemKeyMissing, false)
 		if msg := status.Convert(r.Err).Message(); strings.Contains(msg, "metadata") || !strings.Contains(msg, "request") {
 			t.Fatalf("missing key: %q, want it to say the key comes from the request", msg)
 		}
 		r = e.Send(Call{Req: map[string]any{"request_id": ""}})
-		e.WantRefusal(t, r, codes.InvalidArgument, idem.ProblemKeyInvalid, false)
+		e.WantRefusal(t, r, codes.InvalidArgument, exchange.ProblemKeyInvalid, false)
 		if msg := status.Convert(r.Err).Message(); strings.Contains(msg, "metadata") || strings.Contains(msg, "Idempotency-Key") {
 			t.Fatalf("empty key: %q, want no words of metadata or headers", msg)
 		}
@@ -462,8 +463,8 @@ var cases = []suiteCase{
 		// Unknown fields count: another value is another call.
 		other := slices.Clone(entries)
 		other[0] = unknownMap(99, 13)[12]
-		e.WantRefusal(t, e.Send(Call{Key: "k1", Unknown: bytes.Join(other, nil)}), codes.FailedPrecondition, idem.ProblemKeyReused, false)
-		e.WantRefusal(t, e.Send(Call{Key: "k1"}), codes.FailedPrecondition, idem.ProblemKeyReused, false)
+		e.WantRefusal(t, e.Send(Call{Key: "k1", Unknown: bytes.Join(other, nil)}), codes.FailedPrecondition, exchange.ProblemKeyReused, false)
+		e.WantRefusal(t, e.Send(Call{Key: "k1"}), codes.FailedPrecondition, exchange.ProblemKeyReused, false)
 		e.WantCalls(t, 1)
 	}},
 	{name: "Fingerprint/AnyPackedAnew", run: func(t *testing.T, e *Env) {
@@ -485,7 +486,7 @@ var cases = []suiteCase{
 		for range 8 {
 			WantReplay(t, first, e.Send(Call{Method: Pack, Key: "k1", Msg: pack(1999)}))
 		}
-		e.WantRefusal(t, e.Send(Call{Method: Pack, Key: "k1", Msg: pack(2000)}), codes.FailedPrecondition, idem.ProblemKeyReused, false)
+		e.WantRefusal(t, e.Send(Call{Method: Pack, Key: "k1", Msg: pack(2000)}), codes.FailedPrecondition, exchange.ProblemKeyReused, false)
 		e.WantCalls(t, 1)
 	}},
 	{name: "Store/FailOpen", config: func(c *idem.Config) { StoreUnreachable(c); c.FailOpen = true }, run: func(t *testing.T, e *Env) {

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/core/idemevent"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 )
@@ -232,9 +234,9 @@ func (s *suite[C, H, M, O]) errors(t *testing.T) {
 				t.Fatalf("middleware before idemkit saw status %d, want %d", seen.Load(), c.Status)
 			}
 			if c.stored {
-				idemtest.WantOutcome(t, events, idem.EventStored, "")
+				idemtest.WantOutcome(t, events, idemevent.Stored, "")
 			} else {
-				idemtest.WantOutcome(t, events, idem.EventNotStored, idem.ReasonStatus)
+				idemtest.WantOutcome(t, events, idemevent.NotStored, exchange.ReasonStatus)
 			}
 			idemtest.WantStored(t, first, func() idemtest.Response { return idemtest.Post(t, url+"/v1/charges", "k1", `{}`) }, c.stored, &calls)
 		})
@@ -289,7 +291,7 @@ func (s *suite[C, H, M, O]) streaming(t *testing.T) {
 			if first.Status != 200 || !strings.Contains(first.Body, c.want) || !strings.Contains(first.Body, "call 1") {
 				t.Fatalf("first: %d %q, want %q from call 1", first.Status, first.Body, c.want)
 			}
-			idemtest.WantOutcome(t, events, idem.EventNotStored, idem.ReasonStreamed)
+			idemtest.WantOutcome(t, events, idemevent.NotStored, exchange.ReasonStreamed)
 			second := idemtest.WantStored(t, first, func() idemtest.Response { return idemtest.Post(t, url+"/events", "k1", `{}`) }, false, &calls)
 			if !strings.Contains(second.Body, "call 2") {
 				t.Fatalf("second body %q is not from call 2", second.Body)
@@ -359,7 +361,7 @@ func (s *suite[C, H, M, O]) binding(t *testing.T) {
 			idemtest.WantStored(t, first, retry, true, &calls)
 
 			big := idemtest.Post(t, url+"/v1/charges", "k2", `{"amount":1,"pad":"`+strings.Repeat("x", limit)+`"}`)
-			if big.Status != http.StatusRequestEntityTooLarge || big.Header.Get("Content-Type") != idem.ProblemContentType {
+			if big.Status != http.StatusRequestEntityTooLarge || big.Header.Get("Content-Type") != exchange.ProblemContentType {
 				t.Fatalf("body over the limit: %d %s %s, want a 413 problem", big.Status, big.Header.Get("Content-Type"), big.Body)
 			}
 			if calls.Load() != 1 {
@@ -472,7 +474,7 @@ func (s *suite[C, H, M, O]) bodyLimitIs413(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 413 || !strings.Contains(string(body), idem.ProblemPayloadTooLarge) || calls.Load() != 0 {
+	if resp.StatusCode != 413 || !strings.Contains(string(body), exchange.ProblemPayloadTooLarge) || calls.Load() != 0 {
 		t.Fatalf("chunked body over Echo's limit: %d %s (handler ran %d times), want 413 payload-too-large", resp.StatusCode, body, calls.Load())
 	}
 }

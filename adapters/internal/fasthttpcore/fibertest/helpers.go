@@ -18,28 +18,30 @@ import (
 	"github.com/valyala/fasthttp"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/core/idemevent"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
 // events records what the engine reports.
 type events struct {
 	mu   sync.Mutex
-	list []idem.Event
+	list []idemevent.Event
 }
 
-func (ev *events) add(_ context.Context, e idem.Event) {
+func (ev *events) add(_ context.Context, e idemevent.Event) {
 	ev.mu.Lock()
 	defer ev.mu.Unlock()
 	ev.list = append(ev.list, e)
 }
 
 // notStored returns the reasons of the EventNotStored events so far.
-func (ev *events) notStored() []idem.Reason {
+func (ev *events) notStored() []exchange.Reason {
 	ev.mu.Lock()
 	defer ev.mu.Unlock()
-	var out []idem.Reason
+	var out []exchange.Reason
 	for _, e := range ev.list {
-		if e.Kind == idem.EventNotStored {
+		if e.Kind == idemevent.NotStored {
 			out = append(out, e.Reason)
 		}
 	}
@@ -53,10 +55,10 @@ func (ev *events) wantStreamed(t *testing.T, n int) {
 	got := ev.notStored()
 	ok := len(got) == n
 	for _, r := range got {
-		ok = ok && r == idem.ReasonStreamed
+		ok = ok && r == exchange.ReasonStreamed
 	}
 	if !ok {
-		t.Fatalf("not-stored reasons %v, want %d times %q", got, n, idem.ReasonStreamed)
+		t.Fatalf("not-stored reasons %v, want %d times %q", got, n, exchange.ReasonStreamed)
 	}
 }
 
@@ -77,7 +79,7 @@ type reply struct {
 	body   string
 }
 
-func (r reply) replayed() bool { return r.header.Get(idem.ReplayedHeader) == "true" }
+func (r reply) replayed() bool { return r.header.Get(exchange.ReplayedHeader) == "true" }
 
 // do sends one request with a JSON body through app.Test; key "" sends no
 // key.
@@ -213,7 +215,7 @@ func rawRequest(t *testing.T, addr string, write func(io.Writer)) reply {
 }
 
 // wantProblemResponse checks that r is want, as sent on the wire.
-func wantProblemResponse(t *testing.T, r reply, want idem.Response) {
+func wantProblemResponse(t *testing.T, r reply, want exchange.Response) {
 	t.Helper()
 	if r.status != want.Status || r.body != string(want.Body) {
 		t.Fatalf("got %d %q, want %d %q", r.status, r.body, want.Status, want.Body)

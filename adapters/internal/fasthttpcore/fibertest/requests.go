@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/core/idemevent"
 	"github.com/idemkit/idemkit/core/memstore"
 )
 
@@ -63,7 +65,7 @@ func (s *suite[C, O]) body(t *testing.T) {
 
 			big := `{"amount":1,"pad":"` + strings.Repeat("x", limit) + `"}`
 			r := do(t, app, "POST", "/charges", "k2", big)
-			if r.status != 413 || r.header.Get("Content-Type") != idem.ProblemContentType {
+			if r.status != 413 || r.header.Get("Content-Type") != exchange.ProblemContentType {
 				t.Fatalf("oversized body: %d %s", r.status, r.body)
 			}
 			if calls.Load() != 1 {
@@ -216,8 +218,8 @@ func (s *suite[C, O]) requestRewritten(t *testing.T) {
 	var mu sync.Mutex
 	var stored []string
 	e, _ := newEngine(t, func(c *idem.Config) {
-		c.OnEvent = func(_ context.Context, ev idem.Event) {
-			if ev.Kind == idem.EventStored || ev.Kind == idem.EventReplay {
+		c.OnEvent = func(_ context.Context, ev idemevent.Event) {
+			if ev.Kind == idemevent.Stored || ev.Kind == idemevent.Replay {
 				mu.Lock()
 				defer mu.Unlock()
 				stored = append(stored, ev.Kind.String()+" "+ev.Method+" "+ev.Route)

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemtest"
 )
 
@@ -120,8 +121,8 @@ func (s *suite[C, O]) panicReleasesKey(t *testing.T) {
 	if r := do(t, app, "POST", "/charges", "k1", `{}`); r.status != 500 {
 		t.Fatalf("panicking handler: %d %q, want 500", r.status, r.body)
 	}
-	if got := ev.notStored(); len(got) != 1 || got[0] != idem.ReasonPanic {
-		t.Fatalf("not-stored reasons %v, want [%s]", got, idem.ReasonPanic)
+	if got := ev.notStored(); len(got) != 1 || got[0] != exchange.ReasonPanic {
+		t.Fatalf("not-stored reasons %v, want [%s]", got, exchange.ReasonPanic)
 	}
 	panicking.Store(false)
 	retry := do(t, app, "POST", "/charges", "k1", `{}`)
@@ -213,7 +214,7 @@ func (s *suite[C, O]) bodyLimitProblem(t *testing.T) {
 	})
 	addr := strings.TrimPrefix(Listen(t, app), "http://")
 
-	fiberLimit := e.BodyTooLarge(int64(s.a.DefaultBodyLimit))
+	fiberLimit := e.Adapter().BodyTooLarge(int64(s.a.DefaultBodyLimit))
 	t.Run("ContentLength", func(t *testing.T) {
 		// A 5 MiB body announced by its length is refused on the header alone.
 		resp := rawRequest(t, addr, func(w io.Writer) {
@@ -239,7 +240,7 @@ func (s *suite[C, O]) bodyLimitProblem(t *testing.T) {
 		resp := rawRequest(t, addr, func(w io.Writer) {
 			fmt.Fprintf(w, "POST /charges HTTP/1.1\r\nHost: api.test\r\nIdempotency-Key: \"k3\"\r\nContent-Type: text/plain\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(body), body)
 		})
-		wantProblemResponse(t, resp, e.BodyTooLarge(e.Config().MaxRequestBody))
+		wantProblemResponse(t, resp, e.Adapter().BodyTooLarge(e.Config().MaxRequestBody))
 	})
 	if n := calls.Load(); n != 0 {
 		t.Fatalf("the handler ran %d times for bodies over a limit", n)

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 )
@@ -103,7 +104,7 @@ func (s *suite[C, O]) registration(t *testing.T) {
 				t.Fatalf("first: %d %s", first.status, first.body)
 			}
 			wantReplay(t, first, do(t, app, "POST", "/v1/charges", "k1", `{"amount":1}`))
-			if r := do(t, app, "POST", "/v1/charges", "", `{}`); r.status != 400 || r.header.Get("Content-Type") != idem.ProblemContentType {
+			if r := do(t, app, "POST", "/v1/charges", "", `{}`); r.status != 400 || r.header.Get("Content-Type") != exchange.ProblemContentType {
 				t.Fatalf("guarded route without a key: %d %s", r.status, r.body)
 			}
 			if got := h.n.Load(); got != 1 {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -18,7 +19,7 @@ import (
 // those whose client gave up. It returns the refunds made: their amount
 // by id.
 func (rep *Report) refund(ctx context.Context, o Options, client, direct *http.Client, pxURL, backend, auth string,
-	charges []charge, rows []chargeRow) (map[string]int64, error) {
+	charges []charge, rows []chargeRow, seen *answers) (map[string]int64, []request, error) {
 	byDesc := make(map[string]chargeRow, len(rows))
 	for _, r := range rows {
 		byDesc[r.Description] = r
@@ -43,25 +44,27 @@ func (rep *Report) refund(ctx context.Context, o Options, client, direct *http.C
 	rep.Refunds = len(reqs)
 	ids := make([]string, len(reqs))
 	sent := sendAll(ctx, o, "refunds", len(reqs), func(i int) (idemclient.Result, string) {
-		res, failure, answer := postJSON(ctx, client, pxURL+"/v1/refunds", auth, reqs[i].key, reqs[i].body)
+		res, failure, answer := postJSON(ctx, client, pxURL+"/v1/refunds", auth, reqs[i].key, reqs[i].body, nil)
 		ids[i] = idOf(answer)
 		return res, failure
 	})
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("storm did not finish within %s: %w", o.Timeout, err)
+		return nil, nil, fmt.Errorf("storm did not finish within %s: %w", o.Timeout, err)
 	}
 	for _, i := range sent.unsettled {
-		res, failure, answer := postJSON(ctx, direct, backend+"/v1/refunds", auth, reqs[i].key, reqs[i].body)
+		res, failure, answer := postJSON(ctx, direct, backend+"/v1/refunds", auth, reqs[i].key, reqs[i].body, seen)
 		if failure != "" {
-			return nil, fmt.Errorf("refund %d could not be settled even without faults: %s after %d attempts", i, failure, res.Attempts)
+			return nil, nil, fmt.Errorf("refund %d could not be settled even without faults: %s after %d attempts", i, failure, res.Attempts)
 		}
 		ids[i] = idOf(answer)
 	}
 	made := make(map[string]int64, len(reqs))
+	sentAgain := make([]request, len(reqs))
 	for i, id := range ids {
 		made[id] = reqs[i].amount
+		sentAgain[i] = request{path: "/v1/refunds", key: reqs[i].key, body: reqs[i].body}
 	}
-	return made, nil
+	return made, sentAgain, nil
 }
 
 // idOf is the id of the object a 201 answered with.
@@ -114,15 +117,15 @@ func (rep *Report) awaitSettlement(ctx context.Context, o Options, backend, auth
 
 // quiesce waits until the in-process demo has nothing under way that
 // could apply an event late: its webhooks delivered or dropped, and its
-// stream's entries all acknowledged (for at most a minute). A -target is
-// given a second.
-func (rep *Report) quiesce(ctx context.Context, demo *app.App) {
+// stream's entries all read and acknowledged (for at most a minute, after
+// which it says what is left). A -target is given a second.
+func (rep *Report) quiesce(ctx context.Context, demo *app.App) error {
 	if demo == nil {
 		select {
 		case <-time.After(time.Second):
 		case <-ctx.Done():
 		}
-		return
+		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
@@ -132,20 +135,17 @@ func (rep *Report) quiesce(ctx context.Context, demo *app.App) {
 		select {
 		case <-idle:
 		case <-ctx.Done():
+			return errors.New("webhooks still under way a minute on")
 		}
 	}
 	if s := demo.Stream; s != nil {
-		for {
-			p, err := s.Client.XPending(ctx, s.Key, s.Group).Result()
-			if err == nil {
-				rep.Events.Unacked = p.Count
-			}
-			if err == nil && p.Count == 0 || ctx.Err() != nil {
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
+		pending, err := streamDrained(ctx, s)
+		rep.Events.Unacked = pending
+		if err != nil {
+			return fmt.Errorf("the event stream not read and acknowledged whole a minute on (%d entries pending): %w", pending, err)
 		}
 	}
+	return nil
 }
 
 // ledgerEntry is an entry as GET /v1/settlements lists it.

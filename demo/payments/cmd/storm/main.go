@@ -23,6 +23,7 @@
 //	go run ./demo/payments/cmd/storm -n 300 -redis-restart-after 2s     # its own Redis, killed and restarted mid-storm
 //	go run ./demo/payments/cmd/storm -n 300 -redis-flush-every 200ms    # its own Redis, emptied again and again
 //	go run ./demo/payments/cmd/storm -events-own-redis -redis-restart-after 2s # events on a stream in its own Redis, restarted
+//	go run ./demo/payments/cmd/storm -events-own-redis -redeliver-after-ttl    # every event again once every record expired
 package main
 
 import (
@@ -67,6 +68,7 @@ func main() {
 	flag.IntVar(&o.Refunds, "refunds", o.Refunds, "number of the charges then refunded, half their amount each")
 	flag.BoolVar(&o.EventsOwnRedis, "events-own-redis", o.EventsOwnRedis, "in-process demo: its event stream (-events) in a redis-server the storm starts, which -redis-restart-after restarts; the records stay in its database unless -own-redis")
 	flag.DurationVar(&o.SettleTimeout, "settle-timeout", o.SettleTimeout, "how long to wait, after the refunds, for the provider's settlement events to settle every charge and refund")
+	flag.BoolVar(&o.RedeliverAfterTTL, "redeliver-after-ttl", o.RedeliverAfterTTL, "in-process demo: once everything has settled, move its clock past its TTL (every record expired) and deliver every settlement event again, by webhook and to its stream's consumer group made anew from 0")
 	flag.Parse()
 	o.Progress = os.Stderr
 

@@ -11,8 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	idem "github.com/idemkit/idemkit/core"
-
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/demo/payments/internal/webhook"
 )
 
@@ -53,6 +52,10 @@ type proxy struct {
 	client  *http.Client
 	counts  faultCounts
 	hooks   faultCounts // the webhooks'
+	// answers holds every successful answer to a charge or refund against
+	// the first of its key, and hookAnswers every 200 to a webhook against
+	// the first of its event.
+	answers, hookAnswers answers
 
 	mu      sync.Mutex
 	held    map[string]chan struct{} // delayed requests by idempotency key: closed when a retry comes
@@ -71,10 +74,15 @@ func newProxy(backend string, f Faults) *proxy {
 
 func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	key, counts := r.Header.Get("Idempotency-Key"), &p.counts
+	seen := seenAs{&p.answers, answerKey(r.URL.Path, key)}
 	if id := r.Header.Get(webhook.HeaderID); id != "" {
 		// A webhook: its id is its key, and its retry the provider's
 		// redelivery.
 		key, counts = "webhook "+id, &p.hooks
+		seen = seenAs{&p.hookAnswers, key}
+	}
+	if key == "" || r.Method != http.MethodPost {
+		seen = seenAs{}
 	}
 	// A retry has come: the request held for its key goes now, beside it.
 	beside := p.release(key)
@@ -86,7 +94,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	case roll < p.faults.Reset+p.faults.Delay:
 		counts.delays.Add(1)
-		p.delay(w, r, key, counts)
+		p.delay(w, r, key, counts, seen)
 		return
 	}
 	drop := roll < p.faults.Reset+p.faults.Delay+p.faults.Drop
@@ -96,7 +104,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		reset(w)
 		return
 	}
-	resp, respBody, err := p.forward(r.Context(), r, body, beside, counts)
+	resp, respBody, err := p.forward(r.Context(), r, body, beside, counts, seen)
 	if resp == nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
@@ -113,7 +121,7 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // delay holds r until a retry with the same key reaches the proxy (or
 // DelayFor has passed), then forwards it whether or not its client still
 // waits, and answers the client if it does.
-func (p *proxy) delay(w http.ResponseWriter, r *http.Request, key string, counts *faultCounts) {
+func (p *proxy) delay(w http.ResponseWriter, r *http.Request, key string, counts *faultCounts, seen seenAs) {
 	// Read now: the client may be gone by the time the request goes on.
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
@@ -136,7 +144,7 @@ func (p *proxy) delay(w http.ResponseWriter, r *http.Request, key string, counts
 	}
 	t.Stop()
 	gone := r.Context().Err() != nil
-	resp, respBody, err := p.forward(context.WithoutCancel(r.Context()), r, body, beside, counts)
+	resp, respBody, err := p.forward(context.WithoutCancel(r.Context()), r, body, beside, counts, seen)
 	if resp == nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
 		return
@@ -215,11 +223,19 @@ func (p *proxy) resume() {
 	p.mu.Unlock()
 }
 
+// seenAs is where the proxy holds an answer against its key's first:
+// nil for a request with no key.
+type seenAs struct {
+	answers *answers
+	key     string
+}
+
 // forward sends r, with body, to the backend, and counts it in counts.
 // beside says r went to the server together with another copy of itself.
 // The response is nil if the server could not be reached; with an error,
-// its body could not be read.
-func (p *proxy) forward(ctx context.Context, r *http.Request, body []byte, beside bool, counts *faultCounts) (*http.Response, []byte, error) {
+// its body could not be read. An answer read whole is shown to seen,
+// whether or not the client will get it.
+func (p *proxy) forward(ctx context.Context, r *http.Request, body []byte, beside bool, counts *faultCounts, seen seenAs) (*http.Response, []byte, error) {
 	out, err := http.NewRequestWithContext(ctx, r.Method, p.backend+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
 		return nil, nil, err
@@ -232,13 +248,16 @@ func (p *proxy) forward(ctx context.Context, r *http.Request, body []byte, besid
 	respBody, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	counts.forwarded.Add(1)
+	if err == nil && seen.answers != nil {
+		seen.answers.see(seen.key, resp.StatusCode, resp.Header.Get("Location"), respBody)
+	}
 	switch {
 	case resp.StatusCode == http.StatusConflict:
 		counts.conflicts.Add(1)
 		if beside {
 			counts.pairConflicts.Add(1)
 		}
-	case resp.StatusCode == http.StatusServiceUnavailable && bytes.Contains(respBody, []byte("/"+idem.ProblemStoreUnavailable)):
+	case resp.StatusCode == http.StatusServiceUnavailable && bytes.Contains(respBody, []byte("/"+exchange.ProblemStoreUnavailable)):
 		counts.storeDown.Add(1)
 	}
 	return resp, respBody, err

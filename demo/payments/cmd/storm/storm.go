@@ -81,6 +81,12 @@ type Options struct {
 	// SettleTimeout bounds the wait, once the charges and refunds are
 	// made, for the provider's settlement events to settle them all.
 	SettleTimeout time.Duration
+	// RedeliverAfterTTL, once everything has settled, moves the in-process
+	// demo's clock past its TTL, so that every idempotency record has
+	// expired, and delivers every settlement event again: by webhook, and
+	// with a stream, to its consumer group made anew from 0 (see
+	// redeliverAfterTTL). The ledger must still hold one entry each.
+	RedeliverAfterTTL bool
 	// events is the in-process demo's -events.
 	events string
 
@@ -170,6 +176,14 @@ type Report struct {
 	FoundRefunds    refunds
 	// Events is what became of the provider's settlement events.
 	Events events
+	// Answers is what the charges' and refunds' keys were answered: every
+	// later 201 of a key, whether the proxy passed it, the client got it
+	// straight from the server, or the storm sent the request again once
+	// everything had settled, held against the key's first byte for byte.
+	Answers answerCounts
+	// Redelivery is what the storm did after the TTL (Options'
+	// RedeliverAfterTTL); zero without.
+	Redelivery redelivery
 }
 
 type balance struct {
@@ -209,6 +223,9 @@ type events struct {
 	// Unacked counts the stream's entries still pending at the end.
 	Waited  time.Duration
 	Unacked int64
+	// Answers holds every 200 a webhook got against the first of its
+	// event: one ledger entry, whichever delivery.
+	Answers answerCounts
 }
 
 // Duplicates counts the deliveries beyond each event's first.
@@ -234,6 +251,8 @@ func (r Report) Failures() []string {
 	check(r.FoundRefunds == r.ExpectedRefunds, "refunds found %+v, expected %+v", r.FoundRefunds, r.ExpectedRefunds)
 	check(e.Twice == 0 && e.Lost == 0 && e.Mismatched == 0 && e.Applied == e.Expected && e.Expected > 0,
 		"settlements: %d applied for %d charges and refunds, %d twice, %d lost, %d mismatched", e.Applied, e.Expected, e.Twice, e.Lost, e.Mismatched)
+	check(r.Answers.Changed == 0, "%d answers to charges and refunds differ from their key's first 201, e.g. %s", r.Answers.Changed, r.Answers.Example)
+	check(e.Answers.Changed == 0, "%d webhook answers differ from their event's first 200, e.g. %s", e.Answers.Changed, e.Answers.Example)
 	return f
 }
 
@@ -265,8 +284,8 @@ func (r Report) Print(w io.Writer) {
 		fmt.Fprintf(w, "store unavailable   %d requests answered 503 while the records' store was down, and retried\n", r.StoreDown)
 	}
 	fmt.Fprintf(w, "settled afterwards  %d\n", r.Unsettled)
-	if r.Records != "" {
-		fmt.Fprintf(w, "existing rows       %d charges, refunds and events answered with the row their key already had (record lost or lease taken over)\n", r.Existing)
+	if r.Existing >= 0 {
+		fmt.Fprintf(w, "existing rows       %d charges, refunds and events answered with the row their key already had (record lost, expired or lease taken over)\n", r.Existing)
 	}
 	fmt.Fprintf(w, "charges expected    %d totalling %d\n", r.Expected.Charges, r.Expected.Charged)
 	fmt.Fprintf(w, "charges found       %d totalling %d\n", r.Found.Charges, r.Found.Charged)
@@ -276,6 +295,9 @@ func (r Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "mismatched          %d\n", r.Mismatched)
 	fmt.Fprintf(w, "refunds             %d sent; %d expected totalling %d, %d found totalling %d\n", r.Refunds,
 		r.ExpectedRefunds.Refunds, r.ExpectedRefunds.Refunded, r.FoundRefunds.Refunds, r.FoundRefunds.Refunded)
+	a := r.Answers
+	fmt.Fprintf(w, "first answers       %d keys of charges and refunds; %d later 201s (%d of them sent again once all had settled) held against their key's first: %d differ\n",
+		a.Keys, a.Later, a.Resent, a.Changed)
 	e := r.Events
 	if e.Stream != "" {
 		fmt.Fprintf(w, "event stream        in Redis at %s, read by the demo's consumer group\n", e.Stream)
@@ -284,6 +306,15 @@ func (r Report) Print(w io.Writer) {
 	fmt.Fprintf(w, "deliveries          %d: %d webhooks through the proxy (%d resets, %d answers dropped, %d delays; %d answered 409), %d stream entries (%d claimed again after a lease pending)\n",
 		e.Deliveries, e.Webhooks, e.Resets, e.Drops, e.Delays, e.Conflicts, e.StreamEntries, e.StreamClaimed)
 	fmt.Fprintf(w, "duplicates          %d deliveries beyond each event's first\n", e.Duplicates())
+	if rd := r.Redelivery; rd.Moved > 0 {
+		by := fmt.Sprintf("%d webhooks", rd.Webhooks)
+		if e.Stream != "" {
+			by += fmt.Sprintf(" and %d of the stream's %d entries read again by the consumer group made anew from 0", rd.Regrouped, rd.Entries)
+		}
+		fmt.Fprintf(w, "after the TTL       the demo's clock moved %s on (TTL %s), every record expired: %d events delivered again, by %s; %d deliveries answered with the ledger entry already written\n",
+			rd.Moved, rd.TTL, rd.Events, by, rd.Existing)
+	}
+	fmt.Fprintf(w, "webhook answers     %d events; %d later 200s held against their event's first: %d differ\n", e.Answers.Keys, e.Answers.Later, e.Answers.Changed)
 	fmt.Fprintf(w, "applied             %d ledger entries for %d charges and refunds (settled %s after the last refund)\n", e.Applied, e.Expected, e.Waited.Round(time.Millisecond))
 	fmt.Fprintf(w, "applied twice       %d\n", e.Twice)
 	fmt.Fprintf(w, "events lost         %d\n", e.Lost)
@@ -322,8 +353,15 @@ func Run(ctx context.Context, o Options) (Report, error) {
 
 	backend := strings.TrimSuffix(o.Target, "/")
 	var demo *app.App
+	var clock *shiftedClock
+	if o.RedeliverAfterTTL {
+		if backend != "" {
+			return rep, errors.New("-redeliver-after-ttl moves the in-process demo's clock: not with -target")
+		}
+		clock = &shiftedClock{}
+	}
 	if backend == "" {
-		addr, a, stop, err := startServer(ctx, o)
+		addr, a, stop, err := startServer(ctx, o, clock)
 		if err != nil {
 			return rep, err
 		}
@@ -382,7 +420,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		return ch.err
 	}
 	sent := sendAll(ctx, o, "charges", o.Charges, func(i int) (idemclient.Result, string) {
-		return post(ctx, client, pxURL, auth, charges[i])
+		return post(ctx, client, pxURL, auth, charges[i], nil) // the proxy sees the answers
 	})
 	if err := ctx.Err(); err != nil {
 		chaosOver()
@@ -397,8 +435,9 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	// Charges whose client gave up are settled straight at the server, with
 	// their own keys: each then happened once, or happens now.
 	direct := idemclient.NewClient(idemclient.Config{MaxAttempts: 20, Budget: time.Minute})
+	seen := &px.answers // the charges' and refunds' answers, whichever way they come
 	for _, i := range sent.unsettled {
-		if res, failure := post(ctx, direct, backend, auth, charges[i]); failure != "" {
+		if res, failure := post(ctx, direct, backend, auth, charges[i], seen); failure != "" {
 			chaosOver()
 			return rep, fmt.Errorf("charge %d could not be settled even without faults: %s after %d attempts",
 				i, failure, res.Attempts)
@@ -411,7 +450,7 @@ func Run(ctx context.Context, o Options) (Report, error) {
 		return rep, err
 	}
 	rep.check(charges, rows)
-	refunds, err := rep.refund(ctx, o, client, direct, pxURL, backend, auth, charges, rows)
+	refunds, refundReqs, err := rep.refund(ctx, o, client, direct, pxURL, backend, auth, charges, rows, seen)
 	if err != nil {
 		chaosOver()
 		return rep, err
@@ -427,7 +466,23 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	// an entry pending) ends before the ledger is read, so that an event
 	// applied twice late is seen.
 	px.drain()
-	rep.quiesce(ctx, demo)
+	if err := rep.quiesce(ctx, demo); err != nil {
+		return rep, err
+	}
+	// Every charge and refund again, with its key, now that each has been
+	// refunded and settled: its first answer, byte for byte.
+	again := make([]request, 0, len(charges)+len(refundReqs))
+	for _, c := range charges {
+		again = append(again, request{path: "/v1/charges", key: c.key, body: c.body})
+	}
+	if rep.Answers.Resent, err = resend(ctx, o, direct, backend, auth, append(again, refundReqs...), seen); err != nil {
+		return rep, err
+	}
+	if o.RedeliverAfterTTL {
+		if err := rep.redeliverAfterTTL(ctx, demo, clock, px, account); err != nil {
+			return rep, err
+		}
+	}
 	if err := rep.checkLedger(ctx, backend, auth, rows, refunds); err != nil {
 		return rep, err
 	}
@@ -454,6 +509,9 @@ func Run(ctx context.Context, o Options) (Report, error) {
 	rep.Events.Webhooks = h.forwarded.Load() + h.resets.Load()
 	rep.Events.Resets, rep.Events.Drops, rep.Events.Delays = h.resets.Load(), h.drops.Load(), h.delays.Load()
 	rep.Events.Conflicts = h.conflicts.Load()
+	resent := rep.Answers.Resent
+	rep.Answers, rep.Events.Answers = px.answers.report(), px.hookAnswers.report()
+	rep.Answers.Resent = resent
 	if demo != nil {
 		rep.Existing = demo.API.Existing.Load()
 		if demo.Stream != nil {
@@ -570,15 +628,20 @@ func (rep *Report) check(sent []charge, rows []chargeRow) {
 }
 
 // post sends one charge. It returns why the server did not confirm it with
-// a 201, or "" if it did.
-func post(ctx context.Context, c *http.Client, base, auth string, ch charge) (idemclient.Result, string) {
-	res, failure, _ := postJSON(ctx, c, base+"/v1/charges", auth, ch.key, ch.body)
+// a 201, or "" if it did. With seen, as postJSON.
+func post(ctx context.Context, c *http.Client, base, auth string, ch charge, seen *answers) (idemclient.Result, string) {
+	res, failure, _ := postJSON(ctx, c, base+"/v1/charges", auth, ch.key, ch.body, seen)
 	return res, failure
 }
 
+// answerKey names the key of a request to path in answers.
+func answerKey(path, key string) string { return path + " " + key }
+
 // postJSON sends body to u with the Idempotency-Key key. It returns why
 // the server did not answer 201, or "" and the answer's body if it did.
-func postJSON(ctx context.Context, c *http.Client, u, auth, key string, body []byte) (idemclient.Result, string, []byte) {
+// With seen (a request straight at the server, which the proxy does not
+// see), the answer is held against the key's first.
+func postJSON(ctx context.Context, c *http.Client, u, auth, key string, body []byte, seen *answers) (idemclient.Result, string, []byte) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
 	if err != nil {
 		return idemclient.Result{}, err.Error(), nil
@@ -595,8 +658,11 @@ func postJSON(ctx context.Context, c *http.Client, u, auth, key string, body []b
 		return res, err.Error(), nil
 	}
 	defer resp.Body.Close()
-	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<16))
 	res, _ := idemclient.Outcome(resp)
+	if seen != nil {
+		seen.see(answerKey(req.URL.Path, key), resp.StatusCode, resp.Header.Get("Location"), answer)
+	}
 	if resp.StatusCode != http.StatusCreated {
 		return res, fmt.Sprintf("%s: %s", resp.Status, answer), nil
 	}
@@ -664,8 +730,9 @@ func getJSON(ctx context.Context, u, auth string, v any) error {
 	return json.NewDecoder(resp.Body).Decode(v)
 }
 
-// startServer runs the demo in this process on a loopback port.
-func startServer(ctx context.Context, o Options) (string, *app.App, func(), error) {
+// startServer runs the demo in this process on a loopback port, on clock
+// if not nil.
+func startServer(ctx context.Context, o Options, clock *shiftedClock) (string, *app.App, func(), error) {
 	db := o.DB
 	var dir string
 	if db == "" {
@@ -687,6 +754,9 @@ func startServer(ctx context.Context, o Options) (string, *app.App, func(), erro
 	}
 	// The provider settles at once, and sends 16 webhooks at once.
 	cfg.SettleEvery, cfg.WebhookWorkers = 100*time.Millisecond, 16
+	if clock != nil {
+		cfg.Now = clock.Now
+	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	a, err := app.Open(ctx, cfg, quiet)
 	if err != nil {

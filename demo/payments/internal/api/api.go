@@ -17,6 +17,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 	"gorm.io/gorm"
 
@@ -50,9 +51,11 @@ type API struct {
 	// lost is answered with the row written the first time, never with a
 	// second one.
 	KeyedRows bool
-	// Existing counts the charges, refunds and events answered with the
-	// row already written under their key (KeyedRows only): their record
-	// was lost, or their lease taken over while they ran.
+	// Existing counts the charges and refunds answered with the row
+	// already written under their key (KeyedRows only: their record was
+	// lost, or their lease taken over while they ran), and the events
+	// answered with the ledger entry already written for their charge or
+	// refund (their record expired, was lost, or was taken over).
 	Existing atomic.Int64
 	// Engine applies the provider's events (ApplyEvent), and WebhookSecret
 	// is the secret its webhooks are signed with.
@@ -103,17 +106,42 @@ func account(r *http.Request) string {
 // without the key that keeps it single.
 var errNotGuarded = errors.New("a charge or refund ran without an idempotency key held: the server must mount the API behind idemkit")
 
+// The scopes of idempotency records. A request's is its account's
+// (AccountScope); the provider's webhooks and events have theirs
+// (WebhookScope, EventScope), which begin providerScope. No account's
+// scope begins so, whatever its bearer token: one that would is escaped
+// with escapedScope, and so is one that begins escapedScope itself, so
+// that no two accounts share a scope either.
+const (
+	providerScope = "provider:"
+	escapedScope  = "account:"
+)
+
+// AccountScope is the scope of account's idempotency records, over HTTP
+// and gRPC: the account itself, or, for one that begins "provider:" or
+// "account:", "account:" and the account. Accounts whose names begin
+// otherwise (all but those two) keep the scope they had before the
+// provider's scopes were set apart, and with it their records.
+func AccountScope(account string) string {
+	if strings.HasPrefix(account, providerScope) || strings.HasPrefix(account, escapedScope) {
+		return escapedScope + account
+	}
+	return account
+}
+
 // RequestKey names the request key id in the database and to the payment
-// provider: a hash of the scope (the account) and the key, so that every
-// attempt of one charge finds the same, two accounts never share one, and
-// neither the rows nor the provider carry the account's bearer token. The
-// provider's idempotency key for a charge derives from it and the number
-// of the key's uses before (see payments.CreateCharge).
+// provider: a hash of the account and the key, so that every attempt of
+// one charge finds the same, two accounts never share one, and neither the
+// rows nor the provider carry the account's bearer token. The account is
+// the scope as AccountScope made it, unescaped. The provider's idempotency
+// key for a charge derives from it and the number of the key's uses
+// before (see payments.CreateCharge).
 func RequestKey(id idem.ID) string {
+	acct := strings.TrimPrefix(id.Scope, escapedScope)
 	h := sha256.New()
 	var n [binary.MaxVarintLen64]byte
-	h.Write(n[:binary.PutUvarint(n[:], uint64(len(id.Scope)))])
-	h.Write([]byte(id.Scope))
+	h.Write(n[:binary.PutUvarint(n[:], uint64(len(acct)))])
+	h.Write([]byte(acct))
 	h.Write([]byte(id.Key))
 	return "idem_" + hex.EncodeToString(h.Sum(nil))
 }
@@ -122,23 +150,6 @@ func RequestKey(id idem.ID) string {
 // store together with the stored response, rolled back if none is stored.
 func (a *API) tx(ctx context.Context) func() (*gorm.DB, error) {
 	return func() (*gorm.DB, error) { return gormstore.Tx(ctx, a.DB) }
-}
-
-type chargeView struct {
-	ID          string `json:"id"`
-	Object      string `json:"object"`
-	Amount      int64  `json:"amount"`
-	Refunded    int64  `json:"amount_refunded"`
-	Currency    string `json:"currency"`
-	Customer    string `json:"customer"`
-	Description string `json:"description"`
-	Status      string `json:"status"`
-	Created     string `json:"created"`
-}
-
-func viewCharge(c payments.Charge) chargeView {
-	return chargeView{ID: c.ID, Object: "charge", Amount: c.Amount, Refunded: c.Refunded, Currency: c.Currency,
-		Customer: c.Customer, Description: c.Description, Status: c.Status, Created: c.Created.UTC().Format(time.RFC3339)}
 }
 
 func (a *API) createCharge(w http.ResponseWriter, r *http.Request) {
@@ -152,8 +163,11 @@ func (a *API) createCharge(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
+	// The charge's first answer, whichever attempt this is (see
+	// payments.Charge.FirstAnswer); its Location is its id's, which never
+	// changes.
 	w.Header().Set("Location", "/v1/charges/"+c.ID)
-	writeJSON(w, http.StatusCreated, viewCharge(c))
+	writeBody(w, http.StatusCreated, c.FirstAnswer())
 }
 
 // chargeUnderKey creates the charge req for account under the idempotency
@@ -199,10 +213,7 @@ func (a *API) createRefund(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, map[string]any{
-		"id": ref.ID, "object": "refund", "charge": ref.Charge, "amount": ref.Amount,
-		"status": ref.Status, "created": ref.Created.UTC().Format(time.RFC3339),
-	})
+	writeBody(w, http.StatusCreated, ref.FirstAnswer())
 }
 
 // rowKey is the key the rows of the request holding held are written
@@ -227,7 +238,7 @@ func (a *API) getCharge(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, viewCharge(c))
+	writeJSON(w, http.StatusOK, c.View())
 }
 
 // maxPage is the most items one page of a list returns (GET
@@ -258,9 +269,9 @@ func (a *API) listCharges(w http.ResponseWriter, r *http.Request) {
 		a.fail(w, r, err)
 		return
 	}
-	views := make([]chargeView, len(charges))
+	views := make([]payments.ChargeView, len(charges))
 	for i, c := range charges {
-		views[i] = viewCharge(c)
+		views[i] = c.View()
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": views, "has_more": more})
 }
@@ -358,7 +369,7 @@ var failures = map[failure]struct {
 	failDeclined: {402, ProblemCardDeclined, "Card declined", "The customer's card was declined. No charge was made."},
 	// The same answer idemkit gives for a reused key, which it would have
 	// given here had the key's record not been lost.
-	failKeyReused: {422, idem.ProblemKeyReused, "Idempotency-Key reused with a different request",
+	failKeyReused: {422, exchange.ProblemKeyReused, "Idempotency-Key reused with a different request",
 		"This Idempotency-Key was already used with a different request (method, path or body)."},
 	failNotFound:   {404, ProblemNotFound, "Not found", "No such charge for this account."},
 	failOverRefund: {400, ProblemRefundTooLarge, "Refund too large", payments.ErrOverRefund.Error() + "."},
@@ -396,10 +407,13 @@ func clientGone(ctx context.Context) bool {
 	return ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled)
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+func writeJSON(w http.ResponseWriter, status int, v any) { writeBody(w, status, mustJSON(v)) }
+
+// writeBody writes a JSON body rendered already.
+func writeBody(w http.ResponseWriter, status int, body []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	w.Write(mustJSON(v))
+	w.Write(body)
 }
 
 // mustJSON encodes v, one of the API's views.
@@ -413,19 +427,19 @@ func mustJSON(v any) []byte {
 
 // Problem renders one of the demo's own problems. A 503 carries
 // Retry-After: the request may succeed if sent again.
-func (a *API) Problem(status int, name, title, detail string) idem.Response {
-	resp := idem.Problem{Type: a.ProblemBase + name, Title: title, Status: status, Detail: detail}.Response()
+func (a *API) Problem(status int, name, title, detail string) exchange.Response {
+	resp := exchange.Problem{Type: a.ProblemBase + name, Title: title, Status: status, Detail: detail}.Response()
 	if status == http.StatusServiceUnavailable {
-		resp.Header = append(resp.Header, idem.HeaderField{Name: "Retry-After", Values: []string{retryAfter}})
+		resp.Header = append(resp.Header, exchange.HeaderField{Name: "Retry-After", Values: []string{retryAfter}})
 	}
 	return resp
 }
 
 // Unauthorized is the answer to a /v1 request without a bearer token. Its
 // WWW-Authenticate field names the scheme to use (RFC 9110, RFC 6750).
-func (a *API) Unauthorized() idem.Response {
+func (a *API) Unauthorized() exchange.Response {
 	resp := a.Problem(401, ProblemUnauthorized, "Unauthorized", "Send an Authorization: Bearer <token> header; any non-empty token names an account.")
-	resp.Header = append(resp.Header, idem.HeaderField{Name: "WWW-Authenticate", Values: []string{`Bearer realm="payments demo"`}})
+	resp.Header = append(resp.Header, exchange.HeaderField{Name: "WWW-Authenticate", Values: []string{`Bearer realm="payments demo"`}})
 	return resp
 }
 
@@ -435,7 +449,7 @@ func (a *API) Unauthorized() idem.Response {
 // a "pointer" into the body, or a query "parameter" or a "header") and
 // saying what it must be in "detail"; the problem's own detail says it all
 // in one sentence.
-func (a *API) invalid(err error) idem.Response {
+func (a *API) invalid(err error) exchange.Response {
 	inv, detail := invalidDetail(err)
 	resp := a.Problem(http.StatusBadRequest, ProblemInvalidRequest, "Invalid request", detail)
 	if len(inv.Errors) == 0 {
@@ -469,7 +483,7 @@ func (a *API) writeProblem(w http.ResponseWriter, status int, name, title, detai
 }
 
 // WriteResponse writes a rendered response to a net/http writer.
-func WriteResponse(w http.ResponseWriter, resp idem.Response) {
+func WriteResponse(w http.ResponseWriter, resp exchange.Response) {
 	h := w.Header()
 	for _, f := range resp.Header {
 		h[http.CanonicalHeaderKey(f.Name)] = f.Values

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemhttp"
 	"github.com/idemkit/idemkit/core/memstore"
 	"github.com/idemkit/idemkit/stores/gorm/sqlitedb"
@@ -43,11 +44,9 @@ func (f *forgetfulRecords) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	(*f.current.Load()).ServeHTTP(w, r)
 }
 
-// TestLostRecordAnswersTheRow: with KeyedRows, a charge or refund retried
-// after its idempotency record was lost is answered as the first attempt
-// was (201, the same body, the same Location), and nothing is written or
-// authorized twice; the key sent with another body is refused with 422.
-func TestLostRecordAnswersTheRow(t *testing.T) {
+// ledgerDB opens a migrated SQLite database of the test's own.
+func ledgerDB(t *testing.T) *gorm.DB {
+	t.Helper()
 	db, err := sqlitedb.Open(filepath.Join(t.TempDir(), "p.db"), &gorm.Config{Logger: logger.Discard})
 	if err != nil {
 		t.Fatal(err)
@@ -60,18 +59,23 @@ func TestLostRecordAnswersTheRow(t *testing.T) {
 	if err := payments.Migrate(t.Context(), db); err != nil {
 		t.Fatal(err)
 	}
-	provider := &payments.Provider{}
-	a := &API{DB: db, Provider: provider, Now: time.Now, TTL: 24 * time.Hour, Logger: slog.New(slog.DiscardHandler), ProblemBase: DocsPath + "/", KeyedRows: true}
+	return db
+}
+
+// keyedAPI serves an API with KeyedRows on db, behind records that the
+// test can make forget, and returns it, the records, and a function that
+// posts body to path for account with the Idempotency-Key key.
+func keyedAPI(t *testing.T, db *gorm.DB, account string) (*API, *forgetfulRecords, func(path, key, body string) (int, http.Header, string)) {
+	a := &API{DB: db, Provider: &payments.Provider{}, Now: time.Now, TTL: 24 * time.Hour, Logger: slog.New(slog.DiscardHandler),
+		ProblemBase: DocsPath + "/", KeyedRows: true}
 	records := &forgetfulRecords{api: a}
 	records.forget()
 	srv := httptest.NewServer(records)
 	t.Cleanup(srv.Close)
-
-	const acct = "acct_keyed"
-	post := func(path, key, body string) (int, http.Header, string) {
+	return a, records, func(path, key, body string) (int, http.Header, string) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+acct)
+		req.Header.Set("Authorization", "Bearer "+account)
 		req.Header.Set("Idempotency-Key", key)
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
@@ -82,6 +86,17 @@ func TestLostRecordAnswersTheRow(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, resp.Header, string(b)
 	}
+}
+
+// TestLostRecordAnswersTheRow: with KeyedRows, a charge or refund retried
+// after its idempotency record was lost is answered as the first attempt
+// was (201, the same body, the same Location), and nothing is written or
+// authorized twice; the key sent with another body is refused with 422.
+func TestLostRecordAnswersTheRow(t *testing.T) {
+	db := ledgerDB(t)
+	a, records, post := keyedAPI(t, db, "acct_keyed")
+	provider := a.Provider.(*payments.Provider)
+	const acct = "acct_keyed"
 
 	const charge = `{"amount":1999,"currency":"usd","customer":"cus_1"}`
 	status, h, first := post("/v1/charges", `"c-1"`, charge)
@@ -103,7 +118,7 @@ func TestLostRecordAnswersTheRow(t *testing.T) {
 	}
 	records.forget()
 	if status, _, body := post("/v1/charges", `"c-1"`, `{"amount":2999,"currency":"usd","customer":"cus_1"}`); status != 422 ||
-		!strings.Contains(body, DocsPath+"/"+idem.ProblemKeyReused) {
+		!strings.Contains(body, DocsPath+"/"+exchange.ProblemKeyReused) {
 		t.Fatalf("the key with another amount after the record was lost: %d %s, want 422 key-reused", status, body)
 	}
 
@@ -126,5 +141,48 @@ func TestLostRecordAnswersTheRow(t *testing.T) {
 	}
 	if n := a.Existing.Load(); n != 2 {
 		t.Fatalf("%d requests counted as answered with an existing row, want 2", n)
+	}
+}
+
+// TestLostRecordAnswersAsFirstAnswered: with KeyedRows, a charge or refund
+// retried after its record was lost is answered with the bytes of its
+// first answer (body and Location), not with its row as it is now: by
+// then the charge has been refunded and both settled, which changes their
+// status and the charge's amount_refunded.
+func TestLostRecordAnswersAsFirstAnswered(t *testing.T) {
+	db := ledgerDB(t)
+	_, records, post := keyedAPI(t, db, "acct_first_answer")
+	const charge = `{"amount":1999,"currency":"usd","customer":"cus_1","description":"first"}`
+	status, h, first := post("/v1/charges", `"c-1"`, charge)
+	location := h.Get("Location")
+	if status != 201 || location == "" || !strings.Contains(first, `"status":"succeeded"`) {
+		t.Fatalf("charge: %d %q %s", status, location, first)
+	}
+	var c struct {
+		ID string `json:"id"`
+	}
+	json.Unmarshal([]byte(first), &c)
+	refund := `{"charge":"` + c.ID + `","amount":500}`
+	status, _, firstRefund := post("/v1/refunds", `"r-1"`, refund)
+	if status != 201 {
+		t.Fatalf("refund: %d %s", status, firstRefund)
+	}
+	pending, _, err := payments.PendingEvents(t.Context(), db)
+	if err != nil || len(pending) != 2 {
+		t.Fatalf("pending events %+v, %v: want the charge's and the refund's", pending, err)
+	}
+	for _, e := range pending {
+		if _, _, err := payments.ApplyEventAlone(db, e, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	records.forget()
+	if status, h, again := post("/v1/charges", `"c-1"`, charge); status != 201 || h.Get("Location") != location || again != first {
+		t.Fatalf("charge retried after its record was lost, once refunded and settled: %d Location %q %s, want 201 Location %q %s",
+			status, h.Get("Location"), again, location, first)
+	}
+	if status, _, again := post("/v1/refunds", `"r-1"`, refund); status != 201 || again != firstRefund {
+		t.Fatalf("refund retried after its record was lost, once settled: %d %s, want 201 %s", status, again, firstRefund)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,9 +15,6 @@ import (
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemhttp"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
-	"github.com/idemkit/idemkit/stores/gorm/sqlitedb"
-	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/payments"
 )
@@ -88,18 +84,7 @@ func TestLeaseLostDuringTheProviderCall(t *testing.T) {
 	for _, answered := range []bool{true, false} {
 		name := map[bool]string{true: "answer-received", false: "answer-lost"}[answered]
 		t.Run(name, func(t *testing.T) {
-			db, err := sqlitedb.Open(filepath.Join(t.TempDir(), "p.db"), &gorm.Config{Logger: logger.Discard})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if sqlDB, err := db.DB(); err == nil {
-					sqlDB.Close()
-				}
-			})
-			if err := payments.Migrate(t.Context(), db); err != nil {
-				t.Fatal(err)
-			}
+			db := ledgerDB(t)
 			gs, err := gormstore.New(db)
 			if err != nil {
 				t.Fatal(err)

@@ -1,6 +1,6 @@
 package api
 
-// The names of the demo's own problem types; idemkit's are the idem.Problem*
+// The names of the demo's own problem types; idemkit's are the exchange.Problem*
 // constants. A type URI is DocsPath + "/" + name, and the policy page has a
 // section whose id is the name.
 const (
@@ -21,6 +21,10 @@ const (
 	ProblemWebhookSignatureInvalid = "webhook-signature-invalid"
 	ProblemWebhookTimestampStale   = "webhook-timestamp-stale"
 	ProblemEventRejected           = "event-rejected"
+	// A webhook whose body comes with a content coding (gzip): refused,
+	// recording nothing, so that every framework checks and applies the
+	// same bytes.
+	ProblemWebhookEncodingUnsupported = "webhook-encoding-unsupported"
 )
 
 // ProblemNames lists the demo's own problem type names.
@@ -29,7 +33,7 @@ func ProblemNames() []string {
 		ProblemInvalidRequest, ProblemUnauthorized, ProblemCardDeclined, ProblemRefundTooLarge, ProblemNotFound,
 		ProblemMethodNotAllowed, ProblemProviderUnavailable, ProblemLeaseLost, ProblemDatabaseUnavailable,
 		ProblemTimedOut, ProblemClientClosedRequest, ProblemInternalError,
-		ProblemWebhookSignatureInvalid, ProblemWebhookTimestampStale, ProblemEventRejected,
+		ProblemWebhookSignatureInvalid, ProblemWebhookTimestampStale, ProblemEventRejected, ProblemWebhookEncodingUnsupported,
 	}
 }
 

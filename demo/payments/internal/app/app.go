@@ -198,12 +198,20 @@ func withoutURL(err error) error {
 }
 
 // CheckTTL reports why ttl cannot be how long the demo keeps a key after
-// its request completed (Config.TTL, the flag -ttl), or nil: it must be
-// above 0 and at most idem.MaxDuration, beyond which idemkit's stores cannot
-// keep the time.
-func CheckTTL(ttl time.Duration) error {
-	if ttl <= 0 || ttl > idem.MaxDuration {
-		return fmt.Errorf("-ttl must be above 0 and at most %v (100 years), not %v", idem.MaxDuration, ttl)
+// its request completed (Config.TTL, the flag -ttl) beside lease (-lease),
+// or nil. It must be at most idem.MaxDuration, beyond which idemkit's
+// stores cannot keep the time; and at least webhook.Tolerance, the
+// webhooks' signature tolerance, and lease, the event stream's claim delay
+// (stream.Stream.ClaimAfter), so that a webhook replayed within its
+// tolerance, and a stream entry claimed again after a consumer died, still
+// find their event's record. (The ledger settles each charge and refund
+// once however late an event comes; the record spares the work and
+// replays the first answer.)
+func CheckTTL(ttl, lease time.Duration) error {
+	least := max(webhook.Tolerance, lease)
+	if ttl < least || ttl > idem.MaxDuration {
+		return fmt.Errorf("-ttl must be at least %v, the webhook signature tolerance (%v) and the event stream's claim delay (-lease %v), whichever is longer, and at most %v (100 years), not %v",
+			least, webhook.Tolerance, lease, idem.MaxDuration, ttl)
 	}
 	return nil
 }
@@ -255,15 +263,16 @@ type App struct {
 }
 
 // Open connects to the database, migrates it and builds the server. A TTL
-// or Lease out of range (CheckTTL, CheckLease; a TTL of 0 is idemkit's
-// default) is an error, before anything is opened.
+// or Lease out of range (CheckLease, CheckTTL; a TTL of 0 is idemkit's
+// default, 24 hours) is an error, before anything is opened.
 func Open(ctx context.Context, cfg Config, log *slog.Logger) (*App, error) {
-	var ttlErr error
-	if cfg.TTL != 0 {
-		ttlErr = CheckTTL(cfg.TTL)
-	}
-	if err := errors.Join(ttlErr, CheckLease(cfg.Lease)); err != nil {
+	if err := CheckLease(cfg.Lease); err != nil {
 		return nil, err
+	}
+	if cfg.TTL != 0 {
+		if err := CheckTTL(cfg.TTL, cfg.Lease); err != nil {
+			return nil, err
+		}
 	}
 	db, err := openDB(cfg.DB)
 	if err != nil {

@@ -3,10 +3,10 @@ package app
 import (
 	"context"
 	"database/sql"
-	"os"
-	"regexp"
 	"testing"
 	"time"
+
+	"github.com/idemkit/idemkit/internal/testservers"
 )
 
 func TestDBLabelHidesPassword(t *testing.T) {
@@ -30,19 +30,10 @@ func TestEnvName(t *testing.T) {
 // with as many idle connections as open ones, so a busy server neither
 // dials a connection per request nor takes every slot of the database.
 func TestServerPoolSized(t *testing.T) {
-	pg, my := os.Getenv("IDEMKIT_TEST_POSTGRES_DSN"), os.Getenv("IDEMKIT_TEST_MYSQL_DSN")
-	if pg == "" || my == "" {
-		if testing.Short() {
-			return
-		}
-		t.Fatal("IDEMKIT_TEST_POSTGRES_DSN or IDEMKIT_TEST_MYSQL_DSN is not set: run the tests with `make test`, which starts the servers")
-	}
+	pg := testservers.Require(t, testservers.PostgresDSN)
 	// The MariaDB DSN is in the Go driver's form; the demo takes a URL.
-	m := regexp.MustCompile(`^([^@]*)@tcp\(([^)]*)\)/([^?]*)`).FindStringSubmatch(my)
-	if m == nil {
-		t.Fatalf("IDEMKIT_TEST_MYSQL_DSN %q is not user:pass@tcp(host:port)/db", my)
-	}
-	for name, dsn := range map[string]string{"postgres": pg, "mysql": "mysql://" + m[1] + "@" + m[2] + "/" + m[3]} {
+	my := testservers.MySQLURL(t, testservers.Require(t, testservers.MySQLDSN))
+	for name, dsn := range map[string]string{"postgres": pg, "mysql": my} {
 		t.Run(name, func(t *testing.T) {
 			db, err := openDB(dsn)
 			if err != nil {

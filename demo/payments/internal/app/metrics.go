@@ -4,7 +4,7 @@ import (
 	"context"
 	"net/http"
 
-	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemevent"
 	idemotel "github.com/idemkit/idemkit/observability/otel"
 )
 
@@ -12,7 +12,7 @@ import (
 // the Prometheus format at /metrics.
 type metrics struct {
 	prom    *idemotel.Prometheus
-	onEvent func(context.Context, idem.Event)
+	onEvent func(context.Context, idemevent.Event)
 	handler http.Handler
 }
 

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -16,10 +15,12 @@ import (
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemtest"
+	"github.com/idemkit/idemkit/internal/testservers"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 	redisstore "github.com/idemkit/idemkit/stores/redis"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/idemkit/idemkit/demo/payments/internal/api"
 	"github.com/idemkit/idemkit/demo/payments/internal/payments"
 )
 
@@ -27,11 +28,7 @@ import (
 // one.
 func redisAddr(t *testing.T) string {
 	t.Helper()
-	addr := os.Getenv("IDEMKIT_TEST_REDIS_ADDR")
-	if addr == "" && !testing.Short() {
-		t.Fatal("IDEMKIT_TEST_REDIS_ADDR is not set: run the tests with `make test`, which starts redis-server")
-	}
-	return addr
+	return testservers.Optional(t, testservers.RedisAddr)
 }
 
 // serve opens the demo with cfg and serves its API until the test ends,
@@ -150,7 +147,7 @@ func TestRecordsInRedis(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := names.Key(idem.ID{Scope: acct, Key: "redis-1"})
+	key := names.Key(idem.ID{Scope: api.AccountScope(acct), Key: "redis-1"})
 	if n, err := client.Exists(t.Context(), key).Result(); err != nil || n != 1 {
 		t.Fatalf("the charge's record %s is not in Redis (%d, %v)", key, n, err)
 	}
@@ -169,7 +166,7 @@ func TestExpiredKeyIsNewWithRecordsInRedis(t *testing.T) {
 	clock := idemtest.NewClock(time.Now())
 	cfg := DefaultConfig()
 	cfg.DB, cfg.Records, cfg.ProviderLatency = filepath.Join(t.TempDir(), "p.db"), "redis://"+addr+"/0", 0
-	cfg.TTL, cfg.Now = time.Minute, clock.Now
+	cfg.TTL, cfg.Now = 10*time.Minute, clock.Now
 	a, base := serve(t, cfg)
 
 	acct, key := "acct_"+rand.Text()[:10], "expiring-"+rand.Text()
@@ -194,7 +191,7 @@ func TestExpiredKeyIsNewWithRecordsInRedis(t *testing.T) {
 
 	// Redis loses the new charge's record before it expires: the retry
 	// runs the handler again, which answers with the charge under the key.
-	loseRecord(t, addr, idem.ID{Scope: acct, Key: key})
+	loseRecord(t, addr, idem.ID{Scope: api.AccountScope(acct), Key: key})
 	want("the retry after Redis lost the record", post(1999), 201, second.id, false)
 
 	// Expired again, the key comes back with another amount: a charge of

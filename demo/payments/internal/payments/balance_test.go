@@ -3,7 +3,6 @@ package payments
 import (
 	"context"
 	"crypto/rand"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -11,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/internal/testservers"
 	"github.com/idemkit/idemkit/stores/gorm/sqlitedb"
 	"gorm.io/driver/mysql"
 	"gorm.io/driver/postgres"
@@ -55,12 +55,9 @@ func openTestDBs(t *testing.T, prepare func(context.Context, *gorm.DB) error) ma
 	}
 	db, err := sqlitedb.Open(filepath.Join(t.TempDir(), "p.db"), cfg())
 	open("sqlite", db, err)
-	pg, my := os.Getenv("IDEMKIT_TEST_POSTGRES_DSN"), os.Getenv("IDEMKIT_TEST_MYSQL_DSN")
+	pg, my := testservers.Optional(t, testservers.PostgresDSN), testservers.Optional(t, testservers.MySQLDSN)
 	if pg == "" || my == "" {
-		if testing.Short() {
-			return dbs
-		}
-		t.Fatal("IDEMKIT_TEST_POSTGRES_DSN or IDEMKIT_TEST_MYSQL_DSN is not set: run the tests with `make test`, which starts the servers (or use -short for SQLite only)")
+		return dbs // -short: SQLite only
 	}
 	db, err = gorm.Open(postgres.Open(pg), cfg())
 	open("postgres", db, err)

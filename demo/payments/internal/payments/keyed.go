@@ -77,8 +77,8 @@ func retireKey(tx *gorm.DB, model any, id, key string) error {
 }
 
 // CreateChargeOnce is CreateCharge for records kept outside db: the charge
-// is written without waiting for a record to commit with it, carrying
-// k.Key, the hash of the request's scope and idempotency key, and the
+// is written without waiting for a record to commit with it (with the
+// body of its first answer, Charge.FirstAnswer), carrying k.Key, the hash of the request's scope and idempotency key, and the
 // provider gets the key of k.Key's current use, as with CreateCharge; the
 // use is counted with the charge. If a charge under k.Key exists
 // whose key has not expired, from an attempt whose record was lost or
@@ -135,6 +135,7 @@ func CreateChargeOnce(ctx context.Context, db *gorm.DB, p Authorizer, account st
 		Customer: r.Customer, Description: r.Description, Status: StatusSucceeded, Created: k.Now.UTC().Truncate(time.Second),
 	}
 	c.RequestKey, c.KeyExpires = k.columns()
+	c.Answer = render(c.View())
 	err = db.Transaction(func(tx *gorm.DB) error {
 		if prev.ID != "" {
 			if err := retireKey(tx, &Charge{}, prev.ID, k.Key); err != nil {

@@ -9,6 +9,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
@@ -41,6 +42,10 @@ type Charge struct {
 	// the earliest (RowKey.Expires); nil with RequestKey nil, and on rows
 	// written before the column, whose Created stands in for it.
 	KeyExpires *time.Time
+	// Answer is the body of the first answer to the request that made the
+	// charge (see FirstAnswer), written with the row; nil on rows written
+	// before the column.
+	Answer []byte
 }
 
 // Refund returns part or all of a charge.
@@ -51,9 +56,11 @@ type Refund struct {
 	Amount  int64     `gorm:"not null"`
 	Status  string    `gorm:"size:20;not null;index"` // as Charge's
 	Created time.Time `gorm:"not null"`
-	// RequestKey and KeyExpires are as Charge's (see CreateRefundOnce).
+	// RequestKey, KeyExpires and Answer are as Charge's (see
+	// CreateRefundOnce).
 	RequestKey *string `gorm:"size:80;uniqueIndex"`
 	KeyExpires *time.Time
+	Answer     []byte
 }
 
 // Balance sums an account's money movements, and what the provider has
@@ -96,11 +103,16 @@ const DeclinedCustomer = "cus_declined"
 // case-insensitive collation would let account "ACCT_1" read the charges
 // of "acct_1". Tables created earlier keep their options, and get the
 // columns and indexes added since (request_key and key_expires, with
-// request_key's unique index, the index on status, and the charges' seq,
-// see migrateSeq); the tables key_uses (KeyUse) and settlements
+// request_key's unique index, answer, the index on status, and the
+// charges' seq,
+// see migrateSeq, and the unique index on the settlements' object, see
+// settledTwice); the tables key_uses (KeyUse) and settlements
 // (Settlement) are created where they are missing.
 func Migrate(ctx context.Context, db *gorm.DB) error {
 	db = db.WithContext(ctx)
+	if err := settledTwice(db); err != nil {
+		return err
+	}
 	if db.Dialector.Name() == "mysql" {
 		db = db.Set("gorm:table_options", "DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin")
 	}
@@ -108,6 +120,26 @@ func Migrate(ctx context.Context, db *gorm.DB) error {
 		return err
 	}
 	return migrateSeq(db)
+}
+
+// settledTwice reports the charges and refunds that a ledger from before
+// the unique index on Settlement.Object settled more than once: the index
+// cannot be made over them, and an operator must first decide which
+// entries to keep.
+func settledTwice(db *gorm.DB) error {
+	m := db.Migrator()
+	if !m.HasTable(&Settlement{}) || m.HasIndex(&Settlement{}, "Object") {
+		return nil
+	}
+	var twice []string
+	if err := db.Model(&Settlement{}).Group("object").Having("COUNT(*) > 1").Order("object").Limit(5).Pluck("object", &twice).Error; err != nil {
+		return err
+	}
+	if len(twice) > 0 {
+		return fmt.Errorf("the ledger settles some charges or refunds more than once (%s): keep the first entry of each (the lowest id) and delete the others, then start again; from now on the ledger refuses a second entry",
+			strings.Join(twice, ", "))
+	}
+	return nil
 }
 
 // CreateCharge authorizes the payment with the provider, then records the
@@ -178,6 +210,7 @@ func CreateCharge(ctx context.Context, db *gorm.DB, tx func() (*gorm.DB, error),
 		ID: newID("ch_"), Account: account, Amount: r.Amount, Currency: r.Currency,
 		Customer: r.Customer, Description: r.Description, Status: StatusSucceeded, Created: now.UTC().Truncate(time.Second),
 	}
+	c.Answer = render(c.View())
 	if err := txdb.Create(&c).Error; err != nil {
 		return Charge{}, err
 	}
@@ -254,6 +287,7 @@ func createRefund(ctx context.Context, tx func() (*gorm.DB, error), account stri
 	if key != nil {
 		ref.RequestKey, ref.KeyExpires = key.columns()
 	}
+	ref.Answer = render(ref.View())
 	if err := db.Create(&ref).Error; err != nil {
 		return Refund{}, err
 	}
@@ -298,7 +332,7 @@ func ListCharges(ctx context.Context, db *gorm.DB, account string, limit int, st
 		}
 		q = q.Where("seq < ?", cursor.Seq)
 	}
-	err := q.Order("seq DESC").Limit(limit + 1).Find(&charges).Error
+	err := q.Omit("answer").Order("seq DESC").Limit(limit + 1).Find(&charges).Error
 	if more := len(charges) > limit; more {
 		return charges[:limit], true, err
 	}

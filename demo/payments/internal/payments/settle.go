@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 )
 
 // The payment provider settles every charge and refund some time after it
@@ -15,11 +16,15 @@ import (
 // it. It says so with one settlement event per charge or refund, delivered
 // at least once (by signed webhook, and with -events also on a Redis
 // stream): the same event may come any number of times, in any order, by
-// either way. Each event must change the ledger once: one Settlement row,
-// and the charge or refund marked settled. Nothing here makes that so by
-// itself (a second application writes a second row): the event's
-// idempotency record does, committed in the same transaction as the row
-// (api.API.ApplyEvent runs the application through Engine.Do).
+// either way, and for longer than any idempotency record lives (a
+// Standard Webhooks sender retries for about 27 hours, a stream keeps its
+// entries until trimmed). Each event must change the ledger once: one
+// Settlement row, and the charge or refund marked settled. The ledger
+// makes that so by itself: a unique index allows one entry per charge or
+// refund, and an event applied again is answered with the entry written
+// the first time (ApplyEvent). The event's idempotency record
+// (api.API.ApplyEvent runs the application through Engine.Do) only spares
+// the work, and replays the first answer while it lives.
 
 // The types of settlement events.
 const (
@@ -121,28 +126,27 @@ type Settlement struct {
 	Account string `gorm:"size:200;not null;index"`
 	Event   string `gorm:"size:100;not null;index"`
 	Type    string `gorm:"size:20;not null"`
-	Object  string `gorm:"size:40;not null"`
+	// Object is the charge or refund the entry settles. Its unique index
+	// is what keeps each one settled once, whatever became of its event's
+	// idempotency record: expired, lost, or never committed with the
+	// entry (records in Redis).
+	Object  string `gorm:"size:40;not null;uniqueIndex"`
 	Amount  int64  `gorm:"not null"`
 	Created time.Time
-	// EventKey is the hashed scoped key of the event's idempotency record
-	// when the records are kept apart from the ledger (in Redis): its
-	// unique index keeps one entry per event should a record be lost (see
-	// ApplyEventOnce). Nil for entries written with their record in the
-	// same transaction, which need none.
-	EventKey *string `gorm:"size:80;uniqueIndex"`
 }
 
 // ApplyEvent applies e in tx: it writes the ledger entry and marks the
 // charge or refund settled. It checks before it writes, so that an event
 // it refuses leaves tx as it was: ErrNotFound if the account has no such
 // object, ErrEventMismatch if the object has another amount (or the refund
-// another charge). It writes the entry again if called again: keeping it
-// to once per event is the caller's part.
-func ApplyEvent(tx *gorm.DB, e Event, now time.Time) (Settlement, error) {
-	return applyEvent(tx, e, now, nil)
-}
-
-func applyEvent(tx *gorm.DB, e Event, now time.Time, key *string) (Settlement, error) {
+// another charge), or was settled by another event. An object already
+// settled by e (e delivered again, however long after) is answered with
+// the entry written then, and nothing is written: existing is then true.
+// The entry is inserted unless one exists for its object, in one statement
+// that the unique index on Settlement.Object decides, so two applications
+// of e at once, in two transactions, write one entry between them; the
+// second waits for the first to commit, and gets its entry.
+func ApplyEvent(tx *gorm.DB, e Event, now time.Time) (s Settlement, existing bool, err error) {
 	var model any
 	var amount int64
 	switch e.Type {
@@ -150,34 +154,108 @@ func applyEvent(tx *gorm.DB, e Event, now time.Time, key *string) (Settlement, e
 		var c Charge
 		err := tx.Where("id = ? AND account = ?", e.Data.Object, e.Data.Account).Take(&c).Error
 		if err != nil {
-			return Settlement{}, notFound(err)
+			return Settlement{}, false, notFound(err)
 		}
 		model, amount = &Charge{}, c.Amount
 	case RefundSettled:
 		var r Refund
 		err := tx.Where("id = ? AND account = ?", e.Data.Object, e.Data.Account).Take(&r).Error
 		if err != nil {
-			return Settlement{}, notFound(err)
+			return Settlement{}, false, notFound(err)
 		}
 		if r.Charge != e.Data.Charge {
-			return Settlement{}, ErrEventMismatch
+			return Settlement{}, false, ErrEventMismatch
 		}
 		model, amount = &Refund{}, r.Amount
 	default:
-		return Settlement{}, Invalid(FieldError{Pointer: "#/type", Detail: "must be " + ChargeSettled + " or " + RefundSettled})
+		return Settlement{}, false, Invalid(FieldError{Pointer: "#/type", Detail: "must be " + ChargeSettled + " or " + RefundSettled})
 	}
 	if amount != e.Data.Amount {
-		return Settlement{}, ErrEventMismatch
+		return Settlement{}, false, ErrEventMismatch
+	}
+	// Settled already?
+	prev, found, err := settlementOf(tx, e.Data.Object, false)
+	switch {
+	case err != nil:
+		return Settlement{}, false, err
+	case found:
+		return settledBefore(prev, e)
+	}
+	s = Settlement{Account: e.Data.Account, Event: e.ID, Type: e.Type, Object: e.Data.Object, Amount: amount,
+		Created: now.UTC().Truncate(time.Second)}
+	// Inserted unless an entry for the object exists by now: another
+	// application of the event, in a transaction that committed meanwhile,
+	// which this statement waited for.
+	inserted, err := insertUnlessSettled(tx, &s)
+	if err != nil {
+		return Settlement{}, false, err
+	}
+	if !inserted {
+		prev, found, err = settlementOf(tx, e.Data.Object, true)
+		switch {
+		case err != nil:
+			return Settlement{}, false, err
+		case !found:
+			return Settlement{}, false, fmt.Errorf("no ledger entry for %s, yet its insert met one", e.Data.Object)
+		}
+		return settledBefore(prev, e)
 	}
 	if err := tx.Model(model).Where("id = ?", e.Data.Object).Update("status", StatusSettled).Error; err != nil {
-		return Settlement{}, err
+		return Settlement{}, false, err
 	}
-	s := Settlement{Account: e.Data.Account, Event: e.ID, Type: e.Type, Object: e.Data.Object, Amount: amount,
-		Created: now.UTC().Truncate(time.Second), EventKey: key}
-	if err := tx.Create(&s).Error; err != nil {
-		return Settlement{}, err
+	return s, false, nil
+}
+
+// insertUnlessSettled inserts s unless the ledger has an entry for its
+// object, in one statement, and reports whether it did. MySQL and MariaDB
+// say INSERT IGNORE (their ON DUPLICATE KEY UPDATE reports a row, and
+// MariaDB returns the existing entry's id); the others ON CONFLICT DO
+// NOTHING. The values are checked before (ParseEvent, and the object's
+// own row), so IGNORE has no other error to hide.
+func insertUnlessSettled(tx *gorm.DB, s *Settlement) (bool, error) {
+	var once clause.Expression = clause.OnConflict{DoNothing: true}
+	if tx.Dialector.Name() == "mysql" {
+		once = clause.Insert{Modifier: "IGNORE"}
 	}
-	return s, nil
+	res := tx.Clauses(once).Create(s)
+	return res.Error == nil && res.RowsAffected == 1 && s.ID != 0, res.Error
+}
+
+// settlementOf reads the entry that settles object. Locking (shared, as
+// the insert that met it locks it, so that those waiting on it together
+// do not deadlock), it also sees an entry that another transaction
+// committed after this one began (MySQL's snapshot would not).
+func settlementOf(tx *gorm.DB, object string, locking bool) (Settlement, bool, error) {
+	var s Settlement
+	if locking {
+		tx = tx.Clauses(clause.Locking{Strength: "SHARE"})
+	}
+	err := tx.Where("object = ?", object).Take(&s).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return Settlement{}, false, nil
+	}
+	return s, err == nil, err
+}
+
+// settledBefore is ApplyEvent's answer to e, whose object the entry prev
+// settled already: prev itself if e wrote it, ErrEventMismatch if another
+// event did.
+func settledBefore(prev Settlement, e Event) (Settlement, bool, error) {
+	if prev.Event != e.ID || prev.Type != e.Type || prev.Account != e.Data.Account || prev.Amount != e.Data.Amount {
+		return Settlement{}, false, ErrEventMismatch
+	}
+	return prev, true, nil
+}
+
+// ApplyEventAlone is ApplyEvent in a transaction of its own on db, for
+// records kept apart from the ledger (in Redis), which no transaction
+// joins to the entry.
+func ApplyEventAlone(db *gorm.DB, e Event, now time.Time) (s Settlement, existing bool, err error) {
+	err = db.Transaction(func(tx *gorm.DB) error {
+		s, existing, err = ApplyEvent(tx, e, now)
+		return err
+	})
+	return s, existing, err
 }
 
 func notFound(err error) error {
@@ -185,39 +263,6 @@ func notFound(err error) error {
 		return ErrNotFound
 	}
 	return err
-}
-
-// ApplyEventOnce is ApplyEvent for records kept apart from db: the entry
-// and the object's state commit in a transaction of its own, the entry
-// carrying key, the hash of the event's scoped key, under its unique
-// index. If an entry under key exists (its event's record was lost, or
-// another delivery wrote it meanwhile), it is returned and nothing is
-// written: existing is then true. An event id names one event for good, so
-// unlike a request key, key never expires.
-func ApplyEventOnce(db *gorm.DB, key string, e Event, now time.Time) (s Settlement, existing bool, err error) {
-	if s, err := settlementByKey(db, key); err == nil || !errors.Is(err, ErrNotFound) {
-		return s, err == nil, err
-	}
-	err = db.Transaction(func(tx *gorm.DB) error {
-		var err error
-		s, err = applyEvent(tx, e, now, &key)
-		return err
-	})
-	if err != nil {
-		// Another delivery of the event wrote its entry first: the unique
-		// index refused this one.
-		if prev, ferr := settlementByKey(db, key); ferr == nil {
-			return prev, true, nil
-		}
-		return Settlement{}, false, err
-	}
-	return s, false, nil
-}
-
-func settlementByKey(db *gorm.DB, key string) (Settlement, error) {
-	var s Settlement
-	err := db.Where("event_key = ?", key).Take(&s).Error
-	return s, notFound(err)
 }
 
 // maxPending bounds the charges, and the refunds, one settlement run
@@ -240,6 +285,13 @@ func PendingEvents(ctx context.Context, db *gorm.DB) (events []Event, full bool,
 	if err := db.Select("id", "charge", "account", "amount", "created").Where("status = ?", StatusSucceeded).Order("created, id").Limit(maxPending).Find(&refunds).Error; err != nil {
 		return nil, false, err
 	}
+	return settlementEvents(charges, refunds), len(charges) == maxPending || len(refunds) == maxPending, nil
+}
+
+// settlementEvents returns the settlement events of charges and refunds,
+// the same bytes whenever they are made (Event.Body).
+func settlementEvents(charges []Charge, refunds []Refund) []Event {
+	var events []Event
 	for _, c := range charges {
 		events = append(events, Event{ID: EventID(c.ID), Type: ChargeSettled, Time: c.Created,
 			Data: EventData{Object: c.ID, Account: c.Account, Amount: c.Amount}})
@@ -248,7 +300,23 @@ func PendingEvents(ctx context.Context, db *gorm.DB) (events []Event, full bool,
 		events = append(events, Event{ID: EventID(r.ID), Type: RefundSettled, Time: r.Created,
 			Data: EventData{Object: r.ID, Charge: r.Charge, Account: r.Account, Amount: r.Amount}})
 	}
-	return events, len(charges) == maxPending || len(refunds) == maxPending, nil
+	return events
+}
+
+// AccountEvents returns the settlement events of every charge and refund
+// of account, settled or not: what a provider whose deliveries come late
+// may send again. (The storm's redelivery reads it.)
+func AccountEvents(ctx context.Context, db *gorm.DB, account string) ([]Event, error) {
+	db = db.WithContext(ctx)
+	var charges []Charge
+	if err := db.Select("id", "account", "amount", "created").Where("account = ?", account).Order("seq").Find(&charges).Error; err != nil {
+		return nil, err
+	}
+	var refunds []Refund
+	if err := db.Select("id", "charge", "account", "amount", "created").Where("account = ?", account).Order("created, id").Find(&refunds).Error; err != nil {
+		return nil, err
+	}
+	return settlementEvents(charges, refunds), nil
 }
 
 // ListSettlements returns up to limit of account's ledger entries, in the

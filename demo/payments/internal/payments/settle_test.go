@@ -1,8 +1,10 @@
 package payments
 
 import (
+	"context"
 	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -99,7 +101,7 @@ func TestApplyEvent(t *testing.T) {
 			refundOfAnother := events[1]
 			refundOfAnother.Data.Charge = "ch_other"
 			for e, want := range map[*Event]error{&wrong: ErrEventMismatch, &otherAccount: ErrNotFound, &refundOfAnother: ErrEventMismatch} {
-				if _, err := ApplyEvent(db, *e, now); !errors.Is(err, want) {
+				if _, _, err := ApplyEvent(db, *e, now); !errors.Is(err, want) {
 					t.Fatalf("ApplyEvent(%+v) = %v, want %v", *e, err, want)
 				}
 			}
@@ -108,8 +110,8 @@ func TestApplyEvent(t *testing.T) {
 			}
 
 			for _, e := range events {
-				s, err := ApplyEvent(db, e, now)
-				if err != nil || s.ID == 0 || s.Event != e.ID || s.Amount != e.Data.Amount || s.Object != e.Data.Object {
+				s, existing, err := ApplyEvent(db, e, now)
+				if err != nil || existing || s.ID == 0 || s.Event != e.ID || s.Amount != e.Data.Amount || s.Object != e.Data.Object {
 					t.Fatalf("ApplyEvent(%+v) = %+v, %v", e, s, err)
 				}
 			}
@@ -123,6 +125,12 @@ func TestApplyEvent(t *testing.T) {
 			if pending := pendingWhere(t, db, func(e Event) bool { return e.Data.Account == acct }); len(pending) != 0 {
 				t.Fatalf("settled objects still pending: %v", pending)
 			}
+			// Settled, their events are still the same bytes for a
+			// provider that sends them again.
+			all, err := AccountEvents(t.Context(), db, acct)
+			if err != nil || len(all) != 2 || string(all[0].Body()) != string(events[0].Body()) || string(all[1].Body()) != string(events[1].Body()) {
+				t.Fatalf("AccountEvents once settled: %+v, %v; want %+v", all, err, events)
+			}
 			list, more, err := ListSettlements(t.Context(), db, acct, 1, 0)
 			if err != nil || len(list) != 1 || !more || list[0].Type != ChargeSettled {
 				t.Fatalf("first page %+v (more %v), %v", list, more, err)
@@ -134,10 +142,11 @@ func TestApplyEvent(t *testing.T) {
 	}
 }
 
-// TestApplyEventOnceUnderOneKey: with the records apart from the ledger,
-// deliveries of one event that run at once write one entry, whichever
-// reaches the database first; the others get it back.
-func TestApplyEventOnceUnderOneKey(t *testing.T) {
+// TestApplyEventAloneAtOnce: deliveries of one event that run at once,
+// each in a transaction of its own (records apart from the ledger, or
+// records that expired meanwhile), write one entry between them,
+// whichever reaches the database first; the others get it back.
+func TestApplyEventAloneAtOnce(t *testing.T) {
 	for name, db := range testDBs(t) {
 		t.Run(name, func(t *testing.T) {
 			acct := "acct_" + newID("")
@@ -149,7 +158,7 @@ func TestApplyEventOnceUnderOneKey(t *testing.T) {
 			existing := make([]bool, n)
 			errs := make([]error, n)
 			for i := range n {
-				wg.Go(func() { got[i], existing[i], errs[i] = ApplyEventOnce(db, "key_"+e.ID, e, time.Now()) })
+				wg.Go(func() { got[i], existing[i], errs[i] = ApplyEventAlone(db, e, time.Now()) })
 			}
 			wg.Wait()
 			written := 0
@@ -203,5 +212,80 @@ func TestProviderRedeliversUntilApplied(t *testing.T) {
 	}
 	if c := p.Counts("a"); c.Events != 3 {
 		t.Fatalf("%d events counted, want 3", c.Events)
+	}
+}
+
+// TestSettledOnceByTheLedger: the ledger itself settles a charge or
+// refund once. An event applied again, whatever its idempotency record
+// (expired, lost, or another delivery's), writes no second entry and
+// moves no money: it is answered with the entry written the first time.
+// Another event for a settled object is refused.
+func TestSettledOnceByTheLedger(t *testing.T) {
+	for name, db := range testDBs(t) {
+		t.Run(name, func(t *testing.T) {
+			acct := "acct_" + newID("")
+			c, r := chargeOf(t, db, acct, 1000, 300)
+			for _, e := range eventsOf(t, db, c.ID, r.ID) {
+				first, existing, err := ApplyEvent(db, e, time.Now())
+				if err != nil || existing {
+					t.Fatalf("%s: %+v existing=%v, %v", e.Type, first, existing, err)
+				}
+				again, existing, err := ApplyEvent(db, e, time.Now().Add(25*time.Hour))
+				if err != nil || !existing || again.ID != first.ID || again.Event != e.ID || again.Amount != first.Amount || !again.Created.Equal(first.Created) {
+					t.Fatalf("%s applied again: %+v existing=%v, %v; want entry %+v again", e.Type, again, existing, err, first)
+				}
+				other := e
+				other.ID += "_other"
+				if _, _, err := ApplyEvent(db, other, time.Now()); !errors.Is(err, ErrEventMismatch) {
+					t.Fatalf("another event for the settled %s: %v, want ErrEventMismatch", e.Data.Object, err)
+				}
+			}
+			if b, _ := GetBalance(t.Context(), db, acct); b.Settlements != 2 || b.SettledCharged != 1000 || b.SettledRefunded != 300 {
+				t.Fatalf("balance %+v after each event applied twice: want 2 entries, 1000 charged and 300 refunded settled", b)
+			}
+		})
+	}
+}
+
+// TestMigrateRefusesALedgerSettledTwice: a ledger written before the
+// unique index, with a charge settled twice, is not migrated as it is:
+// the start fails and names the charge, for an operator to decide which
+// entry to keep.
+func TestMigrateRefusesALedgerSettledTwice(t *testing.T) {
+	before := func(ctx context.Context, db *gorm.DB) error {
+		type settlement struct { // as it was: no unique index on object
+			ID      int64  `gorm:"primaryKey;autoIncrement"`
+			Account string `gorm:"size:200;not null;index"`
+			Event   string `gorm:"size:100;not null;index"`
+			Type    string `gorm:"size:20;not null"`
+			Object  string `gorm:"size:40;not null"`
+			Amount  int64  `gorm:"not null"`
+			Created time.Time
+		}
+		if err := db.WithContext(ctx).AutoMigrate(&settlement{}); err != nil {
+			return err
+		}
+		for range 2 {
+			if err := db.Create(&settlement{Account: "acct_1", Event: EventID("ch_TWICE"), Type: ChargeSettled, Object: "ch_TWICE", Amount: 5}).Error; err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for name, db := range openTestDBs(t, before) {
+		t.Run(name, func(t *testing.T) {
+			if err := Migrate(t.Context(), db); err == nil || !strings.Contains(err.Error(), "ch_TWICE") {
+				t.Fatalf("Migrate over a ledger that settled ch_TWICE twice: %v, want an error naming it", err)
+			}
+			if err := db.Where("id = ?", 2).Delete(&Settlement{}).Error; err != nil {
+				t.Fatal(err)
+			}
+			if err := Migrate(t.Context(), db); err != nil {
+				t.Fatalf("Migrate once the second entry is gone: %v", err)
+			}
+			if !db.Migrator().HasIndex(&Settlement{}, "Object") {
+				t.Fatal("no unique index on the settlements' object after the migration")
+			}
+		})
 	}
 }

@@ -7,10 +7,10 @@ import (
 	"net/http"
 	"time"
 
-	idem "github.com/idemkit/idemkit/core"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
 	"github.com/idemkit/idemkit/demo/payments/internal/flaky"
 )
@@ -20,7 +20,7 @@ import (
 // context, and each Fiber file only hands its Ctx's parts to it.
 
 // writeFastHTTP writes a rendered response.
-func writeFastHTTP(resp *fasthttp.Response, r idem.Response) {
+func writeFastHTTP(resp *fasthttp.Response, r exchange.Response) {
 	for _, f := range r.Header {
 		for _, v := range f.Values {
 			resp.Header.Add(f.Name, v)
@@ -35,7 +35,7 @@ func writeFastHTTP(resp *fasthttp.Response, r idem.Response) {
 func logFastHTTP(cfg Config, framework string, rc *fasthttp.RequestCtx, start time.Time) {
 	// Copies: fasthttp reuses these buffers once the handler returns.
 	logLine(cfg.Logger, framework, string(rc.Method()), string(rc.Request.URI().Path()), rc.Response.StatusCode(),
-		string(rc.Response.Header.Peek(idem.ReplayedHeader)) == "true", time.Since(start))
+		string(rc.Response.Header.Peek(exchange.ReplayedHeader)) == "true", time.Since(start))
 }
 
 // guardFastHTTP is guard on fasthttp: it answers a request rs refuses,
@@ -52,14 +52,16 @@ func guardFastHTTP(a *api.API, rs routes, method, path string, resp *fasthttp.Re
 	return false
 }
 
-// checkWebhookFastHTTP is api.API.ReadWebhook on fasthttp, whose body
-// (Fiber's Ctx.Body) is read already: it answers a webhook that fails, and
-// reports whether it passed.
-func checkWebhookFastHTTP(a *api.API, rc *fasthttp.RequestCtx, body []byte) bool {
-	resp, ok := a.WebhookBody(body, nil)
-	if ok {
-		resp, ok = a.CheckWebhook(fastHTTPHeader(rc), body)
+// checkWebhookFastHTTP is api.API.ReadWebhook on fasthttp: it checks the
+// body as received (fasthttp's Request.Body, which the handler is served:
+// not Fiber's Ctx.Body, which decodes gzip), answers a webhook that fails,
+// and reports whether it passed.
+func checkWebhookFastHTTP(a *api.API, rc *fasthttp.RequestCtx) bool {
+	var codings []string
+	for _, v := range rc.Request.Header.PeekAll("Content-Encoding") {
+		codings = append(codings, string(v))
 	}
+	resp, ok := a.CheckWebhookBody(fastHTTPHeader(rc), codings, rc.Request.Body(), nil)
 	if !ok {
 		writeFastHTTP(&rc.Response, resp)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/gofiber/fiber/v2/middleware/recover"
 	idemfiber "github.com/idemkit/idemkit/adapters/fiber"
-	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
@@ -53,7 +53,7 @@ func newFiber(cfg Config) *fiberServer {
 	// path under its prefix.
 	app.Post(api.WebhookPath,
 		func(c *fiber.Ctx) error {
-			if !checkWebhookFastHTTP(cfg.API, c.Context(), c.Body()) {
+			if !checkWebhookFastHTTP(cfg.API, c.Context()) {
 				return nil
 			}
 			return c.Next()
@@ -120,7 +120,7 @@ func flakyFiber(n *flaky.Network) fiber.Handler {
 	}
 }
 
-func writeFiber(c *fiber.Ctx, resp idem.Response) error {
+func writeFiber(c *fiber.Ctx, resp exchange.Response) error {
 	writeFastHTTP(c.Response(), resp)
 	return nil
 }

@@ -21,7 +21,7 @@ import (
 // RequestCtx is fasthttp's. Its handlers are bounded by the Engine's
 // HandlerTimeout, not by Fiber's timeout middleware: that one answers 408
 // and leaves the handler running, so behind idemkit the adapter would keep
-// the key locked a lease more (idem.Lock.LeaveRunning) with nothing gained.
+// the key locked a lease more (exchange.Lock.LeaveRunning) with nothing gained.
 
 type fiberV3Server struct{ app *fiber.App }
 
@@ -57,7 +57,7 @@ func newFiberV3(cfg Config) *fiberV3Server {
 	// Before the /v1 group, as on Fiber v2.
 	app.Post(api.WebhookPath,
 		func(c fiber.Ctx) error {
-			if !checkWebhookFastHTTP(cfg.API, c.RequestCtx(), c.Body()) {
+			if !checkWebhookFastHTTP(cfg.API, c.RequestCtx()) {
 				return nil
 			}
 			return c.Next()

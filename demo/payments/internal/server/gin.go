@@ -6,7 +6,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 	idemgin "github.com/idemkit/idemkit/adapters/gin"
-	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
@@ -79,4 +79,4 @@ func ginTxSlot(c *gin.Context) {
 	c.Next()
 }
 
-func writeGin(c *gin.Context, resp idem.Response) { api.WriteResponse(c.Writer, resp) }
+func writeGin(c *gin.Context, resp exchange.Response) { api.WriteResponse(c.Writer, resp) }

@@ -25,7 +25,8 @@ import (
 // INTERNAL), authentication (the "authorization: Bearer <token>" metadata
 // names the account the HTTP header would; without it UNAUTHENTICATED,
 // before idemkit, so nothing is recorded), the transaction slot, and
-// idemkit's interceptor, its scope the account, as the HTTP scope is.
+// idemkit's interceptor, its scope the account's (api.AccountScope), as the
+// HTTP scope is.
 func NewGRPC(cfg Config) Server {
 	srv := grpc.NewServer(grpc.ChainUnaryInterceptor(
 		logCalls(cfg.Logger),
@@ -35,7 +36,7 @@ func NewGRPC(cfg Config) Server {
 		idemgrpc.UnaryServerInterceptor(cfg.Engine,
 			idemgrpc.WithScope(func(ctx context.Context) string {
 				acct, _ := api.GRPCAccount(ctx)
-				return acct
+				return api.AccountScope(acct)
 			}),
 			idemgrpc.WithReplyTypes(map[string]proto.Message{api.ChargesCreate: &structpb.Struct{}})),
 	))

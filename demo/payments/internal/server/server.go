@@ -18,6 +18,7 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
 	"github.com/idemkit/idemkit/demo/payments/internal/checkout"
@@ -156,15 +157,16 @@ func webhookID(header func(string) string) (string, bool) {
 // webhookScope is the scope of the webhooks' records.
 func webhookScope() string { return api.WebhookScope }
 
-// scope is the tenant of a request: its account.
+// scope is the tenant of a request: its account's scope, which no scope
+// of the provider's webhooks and events can be (api.AccountScope).
 func scope(authorization string) string {
 	acct, _ := api.Account(authorization)
-	return acct
+	return api.AccountScope(acct)
 }
 
 // frameworkError is the problem for an error a framework reports itself
 // (no route, wrong method, a recovered panic).
-func frameworkError(a *api.API, status int) idem.Response {
+func frameworkError(a *api.API, status int) exchange.Response {
 	switch status {
 	case http.StatusNotFound:
 		return a.Problem(status, api.ProblemNotFound, "Not found", "No such endpoint.")
@@ -225,7 +227,7 @@ func logRequests(log *slog.Logger, framework string, next http.Handler) http.Han
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
 		next.ServeHTTP(sw, r)
-		logLine(log, framework, r.Method, r.URL.Path, sw.status, w.Header().Get(idem.ReplayedHeader) == "true", time.Since(start))
+		logLine(log, framework, r.Method, r.URL.Path, sw.status, w.Header().Get(exchange.ReplayedHeader) == "true", time.Since(start))
 	})
 }
 

@@ -170,6 +170,27 @@ func (s *Stream) Consume(ctx context.Context, apply Apply) {
 	}
 }
 
+// Drained reports whether the group has read every entry of the stream
+// and acknowledged them all: pending reports how many it holds
+// unacknowledged. A stream or group that does not exist (yet, or any
+// more, after Redis lost it) is not drained.
+func (s *Stream) Drained(ctx context.Context) (drained bool, pending int64, err error) {
+	groups, err := s.Client.XInfoGroups(ctx, s.Key).Result()
+	if err != nil {
+		return false, 0, err
+	}
+	info, err := s.Client.XInfoStream(ctx, s.Key).Result()
+	if err != nil {
+		return false, 0, err
+	}
+	for _, g := range groups {
+		if g.Name == s.Group {
+			return g.Pending == 0 && g.LastDeliveredID == info.LastGeneratedID, g.Pending, nil
+		}
+	}
+	return false, 0, nil
+}
+
 // next returns the next batch: entries claimed from the pending list
 // from cursor on, else new entries, waiting a little for them.
 func (s *Stream) next(ctx context.Context, cursor string) ([]redis.XMessage, string, error) {

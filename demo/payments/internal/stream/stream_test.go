@@ -4,11 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/idemkit/idemkit/internal/testservers"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -16,13 +16,7 @@ import (
 // deleted when the test ends.
 func testStream(t *testing.T, consumer string) *Stream {
 	t.Helper()
-	addr := os.Getenv("IDEMKIT_TEST_REDIS_ADDR")
-	if addr == "" {
-		if testing.Short() {
-			t.Skip("no IDEMKIT_TEST_REDIS_ADDR under -short")
-		}
-		t.Fatal("IDEMKIT_TEST_REDIS_ADDR is not set: run the tests with `make test`, which starts redis-server")
-	}
+	addr := testservers.Require(t, testservers.RedisAddr)
 	client := redis.NewClient(&redis.Options{Addr: addr})
 	key := "test:events:" + rand.Text()
 	t.Cleanup(func() {
@@ -174,4 +168,37 @@ func TestConsumeSurvivesALostStream(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestDrained: a group is drained once it has read every entry and
+// acknowledged them all; not while an entry is unread or pending, nor
+// before the group exists.
+func TestDrained(t *testing.T) {
+	s := testStream(t, "c1")
+	if drained, _, err := s.Drained(t.Context()); drained || err == nil {
+		t.Fatalf("no stream yet: drained %v, %v; want an error", drained, err)
+	}
+	publish(t, s, 3, "e")
+	if drained, _, _ := s.Drained(t.Context()); drained {
+		t.Fatal("no group yet, yet drained")
+	}
+	if err := s.Client.XGroupCreate(t.Context(), s.Key, s.Group, "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if drained, _, _ := s.Drained(t.Context()); drained {
+		t.Fatal("nothing read yet, yet drained")
+	}
+	msgs, err := s.Client.XReadGroup(t.Context(), &redis.XReadGroupArgs{Group: s.Group, Consumer: s.Consumer, Streams: []string{s.Key, ">"}}).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if drained, pending, _ := s.Drained(t.Context()); drained || pending != 3 {
+		t.Fatalf("all read, none acknowledged: drained %v with %d pending, want 3 pending", drained, pending)
+	}
+	for _, m := range msgs[0].Messages {
+		s.Client.XAck(t.Context(), s.Key, s.Group, m.ID)
+	}
+	if drained, pending, err := s.Drained(t.Context()); !drained || pending != 0 || err != nil {
+		t.Fatalf("all read and acknowledged: drained %v, %d pending, %v", drained, pending, err)
+	}
 }

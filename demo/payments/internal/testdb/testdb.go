@@ -7,10 +7,10 @@ package testdb
 import (
 	"crypto/rand"
 	"net/url"
-	"os"
 	"strings"
 	"testing"
 
+	"github.com/idemkit/idemkit/internal/testservers"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -21,12 +21,9 @@ import (
 // Without the variable it fails tb, or returns "" under -short.
 func Postgres(tb testing.TB) string {
 	tb.Helper()
-	dsn := os.Getenv("IDEMKIT_TEST_POSTGRES_DSN")
+	dsn := testservers.Optional(tb, testservers.PostgresDSN)
 	if dsn == "" {
-		if testing.Short() {
-			return ""
-		}
-		tb.Fatal("IDEMKIT_TEST_POSTGRES_DSN is not set: run the tests with `make test`, which starts PostgreSQL")
+		return "" // -short
 	}
 	server, err := gorm.Open(postgres.Open(dsn), &gorm.Config{Logger: logger.Discard})
 	if err != nil {

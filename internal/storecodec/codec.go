@@ -16,7 +16,7 @@ import (
 	"encoding/binary"
 	"errors"
 
-	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 )
 
 // ErrCorrupt is returned for bytes that are not an encoding of header
@@ -24,7 +24,7 @@ import (
 var ErrCorrupt = errors.New("storecodec: corrupt header fields")
 
 // AppendHeader appends the encoding of h to b.
-func AppendHeader(b []byte, h []idem.HeaderField) []byte {
+func AppendHeader(b []byte, h []exchange.HeaderField) []byte {
 	b = binary.AppendUvarint(b, uint64(len(h)))
 	for _, f := range h {
 		b = binary.AppendUvarint(b, uint64(len(f.Name)))
@@ -39,7 +39,7 @@ func AppendHeader(b []byte, h []idem.HeaderField) []byte {
 }
 
 // HeaderSize is the length of the encoding of h, for sizing a buffer.
-func HeaderSize(h []idem.HeaderField) int {
+func HeaderSize(h []exchange.HeaderField) int {
 	n := uvarintLen(uint64(len(h)))
 	for _, f := range h {
 		n += uvarintLen(uint64(len(f.Name))) + len(f.Name) + uvarintLen(uint64(len(f.Values)))
@@ -63,7 +63,7 @@ func uvarintLen(x uint64) int {
 // returns them with the bytes that follow. A count of zero gives nil
 // fields. The names and values share one string made of b's encoding, so
 // a replay costs three allocations whatever the number of fields.
-func ReadHeader(b []byte) (h []idem.HeaderField, rest []byte, err error) {
+func ReadHeader(b []byte) (h []exchange.HeaderField, rest []byte, err error) {
 	r := reader{b: b}
 	nfields := r.uvarint()
 	// Two passes: the first finds the end and counts the values, so that
@@ -90,7 +90,7 @@ func ReadHeader(b []byte) (h []idem.HeaderField, rest []byte, err error) {
 	}
 	s := string(b[start:end])
 	sr := reader{s: s}
-	h = make([]idem.HeaderField, nfields)
+	h = make([]exchange.HeaderField, nfields)
 	values := make([]string, 0, nvalues)
 	for i := range h {
 		name := sr.str()
@@ -99,7 +99,7 @@ func ReadHeader(b []byte) (h []idem.HeaderField, rest []byte, err error) {
 		for range n {
 			values = append(values, sr.str())
 		}
-		h[i] = idem.HeaderField{Name: name, Values: values[first:len(values):len(values)]}
+		h[i] = exchange.HeaderField{Name: name, Values: values[first:len(values):len(values)]}
 	}
 	return h, b[end:], nil
 }

@@ -8,11 +8,11 @@ import (
 	"strings"
 	"testing"
 
-	idem "github.com/idemkit/idemkit/core"
-	"github.com/idemkit/idemkit/core/storecodec"
+	"github.com/idemkit/idemkit/core/exchange"
+	"github.com/idemkit/idemkit/internal/storecodec"
 )
 
-var samples = [][]idem.HeaderField{
+var samples = [][]exchange.HeaderField{
 	nil,
 	{{Name: "Content-Type", Values: []string{"application/json"}}},
 	{{Name: "Link", Values: []string{"</a>; rel=a", "</b>; rel=b"}}, {Name: "Location", Values: []string{"/v1/charges/ch_1"}}},
