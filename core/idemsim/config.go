@@ -116,14 +116,14 @@ func (m *model) checkRenewAsked(n *node, id idem.ID, token string, until time.Ti
 
 // answered notes that n's Engine heard back about token's lease: granted
 // until then if ok, lost if the store said the token holds no record.
-// From the end of each lease granted, the handler that holds it must
-// have been told to stop (see leaseEnds).
+// From a renewer's tick before the end of each lease granted, the handler
+// that holds it must have been told to stop (see leaseEnds).
 func (m *model) answered(n *node, token string, ok bool, until time.Time, lost bool) {
 	l := m.lease(token)
 	l.answered = m.w.nodeNow(n)
 	if k := len(l.grants); ok && (k == 0 || until.After(l.grants[k-1].until)) {
 		l.grants = append(l.grants, grant{at: m.w.s.now, until: until})
-		m.w.s.afterDaemon(until.Sub(l.answered), func() { m.leaseEnds(token, until) })
+		m.w.s.afterDaemon(until.Sub(l.answered)-m.w.p.tick(), func() { m.leaseEnds(token, until) })
 	}
 	if lost && !l.lockLost {
 		l.lockLost = true
@@ -143,10 +143,14 @@ func (m *model) toldLost(token string) {
 		"(idem.ErrLockLost): another request holds its key", x.n, idName(x.id), m.label(token))
 }
 
-// leaseEnds checks, at the end of a lease granted until until, that the
-// run holding it, if it is still working, was told to stop, unless a
-// later renewal moved its end: the Engine tells a handler a tick before
-// another request may take its key over (invariant 1 rests on it).
+// leaseEnds checks, a renewer's tick (RenewEvery/4) before the end of a
+// lease granted until until, that the run holding it, if it is still
+// working, was told to stop, unless a later renewal moved its end: the
+// Engine tells a handler at least a tick before another request may take
+// its key over, and invariant 1 rests on it (a handler stops within a tick
+// of being told). An Engine that told it later, but still before the end,
+// leaves a handler that takes most of a tick to stop running beside its
+// successor, which the seeds rarely show.
 func (m *model) leaseEnds(token string, until time.Time) {
 	l := m.lease(token)
 	if g := l.grants[len(l.grants)-1]; g.until.After(until) || l.lockLost {
@@ -156,8 +160,9 @@ func (m *model) leaseEnds(token string, until time.Time) {
 	if x == nil || !x.running || x.exempt != "" || x.ctx == nil || x.ctx.Err() != nil {
 		return
 	}
-	m.w.violate(invOneAtATime, "X%d (%s, %s) still works, untold, at the end of the lease its Engine was granted "+
-		"(%s): from now another request may take its key over", x.n, idName(x.id), m.label(token), m.w.at(until))
+	m.w.violate(invOneAtATime, "X%d (%s, %s) still works, untold, a tick (%s) before the end of the lease its Engine was "+
+		"granted (%s): it may not stop before another request takes its key over", x.n, idName(x.id), m.label(token),
+		ms(m.w.p.tick()), m.w.at(until))
 }
 
 // renewalCall notes a renewal call by n under way since start, and returns

@@ -50,7 +50,8 @@
 //
 // A seed draws the world: 1 to 4 engines; the lease (10 to 60 s), the
 // renewal interval, the store deadline (sometimes longer than the lease),
-// a handler timeout or none, the TTL (24 h, or minutes, with a purger);
+// a handler timeout or none, the TTL (24 h, or minutes, with a purger;
+// in some worlds shorter than a handler may work, drawn last);
 // 4 to 40 logical requests over 1 to 3 tenants and a few keys, some sent
 // twice by two clients, arriving in a burst or spread out; and up to as
 // many jobs (see Jobs below). The jobs are drawn last, so a seed that
@@ -74,7 +75,8 @@
 // renewed (or are, and the answer is lost), and the call returns an
 // idem.PartialRenewal naming them. A store opened with its own purger on
 // (Target.OpenWithClock) purges on the world's clock, between the steps
-// of the simulated goroutines, beside the world's own purger. After the
+// of the simulated goroutines, beside the world's own purger; after each
+// of its passes it must have set the timer of the next. After the
 // chaos every engine is up, the store and clients behave, and every
 // logical request keeps retrying.
 //
@@ -162,10 +164,10 @@
 //     (RenewEvery/4) of its context being cancelled (the model's
 //     handlers and jobs take up to a tick), and the engines' clocks agree
 //     (they share the virtual clock). The Engine tells a handler its lease
-//     is lost at least one tick before the lease ends: at the end of every
-//     lease the Engine was granted (its Acquire's, moved on by each
-//     renewal it was told succeeded), the run holding it, if it still
-//     works, must have been told. A handler that ignores its context, or
+//     is lost at least one tick before the lease ends: a tick before the
+//     end of every lease the Engine was granted (its Acquire's, moved on
+//     by each renewal it was told succeeded), the run holding it, if it
+//     still works, must have been told. A handler that ignores its context, or
 //     whose process freezes while it runs, cannot be told in time: such
 //     runs are exempt (they are documented, not bugs), and only fencing
 //     protects the record from them.

@@ -118,6 +118,7 @@ func drawParams(seed uint64) params {
 	p.drawClients(r)
 	p.drawJobs(r)
 	p.drawBatches(r)
+	p.drawShortTTL(r)
 	return p
 }
 
@@ -174,6 +175,9 @@ func (p *params) drawLoad(r *rand.Rand) {
 		p.keyNames = append(p.keyNames, name)
 	}
 }
+
+// tick is the Engine's renewer's tick: a pass every RenewEvery/4.
+func (p *params) tick() time.Duration { return max(p.renewEvery/4, time.Millisecond) }
 
 // drawHandlers draws how long handlers work, how fast they stop, and how
 // far the engines' clocks are off.
@@ -244,6 +248,17 @@ func (p *params) drawJobs(r *rand.Rand) {
 // after the jobs, so that the rest of a seed's world is as it was before.
 func (p *params) drawBatches(r *rand.Rand) {
 	p.pPartial = 0.3 * r.Float64()
+}
+
+// drawShortTTL sometimes makes the TTL shorter than a handler may work,
+// so that records outlive their expiry in flight, their leases renewed,
+// while the store's purger runs: a purger that went by the expiry alone
+// would delete a record whose handler still runs. It draws last, so that
+// the rest of a seed's world is as it was before.
+func (p *params) drawShortTTL(r *rand.Rand) {
+	if r.Float64() < 0.15 {
+		p.ttl = msBetween(r, p.lease, p.maxHandler)
+	}
 }
 
 // drawClients draws how clients and handlers misbehave.
