@@ -129,6 +129,7 @@ func stripeGoRun(t *testing.T, db string, nCharges, nRefunds int) sdkTally {
 	created := map[string]int64{} // charge id: amount, as the SDK reported
 	var failedCalls []*sdkCall
 	var failedParams []*stripe.ChargeCreateParams
+	var failedIdx []int
 	call := func(run func(ctx context.Context) error) (*sdkCall, error) {
 		c := &sdkCall{}
 		err := run(context.WithValue(t.Context(), callKey{}, c))
@@ -153,7 +154,7 @@ func stripeGoRun(t *testing.T, db string, nCharges, nRefunds int) sdkTally {
 			defer mu.Unlock()
 			if err != nil {
 				tally.failed++
-				failedCalls, failedParams = append(failedCalls, c), append(failedParams, p)
+				failedCalls, failedParams, failedIdx = append(failedCalls, c), append(failedParams, p), append(failedIdx, i)
 				return
 			}
 			created[ch.ID] = ch.Amount
@@ -179,6 +180,7 @@ func stripeGoRun(t *testing.T, db string, nCharges, nRefunds int) sdkTally {
 		}
 		tally.resent++
 		created[ch.ID] = ch.Amount
+		ids[failedIdx[i]] = ch.ID
 	}
 	px.resume()
 
