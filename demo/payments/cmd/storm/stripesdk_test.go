@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -234,6 +235,18 @@ func stripeGoRun(t *testing.T, db string, nCharges, nRefunds int) sdkTally {
 	}
 	if bal.Refunds < refunded.Load() || bal.Refunds > int64(nRefunds) || bal.Refunded != 100*bal.Refunds {
 		t.Errorf("%d refunds reported by the SDK, the demo has %d (%d refunded)", refunded.Load(), bal.Refunds, bal.Refunded)
+	}
+	// A key reused with another amount is Stripe's idempotency_error,
+	// which stripe-go surfaces as its own type, and charges nothing.
+	reuse := &stripe.ChargeCreateParams{Amount: stripe.Int64(500), Currency: stripe.String("usd"), Customer: stripe.String("cus_reuse")}
+	reuse.IdempotencyKey = stripe.String("reuse-" + acctSuffix)
+	if _, err := direct.V1Charges.Create(t.Context(), reuse); err != nil {
+		t.Fatal(err)
+	}
+	reuse.Amount = stripe.Int64(600)
+	var idemErr *stripe.IdempotencyError
+	if _, err := direct.V1Charges.Create(t.Context(), reuse); !errors.As(err, &idemErr) {
+		t.Errorf("a key reused with another amount: %v (%T), want a *stripe.IdempotencyError", err, err)
 	}
 	rep := px.answers.report()
 	if rep.Changed != 0 {
