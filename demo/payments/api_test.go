@@ -138,6 +138,12 @@ func (d *demo) doHeader(t *testing.T, method, path string, h http.Header, key, b
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
+	return d.doRequest(t, req)
+}
+
+// doRequest sends req with the demo's client.
+func (d *demo) doRequest(t *testing.T, req *http.Request) reply {
+	t.Helper()
 	client := d.client
 	if client == nil {
 		client = http.DefaultClient
@@ -187,7 +193,7 @@ func TestAPI(t *testing.T) {
 				cfg.Framework, cfg.DB, cfg.ProviderLatency = fw, db, 20*time.Millisecond
 				cfg.WebhookSecret = testSecret.String()
 				d := start(t, cfg)
-				for _, c := range append(apiCases, webhookCases...) {
+				for _, c := range append(append(apiCases, webhookCases...), stripeCases...) {
 					t.Run(c.name, func(t *testing.T) { c.run(t, d) })
 				}
 			})

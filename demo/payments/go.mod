@@ -2,7 +2,10 @@ module github.com/idemkit/idemkit/demo/payments
 
 go 1.26.0
 
-require github.com/idemkit/idemkit v0.0.0
+require (
+	github.com/idemkit/idemkit v0.0.0
+	github.com/stripe/stripe-go/v83 v83.2.1
+)
 
 require (
 	filippo.io/edwards25519 v1.1.0 // indirect

@@ -5,6 +5,7 @@ package api
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -88,7 +89,16 @@ func (a *API) NotFound(w http.ResponseWriter, _ *http.Request) {
 
 // Account returns the account named by an "Authorization: Bearer <token>"
 // header: any non-empty token names an account, created on first use.
+// Basic authentication with the token as the user name and no password,
+// as Stripe's clients may send their secret key, names the same account;
+// with a password it names none.
 func Account(authorization string) (string, bool) {
+	if creds, ok := strings.CutPrefix(authorization, "Basic "); ok {
+		raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(creds))
+		user, password, colon := strings.Cut(string(raw), ":")
+		user = strings.TrimSpace(user)
+		return user, err == nil && colon && password == "" && user != ""
+	}
 	token, ok := strings.CutPrefix(authorization, "Bearer ")
 	token = strings.TrimSpace(token)
 	return token, ok && token != ""

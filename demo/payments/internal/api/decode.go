@@ -21,7 +21,15 @@ const maxBody = 64 << 10
 // comes back as a payments.InvalidError that names the member at fault and
 // says what it must be in the body's own terms, JSON Pointers and JSON
 // kinds: the Go types behind them are no business of the client's.
-func decode(r *http.Request, v any) error { return decodeJSON(r.Body, v) }
+//
+// A form body (Stripe's clients', see IsStripeRequest) is read by
+// decodeForm instead, Stripe's parameters into the same struct.
+func decode(r *http.Request, v any) error {
+	if IsStripeRequest(r.Method, r.URL.Path, r.Header.Get("Content-Type")) {
+		return decodeForm(r.Body, v)
+	}
+	return decodeJSON(r.Body, v)
+}
 
 // decodeJSON is decode for a body read from r: an HTTP request's, or a
 // gRPC request message written as JSON.

@@ -103,3 +103,27 @@ func dropFastHTTP(n *flaky.Network, rc *fasthttp.RequestCtx, ctx context.Context
 	rc.HijackSetNoResponse(true)
 	rc.Hijack(func(conn net.Conn) { n.Drop(ctx, conn, status, header, body) })
 }
+
+// stripeFastHTTP is api.StripeEdge on fasthttp: next serves the request,
+// and its error, if any, is answered by errorHandler first, as Fiber
+// would once the middleware returns.
+func stripeFastHTTP(rc *fasthttp.RequestCtx, next func() error, errorHandler func(error) error) error {
+	if !api.IsStripeRequest(string(rc.Method()), string(rc.Request.URI().Path()), string(rc.Request.Header.ContentType())) {
+		return next()
+	}
+	form := api.ParseStripeForm(rc.Request.Body())
+	if err := next(); err != nil {
+		if err := errorHandler(err); err != nil {
+			return err
+		}
+	}
+	resp := &rc.Response
+	ans := api.StripeRender(string(rc.Request.URI().Path()), form, resp.StatusCode(), string(resp.Header.ContentType()), bytes.Clone(resp.Body()))
+	for k, v := range ans.Header {
+		resp.Header.Set(k, v[0])
+	}
+	resp.Header.Del("Link")
+	resp.SetStatusCode(ans.Status)
+	resp.SetBody(ans.Body)
+	return nil
+}

@@ -49,6 +49,9 @@ func newFiberV3(cfg Config) *fiberV3Server {
 		}
 		return c.Next()
 	})
+	app.Use(func(c fiber.Ctx) error {
+		return stripeFastHTTP(c.RequestCtx(), c.Next, func(err error) error { return c.App().ErrorHandler(c, err) })
+	})
 	app.Use(recover.New())
 	for _, p := range pages(cfg) { // Fiber routes HEAD wherever GET is
 		app.Get(p.path, adaptor.HTTPHandler(p.handler))

@@ -89,7 +89,7 @@ func New(cfg Config) (Server, error) {
 	default:
 		return nil, fmt.Errorf("unknown framework %q (want one of %v)", cfg.Framework, Frameworks)
 	}
-	return newHTTPServer(cfg.Network.Middleware(logRequests(cfg.Logger, cfg.Framework, guard(cfg.API, apiRoutes(cfg), h)))), nil
+	return newHTTPServer(cfg.Network.Middleware(logRequests(cfg.Logger, cfg.Framework, guard(cfg.API, apiRoutes(cfg), api.StripeEdge(h))))), nil
 }
 
 // apiHandler is the /v1 API as every framework mounts it, behind its
