@@ -7,19 +7,16 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
-	"github.com/idemkit/idemkit/stores/gorm/sqlitedb"
-	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
 	"github.com/idemkit/idemkit/demo/payments/internal/payments"
+	"github.com/idemkit/idemkit/demo/payments/internal/testdb"
 )
 
 // completionFails is a GORM store whose every completion fails with err.
@@ -53,18 +50,7 @@ func TestStripeAnswerWithheld(t *testing.T) {
 			{"json/lock-lost", idem.ErrLockLost, "application/json", `{"amount":1999,"currency":"usd","customer":"cus_1"}`},
 		} {
 			t.Run(fw+"/"+c.name, func(t *testing.T) {
-				db, err := sqlitedb.Open(filepath.Join(t.TempDir(), "p.db"), &gorm.Config{Logger: logger.Discard})
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() {
-					if sqlDB, err := db.DB(); err == nil {
-						sqlDB.Close()
-					}
-				})
-				if err := payments.Migrate(t.Context(), db); err != nil {
-					t.Fatal(err)
-				}
+				db := testdb.Ledger(t)
 				quiet := slog.New(slog.DiscardHandler)
 				gs, err := gormstore.New(db)
 				if err != nil {
