@@ -71,11 +71,11 @@ func Middleware(e *idem.Engine, opts ...Option) gin.HandlerFunc {
 	}
 }
 
-// timeouts names the timeout middlewares that may be registered inside
-// idemkit and answer for a handler they leave running (see
-// exchange.ResponseCapture.WatchTimeouts): gin-contrib/timeout's package,
-// and the function of http.TimeoutHandler that writes its answer.
-var timeouts = []string{"github.com/gin-contrib/timeout.", "net/http.(*timeoutHandler).ServeHTTP"}
+// timeouts names the timeout middleware of Gin's ecosystem that may be
+// registered inside idemkit and answer for a handler it leaves running
+// (see exchange.ResponseCapture.WatchTimeouts): gin-contrib/timeout's
+// package. http.TimeoutHandler the capture knows by itself.
+var timeouts = []string{"github.com/gin-contrib/timeout."}
 
 func serveLocked(c *gin.Context, d exchange.Decision) {
 	lock, ctx, orig := d.Lock, c.Request.Context(), c.Writer

@@ -363,25 +363,7 @@ func TestScope(t *testing.T) {
 	r.Use(authenticate, idemgin.Middleware(idemtest.NewEngine(t), account))
 	r.POST("/v1/charges", counted(&calls))
 	url := start(t, r)
-
-	if r := idemtest.Post(t, url+"/v1/charges", "k1", `{"amount":1}`); r.Status != 401 {
-		t.Fatalf("unauthenticated: %d, want 401", r.Status)
-	}
-	a := idemtest.Post(t, url+"/v1/charges", "k1", `{"amount":1}`, "Authorization", "Bearer acct_a")
-	b := idemtest.Post(t, url+"/v1/charges", "k1", `{"amount":2}`, "Authorization", "Bearer acct_b")
-	if a.Status != 201 || b.Status != 201 || a.Replayed() || b.Replayed() || calls.Load() != 2 {
-		t.Fatalf("two accounts, one key: %d %d (replayed %v %v), %d runs; want two fresh 201s",
-			a.Status, b.Status, a.Replayed(), b.Replayed(), calls.Load())
-	}
-	for _, c := range []struct {
-		account, body string
-		first         idemtest.Response
-	}{{"acct_a", `{"amount":1}`, a}, {"acct_b", `{"amount":2}`, b}} {
-		retry := func() idemtest.Response {
-			return idemtest.Post(t, url+"/v1/charges", "k1", c.body, "Authorization", "Bearer "+c.account)
-		}
-		idemtest.WantStored(t, c.first, retry, true, &calls)
-	}
+	idemtest.WantScopedByAuth(t, url+"/v1/charges", &calls)
 }
 
 func TestWriters(t *testing.T) {

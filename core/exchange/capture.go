@@ -49,13 +49,11 @@ func (c *ResponseCapture) Reset(w http.ResponseWriter, l Lock) {
 
 // WatchTimeouts names the timeout middlewares of the adapter's framework
 // that c must recognise when they answer for a handler they leave running
-// (see TimeoutMiddleware): by function, or by package (a name ending in
-// '.'), as runtime.Frame.Function gives them. Reset keeps them. The
-// names are the adapter's knowledge of its framework: each adapter built
-// on net/http watches for the function of http.TimeoutHandler that writes
-// its answer, one whose framework has a timeout middleware of its own adds
-// it, and idemtest.TestTimeoutInside holds the names against the versions
-// the adapter requires.
+// (see TimeoutMiddleware), beside http.TimeoutHandler, which c always
+// recognises: by function, or by package (a name ending in '.'), as
+// runtime.Frame.Function gives them. Reset keeps them. The names are the
+// adapter's knowledge of its framework, and idemtest.TestTimeoutInside
+// holds them against the versions the adapter requires.
 func (c *ResponseCapture) WatchTimeouts(names []string) { c.timeouts = names }
 
 // HeaderSentWithBody tells c that the writer below sends the response's
@@ -71,7 +69,7 @@ func (c *ResponseCapture) WriteHeader(code int) {
 	if !c.wroteHeader && (code >= 200 || code == http.StatusSwitchingProtocols) {
 		c.status, c.wroteHeader = code, true
 		c.streamed = c.streamed || code == http.StatusSwitchingProtocols
-		if !Storable(code) && len(c.timeouts) > 0 {
+		if !Storable(code) {
 			c.timeoutInside = timeoutMiddlewareWriting(c.timeouts)
 		}
 		if !c.headerOnWrite {
@@ -259,14 +257,21 @@ func (d *delivery) Failed() bool { return d.failed }
 // or status it was configured with. The stack is only looked at for a
 // status that would release the key, so stored responses cost nothing.
 
-// timeoutMiddlewareWriting returns the first of names whose code is on the
-// calling goroutine's stack, or "".
+// netHTTPTimeout is the function of http.TimeoutHandler that writes its
+// answer; Echo's Timeout middleware is built on it too.
+const netHTTPTimeout = "net/http.(*timeoutHandler).ServeHTTP"
+
+// timeoutMiddlewareWriting returns netHTTPTimeout or the first of names
+// whose code is on the calling goroutine's stack, or "".
 func timeoutMiddlewareWriting(names []string) string {
 	var pcs [64]uintptr
 	n := runtime.Callers(3, pcs[:])
 	frames := runtime.CallersFrames(pcs[:n])
 	for {
 		f, more := frames.Next()
+		if f.Function == netHTTPTimeout {
+			return netHTTPTimeout
+		}
 		for _, m := range names {
 			if f.Function == m || strings.HasSuffix(m, ".") && strings.HasPrefix(f.Function, m) {
 				return m

@@ -70,12 +70,6 @@ func Middleware(e *idem.Engine, opts ...Option) func(http.Handler) http.Handler 
 	}
 }
 
-// timeouts names the function of http.TimeoutHandler that writes its
-// answer: registered inside the middleware (around a route of a router the
-// middleware wraps), it answers for a handler it leaves running (see
-// exchange.ResponseCapture.WatchTimeouts).
-var timeouts = []string{"net/http.(*timeoutHandler).ServeHTTP"}
-
 // timeoutHandlerType is the type http.TimeoutHandler returns.
 var timeoutHandlerType = reflect.TypeOf(http.TimeoutHandler(http.NotFoundHandler(), time.Second, ""))
 
@@ -89,7 +83,6 @@ func unrouted(mux *http.ServeMux, r *http.Request) bool {
 
 func serveLocked(w http.ResponseWriter, r *http.Request, next http.Handler, d exchange.Decision) {
 	c := new(exchange.ResponseCapture) // one allocation for the writer and the body
-	c.WatchTimeouts(timeouts)
 	c.Reset(w, d.Lock)
 	c.SetRequestBody(r, d.Body)
 	ctx := r.Context()

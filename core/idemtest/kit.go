@@ -126,3 +126,31 @@ func WantStored(t *testing.T, first Response, retry func() Response, stored bool
 	}
 	return second
 }
+
+// WantScopedByAuth checks a server whose POST url runs behind the
+// application's authentication, which reads "Authorization: Bearer
+// <account>" and answers 401 without it, and then idemkit, scoped by the
+// account the authentication found. calls counts the handler's runs. An
+// unauthenticated request never reaches idemkit; two accounts sending one
+// key get two fresh runs; each account's retry replays its own answer.
+func WantScopedByAuth(t *testing.T, url string, calls *atomic.Int64) {
+	t.Helper()
+	if r := Post(t, url, "k1", `{"amount":1}`); r.Status != http.StatusUnauthorized {
+		t.Fatalf("unauthenticated: %d, want 401", r.Status)
+	}
+	a := Post(t, url, "k1", `{"amount":1}`, "Authorization", "Bearer acct_a")
+	b := Post(t, url, "k1", `{"amount":2}`, "Authorization", "Bearer acct_b")
+	if a.Status != 201 || b.Status != 201 || a.Replayed() || b.Replayed() || calls.Load() != 2 {
+		t.Fatalf("two accounts, one key: %d %d (replayed %v %v), %d runs; want two fresh 201s",
+			a.Status, b.Status, a.Replayed(), b.Replayed(), calls.Load())
+	}
+	for _, c := range []struct {
+		account, body string
+		first         Response
+	}{{"acct_a", `{"amount":1}`, a}, {"acct_b", `{"amount":2}`, b}} {
+		retry := func() Response {
+			return Post(t, url, "k1", c.body, "Authorization", "Bearer "+c.account)
+		}
+		WantStored(t, c.first, retry, true, calls)
+	}
+}

@@ -135,16 +135,9 @@ func (r bodyLimitReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// timeouts names the function of http.TimeoutHandler that writes its
-// answer, on which Echo's Timeout middleware is built: registered inside
-// idemkit, it answers for a handler it leaves running (see
-// exchange.ResponseCapture.WatchTimeouts).
-var timeouts = []string{"net/http.(*timeoutHandler).ServeHTTP"}
-
 func serveLocked[C Ctx, H ~func(C) error](c C, next H, f *Framework[C], d exchange.Decision) error {
 	lock, ctx, orig := d.Lock, c.Request().Context(), f.Writer(c)
 	x := new(captureWriter) // one allocation for the writer and the body
-	x.WatchTimeouts(timeouts)
 	x.Reset(orig, lock)
 	x.SetRequestBody(c.Request(), d.Body)
 	if f.Informational != nil {

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -16,11 +15,10 @@ import (
 	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemhttp"
 	"github.com/idemkit/idemkit/core/memstore"
-	"github.com/idemkit/idemkit/stores/gorm/sqlitedb"
 	"gorm.io/gorm"
-	"gorm.io/gorm/logger"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/payments"
+	"github.com/idemkit/idemkit/demo/payments/internal/testdb"
 )
 
 // forgetfulRecords serves the API behind idemkit with records kept apart
@@ -45,22 +43,7 @@ func (f *forgetfulRecords) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // ledgerDB opens a migrated SQLite database of the test's own.
-func ledgerDB(t *testing.T) *gorm.DB {
-	t.Helper()
-	db, err := sqlitedb.Open(filepath.Join(t.TempDir(), "p.db"), &gorm.Config{Logger: logger.Discard})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if sqlDB, err := db.DB(); err == nil {
-			sqlDB.Close()
-		}
-	})
-	if err := payments.Migrate(t.Context(), db); err != nil {
-		t.Fatal(err)
-	}
-	return db
-}
+func ledgerDB(t *testing.T) *gorm.DB { return testdb.Ledger(t) }
 
 // keyedAPI serves an API with KeyedRows on db, behind records that the
 // test can make forget, and returns it, the records, and a function that

@@ -417,7 +417,7 @@ func StripeEdge(next http.Handler) http.Handler {
 			return
 		}
 		form := StripeForm(r)
-		rec := &bufferWriter{header: http.Header{}}
+		rec := &bufferWriter{header: http.Header{}, conn: w}
 		next.ServeHTTP(rec, r)
 		if rec.status == 0 {
 			rec.status = http.StatusOK
@@ -437,12 +437,22 @@ func StripeEdge(next http.Handler) http.Handler {
 	})
 }
 
-// bufferWriter keeps an answer, to render it before it is sent.
+// bufferWriter keeps an answer, to render it before it is sent. It
+// unwraps to the writer of the connection (http.ResponseController), so
+// that what idemkit does to withhold an outcome that was not recorded
+// (a write deadline in the past) reaches the connection, whatever recovery
+// middleware stands between; a flush has nothing to send yet.
 type bufferWriter struct {
 	header http.Header
 	status int
 	body   bytes.Buffer
+	conn   http.ResponseWriter
 }
+
+func (b *bufferWriter) Unwrap() http.ResponseWriter { return b.conn }
+
+// FlushError buffers: the answer is sent once rendered.
+func (b *bufferWriter) FlushError() error { return nil }
 
 func (b *bufferWriter) Header() http.Header { return b.header }
 

@@ -5,15 +5,20 @@
 package testdb
 
 import (
+	"context"
 	"crypto/rand"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/idemkit/idemkit/internal/testservers"
+	"github.com/idemkit/idemkit/stores/gorm/sqlitedb"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
+
+	"github.com/idemkit/idemkit/demo/payments/internal/payments"
 )
 
 // Postgres creates an empty database on the server of
@@ -45,4 +50,23 @@ func Postgres(tb testing.TB) string {
 	}
 	u.Path = "/" + name
 	return u.String()
+}
+
+// Ledger opens a new SQLite ledger in tb's temporary directory, migrated,
+// closed when tb ends.
+func Ledger(tb testing.TB) *gorm.DB {
+	tb.Helper()
+	db, err := sqlitedb.Open(filepath.Join(tb.TempDir(), "p.db"), &gorm.Config{Logger: logger.Discard})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if sqlDB, err := db.DB(); err == nil {
+			sqlDB.Close()
+		}
+	})
+	if err := payments.Migrate(context.Background(), db); err != nil {
+		tb.Fatal(err)
+	}
+	return db
 }
