@@ -4,14 +4,17 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -122,16 +125,9 @@ func testStripeSDK(t *testing.T, s sdk) {
 	}
 }
 
-// sdkStorm runs the demo on db, with the storm's flaky proxy before it
-// (connections reset, answers dropped, requests delayed beside their
-// retry), and has the SDK make nCharges charges then nRefunds refunds
-// through it. Every charge the SDK reports exists once with its amount,
-// and the provider authorized each once; a call that failed after its
-// retries is sent again with its key, straight at the demo, as the
-// integration would, and must find the charge its attempts made, if any,
-// never make a second; every answer to a key is its first, byte for byte;
-// and a key reused with another amount is the SDK's idempotency error.
-func sdkStorm(t *testing.T, s sdk, db string, nCharges, nRefunds int) sdkTally {
+// startDemo runs the demo in this process on db, on a loopback port, until
+// the test ends, and returns its base URL.
+func startDemo(t *testing.T, db string) string {
 	cfg := app.DefaultConfig()
 	cfg.DB, cfg.ProviderLatency = db, 20*time.Millisecond
 	a, err := app.Open(t.Context(), cfg, slog.New(slog.DiscardHandler))
@@ -144,14 +140,27 @@ func sdkStorm(t *testing.T, s sdk, db string, nCharges, nRefunds int) sdkTally {
 	}
 	served := make(chan error, 1)
 	go func() { served <- a.Server.Serve(ln) }()
-	defer func() {
+	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		a.Server.Shutdown(ctx)
 		<-served
 		a.Close()
-	}()
-	demoURL := "http://" + ln.Addr().String()
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// sdkStorm runs the demo on db, with the storm's flaky proxy before it
+// (connections reset, answers dropped, requests delayed beside their
+// retry), and has the SDK make nCharges charges then nRefunds refunds
+// through it. Every charge the SDK reports exists once with its amount,
+// and the provider authorized each once; a call that failed after its
+// retries is sent again with its key, straight at the demo, as the
+// integration would, and must find the charge its attempts made, if any,
+// never make a second; every answer to a key is its first, byte for byte;
+// and a key reused with another amount is the SDK's idempotency error.
+func sdkStorm(t *testing.T, s sdk, db string, nCharges, nRefunds int) sdkTally {
+	demoURL := startDemo(t, db)
 
 	// The SDKs give an attempt 1 s, and a delayed request is held up to
 	// 2 s: long enough to go beside the SDK's retry.
@@ -286,4 +295,51 @@ func sdkStorm(t *testing.T, s sdk, db string, nCharges, nRefunds int) sdkTally {
 		px.counts.forwarded.Load(), px.counts.resets.Load(), px.counts.drops.Load(), px.counts.delays.Load(), px.counts.late.Load(),
 		px.counts.conflicts.Load(), px.counts.pairConflicts.Load(), rep.Later)
 	return tally
+}
+
+// TestStripeSDKsOnKeyInUse pins what the README says each SDK does with
+// Stripe's answer to a key whose first request still runs, 409
+// idempotency_key_in_use with Stripe-Should-Retry: true: stripe-node
+// retries it, and gets the charge; stripe-go returns it as the call's
+// error, its retries unused.
+func TestStripeSDKsOnKeyInUse(t *testing.T) {
+	type want struct {
+		sdk      sdk
+		attempts int
+		err      string // the call's error, by why
+	}
+	sdks := []want{{stripeGo{}, 1, "409 idempotency_key_in_use"}}
+	if !testing.Short() {
+		sdks = append(sdks, want{newStripeNode(t), 2, ""})
+	}
+	for _, c := range sdks {
+		t.Run(c.sdk.Name(), func(t *testing.T) {
+			var mu sync.Mutex
+			seen := map[string]int{}
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				seen[r.Header.Get("Idempotency-Key")]++
+				n := seen[r.Header.Get("Idempotency-Key")]
+				mu.Unlock()
+				w.Header().Set("Content-Type", "application/json")
+				w.Header().Set("Request-Id", "req_1")
+				if n == 1 {
+					w.Header().Set("Stripe-Should-Retry", "true")
+					w.WriteHeader(http.StatusConflict)
+					io.WriteString(w, `{"error":{"type":"invalid_request_error","code":"idempotency_key_in_use","message":"in use"}}`)
+					return
+				}
+				io.WriteString(w, `{"id":"ch_1","object":"charge","amount":1000,"currency":"usd","status":"succeeded"}`)
+			}))
+			defer srv.Close()
+			r := c.sdk.Calls(t, srv.URL, "sk_test_1", []sdkOp{{Op: "charge", Amount: 1000}})[0]
+			why := ""
+			if r.Error != nil {
+				why = r.Error.why()
+			}
+			if r.Attempts != c.attempts || why != c.err || (why == "" && r.ID != "ch_1") {
+				t.Fatalf("%d requests, error %q, charge %q; want %d requests, error %q", r.Attempts, why, r.ID, c.attempts, c.err)
+			}
+		})
+	}
 }
