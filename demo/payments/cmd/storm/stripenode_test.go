@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,7 +37,13 @@ type stripeNode struct {
 }
 
 func newStripeNode(t *testing.T) stripeNode {
-	return stripeNode{node: nodetest.Tool(t, "node"), modules: nodetest.Modules(t, stripeNodeDir, "stripe-node")}
+	node := nodetest.Tool(t, "node")
+	// stripe 23 declares Node.js 20 or later (Debian 12's nodejs is 18).
+	out, err := exec.Command(node, "-p", "process.versions.node.split('.')[0]").Output()
+	if major, _ := strconv.Atoi(strings.TrimSpace(string(out))); err != nil || major < 20 {
+		t.Fatalf("stripe-node 23 needs Node.js 20 or later; %s is %s (%v)", node, strings.TrimSpace(string(out)), err)
+	}
+	return stripeNode{node: node, modules: nodetest.Modules(t, stripeNodeDir, "stripe-node")}
 }
 
 func (stripeNode) Name() string             { return "stripe-node" }

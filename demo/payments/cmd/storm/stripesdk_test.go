@@ -119,7 +119,8 @@ func testStripeSDK(t *testing.T, s sdk) {
 				t.Logf("%s | %s | failed after retries: %d %s", s.Name(), name, tally.why[why], why)
 			}
 			if os.Getenv("STRIPE_SDK_TABLE") != "" {
-				fmt.Printf("| %s | %s | %d | %d | %d | %d | %d |\n", s.Name(), name, tally.calls, tally.retries, tally.replays, tally.duplicates, tally.lost)
+				fmt.Printf("| %s | %s | %d | %d | %d | %d (%d) | %d | %d |\n", s.Name(), name, tally.calls, tally.retries, tally.replays,
+					tally.failed, tally.why["409 idempotency_key_in_use"], tally.duplicates, tally.lost)
 			}
 		})
 	}
