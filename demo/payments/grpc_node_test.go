@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	"net"
@@ -20,6 +18,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+
+	"github.com/idemkit/idemkit/demo/payments/internal/nodetest"
 )
 
 // nodeClient is the folder of the Node.js gRPC client: client.js, its
@@ -40,8 +40,8 @@ func TestGRPCNodeClient(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the Node.js client's packages come from npm; the full run installs them")
 	}
-	node, npm := nodeTool(t, "node"), nodeTool(t, "npm")
-	modules := nodeModules(t, npm)
+	node := nodetest.Tool(t, "node")
+	modules := nodetest.Modules(t, nodeClient, "grpc-node")
 
 	d := serveGRPC(t, nil)
 	// The first reply of every three is dropped, and the one after it too
@@ -139,75 +139,6 @@ func TestGRPCNodeClient(t *testing.T) {
 	}
 	t.Logf("%d operations, %d attempts, %d replies dropped, %d operations retried and replayed, %d charges",
 		operations, total, dropped, retried, operations)
-}
-
-// nodeTool returns the path of a command the Node.js client needs.
-func nodeTool(t *testing.T, name string) string {
-	t.Helper()
-	path, err := exec.LookPath(name)
-	if err != nil {
-		t.Fatalf("%s is not installed (apt-get install nodejs npm; scripts/test-all does, as root): "+
-			"the demo's gRPC is tested with a Node.js client (or run with -short)", name)
-	}
-	return path
-}
-
-// nodeModules installs the Node.js client's packages as its lockfile pins
-// them (npm ci) into a folder of the user's cache named after the
-// package.json and lockfile's hash, the first time, and returns its
-// node_modules folder. Nothing is written in the working tree. The install
-// is made in a folder of its own, renamed into place when complete, so
-// that a test that runs meanwhile never finds it half done.
-func nodeModules(t *testing.T, npm string) string {
-	t.Helper()
-	var files [][]byte
-	h := sha256.New()
-	for _, name := range []string{"package.json", "package-lock.json"} {
-		b, err := os.ReadFile(filepath.Join(nodeClient, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		files = append(files, b)
-		h.Write(b)
-	}
-	base, err := os.UserCacheDir()
-	if err != nil {
-		base = os.TempDir()
-	}
-	base = filepath.Join(base, "idemkit", "grpc-node")
-	dir := filepath.Join(base, hex.EncodeToString(h.Sum(nil))[:16])
-	done := func(dir string) bool {
-		_, err := os.Stat(filepath.Join(dir, "installed"))
-		return err == nil
-	}
-	if done(dir) {
-		return filepath.Join(dir, "node_modules")
-	}
-	if err := os.MkdirAll(base, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tmp, err := os.MkdirTemp(base, "install-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(tmp) // gone once renamed
-	for i, name := range []string{"package.json", "package-lock.json"} {
-		if err := os.WriteFile(filepath.Join(tmp, name), files[i], 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cmd := exec.Command(npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts")
-	cmd.Dir = tmp
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci (the Node.js client's packages, from %s): %v\n%s", nodeClient, err, out)
-	}
-	if err := os.WriteFile(filepath.Join(tmp, "installed"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, dir); err != nil && !done(dir) {
-		t.Fatalf("%v (remove %s and run again)", err, dir)
-	}
-	return filepath.Join(dir, "node_modules")
 }
 
 // replyDropper is a TCP proxy in front of an HTTP/2 server that drops the
