@@ -38,10 +38,10 @@ type stripeNode struct {
 
 func newStripeNode(t *testing.T) stripeNode {
 	node := nodetest.Tool(t, "node")
-	// stripe 23 declares Node.js 20 or later (Debian 12's nodejs is 18).
+	// stripe 22 declares Node.js 18 or later (Debian 12's nodejs).
 	out, err := exec.Command(node, "-p", "process.versions.node.split('.')[0]").Output()
-	if major, _ := strconv.Atoi(strings.TrimSpace(string(out))); err != nil || major < 20 {
-		t.Fatalf("stripe-node 23 needs Node.js 20 or later; %s is %s (%v)", node, strings.TrimSpace(string(out)), err)
+	if major, _ := strconv.Atoi(strings.TrimSpace(string(out))); err != nil || major < 18 {
+		t.Fatalf("stripe-node 22 needs Node.js 18 or later; %s is %s (%v)", node, strings.TrimSpace(string(out)), err)
 	}
 	return stripeNode{node: node, modules: nodetest.Modules(t, stripeNodeDir, "stripe-node")}
 }
