@@ -289,7 +289,7 @@ func (p *params) drawCrowd(r *rand.Rand) {
 // draws last, so that the rest of a seed's world is as it was before.
 func (p *params) drawOperator(r *rand.Rand) {
 	x, n := r.Float64(), r.IntN(4)
-	if x < 0.5 {
+	if x < 0.3 {
 		p.forgets = 1 + n
 	}
 }
