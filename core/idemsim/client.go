@@ -27,6 +27,7 @@ type logical struct {
 	msg     *jobMsg
 	start   time.Time
 	patient time.Duration // its timeout once the chaos is over
+	crowd   bool          // a job of the crowd (see planCrowd)
 
 	sent     int // attempts made, malformed keys included
 	tries    int

@@ -133,14 +133,15 @@ func (m *model) answered(n *node, token string, ok bool, until time.Time, lost b
 
 // toldLost checks, once the step in which a renewal came back refused
 // (idem.ErrLockLost) has ended, that the run holding the lease, if it still
-// works, was told at once: another request holds its key.
+// works, was told at once: another request holds its key, or an operator
+// forgot it (see operator), and another run may take it.
 func (m *model) toldLost(token string) {
 	x := m.execOf[token]
 	if x == nil || !x.running || x.exempt != "" || x.ctx == nil || x.ctx.Err() != nil {
 		return
 	}
 	m.w.violate(invOneAtATime, "X%d (%s, %s) still works, untold, after its Engine's renewal was refused "+
-		"(idem.ErrLockLost): another request holds its key", x.n, idName(x.id), m.label(token))
+		"(idem.ErrLockLost): its record is another's, or gone, and another run may take its key", x.n, idName(x.id), m.label(token))
 }
 
 // leaseEnds checks, a renewer's tick (RenewEvery/4) before the end of a

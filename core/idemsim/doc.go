@@ -80,6 +80,20 @@
 // chaos every engine is up, the store and clients behave, and every
 // logical request keeps retrying.
 //
+// Two more kinds of world are drawn after everything else, so that a seed
+// that draws neither runs as it did before. In some worlds without a
+// handler timeout, on a store that renews in batches, a crowd comes: 260
+// to 323 jobs under keys of their own, delivered at one instant to one
+// engine (one that renews in batches, if any), two leases after the
+// chaos, each working for a lease to a lease and a renewal interval:
+// their leases, more than one RenewBatch call renews, are all due at one
+// pass of the renewer, several times, on a store that answers every call.
+// In some worlds an operator forgets, with force, the key of a run in
+// flight, one to four times: during the chaos, and the last time within a
+// lease after it, as idemctl forget -force does (the store's
+// idemadmin.Store.Forget, called directly, on a store that implements
+// it).
+//
 // This package's own tests run the memory store, with its purger on,
 // twice: as it is, renewing lease by lease, and behind a wrapper that
 // renews in batches, so that the Engine's renewer takes both of its paths;
@@ -170,7 +184,14 @@
 //     still works, must have been told. A handler that ignores its context, or
 //     whose process freezes while it runs, cannot be told in time: such
 //     runs are exempt (they are documented, not bugs), and only fencing
-//     protects the record from them.
+//     protects the record from them. A run whose key an operator forgot
+//     (with force) is not exempt, but another run of the key may start
+//     beside it, as the operator allowed: its Engine hears of it at its
+//     next renewal (idem.ErrLockLost), in a batch as lease by lease, and
+//     must tell it at once, as it must whenever a renewal is refused; once
+//     the chaos is over, it must have been told within a renewal interval
+//     and two ticks of the forget; and its completion, refused, is never
+//     replayed nor reported as recorded (invariants 3 and 7).
 //  2. With transactional completion, never two committed executions per
 //     record lifetime: a job's result is never followed by a second,
 //     different one. The model counts an execution as committed when
@@ -204,7 +225,9 @@
 //     the leases its store would renew: a run is told its lease ran out
 //     only if the store refused a renewal, or its own Acquire or some
 //     renewal call of its process was slow or failed within the last
-//     lease and renewal interval (or is still under way).
+//     lease and renewal interval (or is still under way). The crowd
+//     (above) holds the renewer to it beyond one batch: a lease left out
+//     of every batch runs out on a store that answers at once.
 //  6. After the run: no proc left and no timer pending (every Engine's
 //     renewer idle), at most one record per key used, and none once every
 //     record has expired and been purged.

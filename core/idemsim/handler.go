@@ -54,7 +54,7 @@ func (w *world) planExec() execPlan {
 // planWork draws the spells of work of one run, and how long it takes to
 // stop once its context is cancelled. Once the chaos is over, a run ends
 // well within the handler timeout.
-func (w *world) planWork(calm bool) (work []time.Duration, react time.Duration) {
+func (w *world) planWork(calm bool) ([]time.Duration, time.Duration) {
 	r, p := w.rng, &w.p
 	var total time.Duration
 	switch x := r.Float64(); {
@@ -68,6 +68,12 @@ func (w *world) planWork(calm bool) (work []time.Duration, react time.Duration) 
 	if calm && p.handlerTimeout > 0 {
 		total = min(total, p.handlerTimeout/2)
 	}
+	return w.spellsOf(total), msBetween(r, 0, p.react)
+}
+
+// spellsOf draws the spells, one to five, in which a run works for total.
+func (w *world) spellsOf(total time.Duration) (work []time.Duration) {
+	r := w.rng
 	for k := 1 + r.IntN(5); k > 0; k-- {
 		d := total / time.Duration(k)
 		if k > 1 {
@@ -77,7 +83,7 @@ func (w *world) planWork(calm bool) (work []time.Duration, react time.Duration) 
 		work = append(work, d)
 		total -= d
 	}
-	return work, msBetween(r, 0, p.react)
+	return work
 }
 
 // planOutcome draws the size and status of a run's response, and whether

@@ -135,6 +135,59 @@ func (w *world) planJobs() {
 	}
 }
 
+// planCrowd plans the crowd, if the world has one (params.crowd): jobs
+// under keys of their own, more than one RenewBatch call renews, delivered
+// at one instant to one engine (one that renews in batches, if any), once
+// the store has been healthy for two leases, so that no renewal slow or
+// failed during the chaos can excuse a lease lost. Each works for longer
+// than a lease, so that all their leases are renewed together, several
+// times, and each is judged as every job is: on a healthy store, an
+// Engine that leaves one lease of a batch unrenewed tells its job the
+// lease ran out, which invariant 5 does not allow (model.checkLeaseLost).
+func (w *world) planCrowd() {
+	p := &w.p
+	if p.crowd == 0 {
+		return
+	}
+	w.crowdAt = w.calmAt.Add(2 * p.lease)
+	patient := 2*p.lease + p.renewEvery + 3*p.storeTimeout + 10*time.Second
+	for i := range p.crowd {
+		w.reqs = append(w.reqs, &logical{
+			name:    fmt.Sprintf("m%d", i),
+			id:      idem.ID{Scope: scopes[p.scopeSet[0]], Key: fmt.Sprintf("crowd_%d", i)},
+			msg:     newJobMsg(w.rng, p.jobs+i),
+			start:   w.crowdAt,
+			patient: patient,
+			crowd:   true,
+		})
+	}
+	if end := w.crowdAt.Add(patient + 2*p.lease + time.Minute); end.After(w.deadline) {
+		w.deadline = end
+	}
+}
+
+// crowdEngine is the engine the crowd arrives at: one that renews in
+// batches, if any does.
+func (w *world) crowdEngine() *slot {
+	if w.crowdSlot == nil {
+		var up, batching []*slot
+		for _, sl := range w.slots {
+			if sl.node != nil {
+				up = append(up, sl)
+				if sl.node.batch {
+					batching = append(batching, sl)
+				}
+			}
+		}
+		if len(batching) > 0 {
+			up = batching
+		}
+		w.crowdSlot = up[w.rng.IntN(len(up))]
+		w.tracef("a crowd of %d jobs arrives at %s", w.p.crowd, w.crowdSlot.name())
+	}
+	return w.crowdSlot
+}
+
 // newDelivery makes the next delivery of lr.
 func (w *world) newDelivery(lr *logical, deviant bool) *attempt {
 	lr.sent++
@@ -201,6 +254,10 @@ func (w *world) consume(lr *logical) {
 		}
 		sl, travel := w.route(aim)
 		aim = nil
+		if lr.crowd && lr.tries == 0 {
+			// All at one instant: their leases are all due at one pass.
+			sl, travel = w.crowdEngine(), 0
+		}
 		dv := w.dispatch(att, sl, travel, timeout, deadline)
 		lr.tries++
 		lr.last = dv.String()
@@ -213,7 +270,7 @@ func (w *world) consume(lr *logical) {
 		pause, aim = w.retryAfter(lr, msBetween(r, 100*time.Millisecond, 3*time.Second))
 		s.sleep(pause)
 	}
-	if lr.done && r.Float64() < p.pLostAck {
+	if lr.done && !lr.crowd && r.Float64() < p.pLostAck {
 		s.sleep(msBetween(r, 0, 2*p.lease))
 		if s.now.Before(w.deadline) {
 			w.tracef("%s: its acknowledgement was lost", lr.name)
@@ -317,7 +374,7 @@ func (w *world) runJob(n *node, dv *delivery, ctx context.Context) ([]byte, erro
 	}
 	w.m.checkJobStart(att, held)
 	x := w.m.startExec(idem.JobID(held.ID.Scope, held.ID.Key), held.Token, n, att)
-	pl := w.planJob()
+	pl := w.planJob(att.lr.crowd)
 	what := fateNames[pl.fate]
 	if pl.fate == fateResult {
 		what += fmt.Sprintf(" of %d bytes", pl.size)
@@ -351,11 +408,16 @@ func (w *world) runJob(n *node, dv *delivery, ctx context.Context) ([]byte, erro
 
 // planJob draws what one run of a job does. Once the chaos is over, a job
 // neither fails (unless permanently) nor panics, nor ignores its context.
-func (w *world) planJob() jobPlan {
+// A job of the crowd works for a lease to a lease and a renewal interval,
+// in one spell.
+func (w *world) planJob(crowd bool) jobPlan {
 	r, p := w.rng, &w.p
 	calm := !w.s.now.Before(w.calmAt)
 	pl := jobPlan{fate: fateResult}
 	pl.work, pl.react = w.planWork(calm)
+	if crowd {
+		pl.work = []time.Duration{msBetween(r, p.lease, p.lease+p.renewEvery)}
+	}
 	switch x := r.Float64(); {
 	case x < p.pPermanent:
 		pl.fate = fatePermanent

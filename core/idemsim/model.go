@@ -112,6 +112,9 @@ type exec struct {
 	// (a frozen process cannot be told to stop). Only fencing protects
 	// the record from it.
 	exempt string
+	// forgotten: an operator forgot its key, with force, while it ran:
+	// another run of the key may start beside it (see operator).
+	forgotten bool
 
 	// A job's run: how it ended, the result it returned, the error it
 	// returned, and a permanent failure's message.
@@ -209,6 +212,8 @@ func (m *model) startExec(id idem.ID, token string, n *node, att *attempt) *exec
 	m.execOf[token] = x
 	if other := m.running[id]; other != nil && other.exempt != "" {
 		m.w.tracef("X%d starts beside X%d, whose handler %s: allowed", x.n, other.n, other.exempt)
+	} else if other != nil && other.forgotten {
+		m.w.tracef("X%d starts beside X%d, whose key an operator forgot: allowed", x.n, other.n)
 	} else if other != nil {
 		m.w.violate(invOneAtATime, "X%d (%s on %s) starts for %s while X%d (%s on %s) has run since %s",
 			x.n, m.label(token), n.name(), idName(id), other.n, m.label(other.token), other.node.name(), m.w.at(other.start))

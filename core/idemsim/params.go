@@ -62,6 +62,14 @@ type params struct {
 	// Per batch renewal of two leases or more, during the chaos, on a
 	// store that renews in batches: one node of the store fails.
 	pPartial float64
+
+	// crowd: jobs, more than one RenewBatch call renews (maxBatchRenewal
+	// leases), that one engine runs at once on a healthy store, well after
+	// the chaos, each for longer than a lease (0: none; see planCrowd).
+	crowd int
+	// forgets: how many times an operator forgets, with force, the key
+	// of a run in flight (see operator).
+	forgets int
 }
 
 // window is a spell of bad weather for the store, as every engine sees it
@@ -119,6 +127,8 @@ func drawParams(seed uint64) params {
 	p.drawJobs(r)
 	p.drawBatches(r)
 	p.drawShortTTL(r)
+	p.drawCrowd(r)
+	p.drawOperator(r)
 	return p
 }
 
@@ -261,6 +271,29 @@ func (p *params) drawShortTTL(r *rand.Rand) {
 	}
 }
 
+// drawCrowd sometimes gives the world a crowd: a few hundred jobs at once
+// on one engine, more than a RenewBatch call renews, once the store is
+// healthy again (on a store that renews in batches: see newWorld). Only
+// without a handler timeout, so that they work longer than a lease. It
+// draws after the rest, so that the rest of a seed's world is as it was
+// before; it always makes the same draws.
+func (p *params) drawCrowd(r *rand.Rand) {
+	x, n := r.Float64(), r.IntN(64)
+	if x < 0.12 && p.handlerTimeout == 0 {
+		p.crowd = 260 + n
+	}
+}
+
+// drawOperator sometimes puts an operator in the world, who forgets the
+// key of a run in flight with force, as idemctl forget -force does. It
+// draws last, so that the rest of a seed's world is as it was before.
+func (p *params) drawOperator(r *rand.Rand) {
+	x, n := r.Float64(), r.IntN(4)
+	if x < 0.3 {
+		p.forgets = 1 + n
+	}
+}
+
 // drawClients draws how clients and handlers misbehave.
 func (p *params) drawClients(r *rand.Rand) {
 	p.pShortTimeout = 0.5 * r.Float64()
@@ -290,7 +323,13 @@ func (p params) String() string {
 	if p.jobs > 0 {
 		s += fmt.Sprintf("; %d jobs", p.jobs)
 	}
+	if p.crowd > 0 {
+		s += fmt.Sprintf("; a crowd of %d jobs", p.crowd)
+	}
 	s += fmt.Sprintf("; handlers up to %s; chaos for %s with %d crashes and %d freezes", p.maxHandler, p.chaos, p.crashes, p.pauses)
+	if p.forgets > 0 {
+		s += fmt.Sprintf("; an operator forgets %d keys in flight", p.forgets)
+	}
 	for _, w := range p.windows {
 		s += "; " + w.String()
 	}

@@ -218,7 +218,7 @@ func runSeed(seed uint64, store idem.Store, clock *storeClock, target Target, o 
 	w.effects = target.Effects
 	w.trace.all = o.Trace
 	f := w.run()
-	st := Stats{Seeds: 1, Steps: w.s.steps, Requests: len(w.reqs) - w.p.jobs, Attempts: len(w.attempts), Jobs: w.p.jobs,
+	st := Stats{Seeds: 1, Steps: w.s.steps, Requests: len(w.reqs) - w.p.jobs - w.p.crowd, Attempts: len(w.attempts), Jobs: w.p.jobs + w.p.crowd,
 		Deliveries: w.deliveries, Executions: len(w.m.execs), Crashes: w.p.crashes, Virtual: w.idleAt.Sub(epoch),
 		TraceHash: w.trace.hash.Sum64()}
 	if f != nil && target.Replay != "" {

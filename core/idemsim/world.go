@@ -41,6 +41,8 @@ type world struct {
 	attempts   []*attempt // requests sent
 	deliveries int        // deliveries of jobs
 	calmAt     time.Time  // no more faults, crashes or misbehaving clients from here
+	crowdAt    time.Time  // the crowd arrives (see planCrowd)
+	crowdSlot  *slot      // at this engine, chosen when it arrives
 	deadline   time.Time  // every logical request must have its answer by then
 	idleAt     time.Time  // when the run ended, before the final checks move time on
 
@@ -64,6 +66,7 @@ type node struct {
 	skew        time.Duration // its clock's error
 	engine      *idem.Engine
 	h           http.Handler
+	batch       bool // its Engine renews in batches (idem.BatchRenewer)
 
 	// Its renewal calls that did not answer promptly, for
 	// model.checkLeaseLost: when the last of them ended, and when those
@@ -93,6 +96,11 @@ func newWorld(seed uint64, store idem.Store, remote, contract bool) *world {
 		remote: remote,
 	}
 	_, w.batch = store.(idem.BatchRenewer)
+	if !w.batch {
+		// The crowd is there for the batches; lease by lease, it would
+		// only make the seed slow.
+		w.p.crowd = 0
+	}
 	w.m = newModel(w, contract)
 	w.trace.hash = fnv.New64a()
 	w.calmAt = epoch.Add(w.p.chaos)
@@ -180,6 +188,7 @@ func (w *world) run() *Failure {
 	}
 	w.planRequests()
 	w.planJobs()
+	w.planCrowd()
 	for _, lr := range w.reqs {
 		if lr.msg != nil {
 			s.spawn(nil, lr.name, func() { w.consume(lr) })
@@ -191,6 +200,9 @@ func (w *world) run() *Failure {
 	s.spawn(nil, "judge", w.judge)
 	if w.p.pauses > 0 {
 		s.spawn(nil, "pauser", w.pauser)
+	}
+	if w.p.forgets > 0 {
+		s.spawn(nil, "operator", w.operator)
 	}
 	if w.p.ttl < time.Hour {
 		s.spawn(nil, "purger", w.purger)
@@ -230,6 +242,7 @@ func (w *world) startNode(sl *slot) {
 	single := w.batch && w.rng.Float64() < w.p.pSingleRenew
 	if w.batch && !single {
 		st = batchFaultStore{fs}
+		n.batch = true
 	}
 	n.engine = idem.New(idem.Config{
 		Store:           st,
