@@ -10,6 +10,7 @@ import (
 // chartKinds are the configurations drawn, with their colours.
 var chartKinds = []struct{ kind, color string }{
 	{"mem", "#2b6cb0"},
+	{"lean", "#805ad5"},
 	{"sqlite", "#dd6b20"},
 	{"insert", "#a0aec0"},
 	{"builtin", "#38a169"},
