@@ -2,8 +2,9 @@
 // net/http kept as the benchmark's floor, never as a product. It has
 // idemkit's replay, 409 and 422 behaviour for one process and nothing
 // else: no leases, no expiry, no events, no canonical JSON. Its store is
-// pointer-free (fixed-size keys in a map to record numbers, responses in a
-// byte arena per shard), so the garbage collector never scans it, and its
+// pointer-free (fixed-size keys in a map to record numbers, responses in
+// 64 KiB chunks of bytes per shard, never copied), so the garbage
+// collector scans a pointer per chunk at most, and its
 // buffers are pooled: it allocates little beyond the handler.
 package lean
 
@@ -17,6 +18,9 @@ import (
 const (
 	shards = 64
 	maxKey = 64
+	chunk  = 64 << 10
+	// perBlock records make a block of recs.
+	perBlock = 1024
 )
 
 type record struct {
@@ -24,15 +28,17 @@ type record struct {
 	done     bool
 	status   uint16
 	ct       uint8 // index into shard.types
+	chunk    uint32
 	off, len uint32
 }
 
 type shard struct {
-	mu    sync.Mutex
-	index map[[maxKey]byte]uint32
-	recs  []record
-	arena []byte
-	types []string // the stored responses' Content-Type values, interned
+	mu     sync.Mutex
+	index  map[[maxKey]byte]uint32
+	recs   [][]record // record n is recs[n/perBlock][n%perBlock]: never copied
+	n      uint32
+	chunks [][]byte // the responses' bodies
+	types  []string // the stored responses' Content-Type values, interned
 }
 
 type buffers struct {
@@ -88,7 +94,7 @@ func Middleware(next http.Handler) http.Handler {
 		sh := &st[h%shards]
 		sh.mu.Lock()
 		if i, ok := sh.index[key]; ok {
-			rec := sh.recs[i]
+			rec := sh.recs[i/perBlock][i%perBlock]
 			switch {
 			case rec.fp != fp:
 				sh.mu.Unlock()
@@ -98,7 +104,7 @@ func Middleware(next http.Handler) http.Handler {
 				http.Error(w, "a request with this Idempotency-Key is in flight", http.StatusConflict)
 			default:
 				b.out.Reset()
-				b.out.Write(sh.arena[rec.off : rec.off+rec.len])
+				b.out.Write(sh.chunks[rec.chunk][rec.off : rec.off+rec.len])
 				ct := sh.types[rec.ct]
 				sh.mu.Unlock()
 				hd := w.Header()
@@ -111,9 +117,13 @@ func Middleware(next http.Handler) http.Handler {
 			}
 			return
 		}
-		n := uint32(len(sh.recs))
+		n := sh.n
+		sh.n++
+		if n%perBlock == 0 {
+			sh.recs = append(sh.recs, make([]record, perBlock))
+		}
 		sh.index[key] = n
-		sh.recs = append(sh.recs, record{fp: fp})
+		sh.recs[n/perBlock][n%perBlock] = record{fp: fp}
 		sh.mu.Unlock()
 
 		b.rd.Reset(b.in.Bytes()[head:])
@@ -140,10 +150,15 @@ func Middleware(next http.Handler) http.Handler {
 		if t == len(sh.types) {
 			sh.types = append(sh.types, ct)
 		}
-		rec := &sh.recs[n]
+		size := b.out.Len()
+		if k := len(sh.chunks); k == 0 || cap(sh.chunks[k-1])-len(sh.chunks[k-1]) < size {
+			sh.chunks = append(sh.chunks, make([]byte, 0, max(chunk, size)))
+		}
+		c := &sh.chunks[len(sh.chunks)-1]
+		rec := &sh.recs[n/perBlock][n%perBlock]
 		rec.done, rec.status, rec.ct = true, uint16(status), uint8(t)
-		rec.off, rec.len = uint32(len(sh.arena)), uint32(b.out.Len())
-		sh.arena = append(sh.arena, b.out.Bytes()...)
+		rec.chunk, rec.off, rec.len = uint32(len(sh.chunks)-1), uint32(len(*c)), uint32(size)
+		*c = append(*c, b.out.Bytes()...)
 	})
 }
 
