@@ -48,6 +48,13 @@ func sample() *Data {
 	add("nethttp", "lean", "First", 100, 200, 100)
 	add("nethttp", "lean", "Mix", 95, 190, 99)
 	add("nethttp", "lean", "Replay", 110, 200, 100)
+	// The server's CPU per request, where measured: idemkit's First costs
+	// 1/0.9 of minimal-lean's.
+	for i := range d.Runs {
+		if r := &d.Runs[i]; r.Framework == "nethttp" && r.Workload == "First" && (r.Kind == "mem" || r.Kind == "lean") {
+			r.CPUPerOp = map[string]float64{"mem": 10_000, "lean": 9_000}[r.Kind]
+		}
+	}
 	// The transactional completion: 0.8, 0.8, 0.67 of the INSERT alone.
 	add("nethttp", "sqlitetx", "First", 40, 80, 20)
 	for rep := range 3 {
@@ -106,7 +113,7 @@ func TestTargetsUseMedianOfPerRepetitionRatios(t *testing.T) {
 	check("memory store ≤ 300 B", "memory, 1,000,000 records", "614 B", false)
 	check("First's p50 within 20%", "memory", "1.10× (1.00 ms → 1.10 ms; at 16 connections, req/s 1,000 → 900)", true)
 	check("SQLite store First ≥ 0.5×", "net/http", "0.40", false)
-	check("First ≥ 0.95× minimal-lean", "net/http", "0.90", false)
+	check("First ≥ 0.95× minimal-lean", "net/http", "0.90 (by the server's CPU per request: 0.90)", false)
 	check("Mix ≥ 0.95× minimal-lean", "net/http", "1.00", true)
 	check("Replay ≥ 0.95× minimal-lean", "net/http", "1.20", true)
 	check("SQLite store, transactional completion, First ≥ 0.7×", "net/http", "0.80 (40 vs 50 req/s)", true)

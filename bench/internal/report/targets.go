@@ -40,8 +40,13 @@ func Targets(d *Data) []Target {
 	ratioTarget("Replay ≥ 1.0× bare", "Replay", "mem", 1.0)
 	// idemkit against minimal-lean, the hand-written floor (net/http).
 	for _, w := range []string{"First", "Mix", "Replay"} {
-		if r := ix.ratio(cell{"nethttp", "mem", w, c}, cell{"nethttp", "lean", w, c}, rps); !math.IsNaN(r) {
-			ts = append(ts, ratioRow(w+" ≥ 0.95× minimal-lean"+at, FrameworkNames["nethttp"], r, 0.95, true))
+		a, b := cell{"nethttp", "mem", w, c}, cell{"nethttp", "lean", w, c}
+		if r := ix.ratio(a, b, rps); !math.IsNaN(r) {
+			t := ratioRow(w+" ≥ 0.95× minimal-lean"+at, FrameworkNames["nethttp"], r, 0.95, true)
+			if x := ix.ratio(b, a, cpuOp); !math.IsNaN(x) && x > 0 {
+				t.Measured += fmt.Sprintf(" (by the server's CPU per request: %.2f)", x)
+			}
+			ts = append(ts, t)
 		}
 	}
 	// idemkit against each Fiber's own idempotency middleware. On Fiber v3,
@@ -233,6 +238,9 @@ func ratioRow(name, where string, r, bound float64, atLeast bool) Target {
 	}
 	return t
 }
+
+// cpuOp is a run's server CPU time per request (0 if not measured).
+func cpuOp(r Run) float64 { return r.CPUPerOp }
 
 func p50(s ScaleRun) float64       { return float64(s.P50) }
 func scaleRPS(s ScaleRun) float64  { return s.RPS }
