@@ -24,6 +24,7 @@ type Engine struct {
 	cfg           Config
 	clock         Clock
 	realClock     bool      // the system clock, so one reading serves both the record and the latency
+	epoch         time.Time // time.Now at New: the reference of readClock on a LocalStore
 	local         bool      // the store is a LocalStore: its calls need no deadline
 	leaseless     bool      // the store is local or used by one process: it takes no leases
 	replayHeaders []string
@@ -51,7 +52,8 @@ func New(cfg Config) *Engine {
 	_, local := cfg.Store.(LocalStore)
 	op, _ := cfg.Store.(OneProcessStore)
 	leaseless := local || op != nil && op.OneProcess()
-	e := &Engine{cfg: cfg, clock: cfg.Clock, realClock: realClock, local: local, leaseless: leaseless, replayHeaders: cfg.replayHeaderSet()}
+	e := &Engine{cfg: cfg, clock: cfg.Clock, realClock: realClock, local: local, leaseless: leaseless, replayHeaders: cfg.replayHeaderSet(),
+		epoch: time.Now()}
 	e.renewer = newRenewer(e)
 	for i, spec := range problemSpecs {
 		e.problems[i] = preparedProblem{spec, cfg.ProblemBase + spec.name}
@@ -92,9 +94,9 @@ func (e *Engine) begin(ctx context.Context, r *exchange.Request) exchange.Decisi
 	if !e.guards(r.Method) {
 		return exchange.Decision{}
 	}
-	// One reading of the clock (wall and monotonic) serves the request's
-	// duration, the record's times and the store call's start.
-	began := time.Now()
+	// One reading of the clock serves the request's duration, the record's
+	// times and the store call's start.
+	began := e.readClock()
 	key, keyErr := ParseKey(r.KeyLines, e.cfg.StrictKeys)
 	if keyErr == nil && e.cfg.ValidateKey != nil {
 		if err := e.cfg.ValidateKey(key); err != nil {
@@ -131,8 +133,8 @@ func (e *Engine) takeBody(r *exchange.Request) (read []byte, err error) {
 	return nil, nil
 }
 
-// acquisition is the Acquire for a request, as of start (a reading of
-// time.Now) on the Engine's clock: with the system clock, start itself,
+// acquisition is the Acquire for a request, as of start (readClock's) on
+// the Engine's clock: with the system clock, start itself,
 // so that one reading of the time serves the record, the store call's
 // latency and the request's duration.
 func (e *Engine) acquisition(scope, key string, fp Fingerprint, start time.Time) Acquire {
@@ -280,6 +282,19 @@ func (e *Engine) releaseOrphan(ctx context.Context, a Acquire) {
 // one too; its wall reading is ref's plus the elapsed time, so it is not
 // written to stores, which may reckon by the wall clock.
 func elapsed(ref time.Time) time.Time { return ref.Add(time.Since(ref)) }
+
+// readClock reads the time for a request's start or its completion: with
+// the system clock and a LocalStore, one monotonic reading from the
+// Engine's start (elapsed), since such a store lives in this process and
+// reckons its records' times against each other, never against another
+// process's wall clock (see LocalStore); otherwise time.Now, whose wall
+// reading a store may write and compare across processes.
+func (e *Engine) readClock() time.Time {
+	if e.local && e.realClock {
+		return elapsed(e.epoch)
+	}
+	return time.Now()
+}
 
 // clockAt is the Engine's clock reading for the moment time.Now read as
 // wall: the same reading with the default clock, saving a call to it.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/core/idemevent"
@@ -121,7 +120,7 @@ func (e *Engine) Do(ctx context.Context, j Job, f func(ctx context.Context) ([]b
 	}
 	id := JobID(j.Scope, j.Key)
 	r := exchange.Request{Method: jobMethod, Path: j.Name, Scope: id.Scope, Body: j.Payload}
-	began := time.Now()
+	began := e.readClock()
 	a := e.acquisition(id.Scope, id.Key, e.cfg.Fingerprint(r), began)
 	got := e.acquire(ctx, &a, began)
 	v := decide(&got.rec, got.outcome, got.err, a.Fingerprint, e.cfg.FailOpen)

@@ -162,7 +162,7 @@ func (l *lock) complete(ctx, detached context.Context, status int, header exchan
 	if resp.Body == nil {
 		resp.Body = []byte{}
 	}
-	start := time.Now()
+	start := l.e.readClock()
 	now := l.e.clockAt(start)
 	err := l.e.cfg.Store.Complete(ctx, l.id, l.token, Completion{
 		Response:    resp,
