@@ -34,6 +34,65 @@ func BenchmarkSQLiteFirst(b *testing.B) {
 	}
 }
 
+// BenchmarkSQLiteTxFirst is BenchmarkSQLiteFirst for the transactional
+// completion: the handler INSERTs its order through Tx, and the completion
+// commits in that transaction (tx), beside the same handler INSERTing alone
+// with no idemkit (insert) and beside it behind idemkit with its INSERT in
+// a statement of its own (separate). It reports tx/insert and
+// separate/insert, the throughput of each over the INSERT alone's:
+//
+//	go test -run '^$' -bench SQLiteTxFirst -count 10 -cpu 1 .
+func BenchmarkSQLiteTxFirst(b *testing.B) {
+	for _, conns := range []int{1, 16} {
+		b.Run("c="+strconv.Itoa(conns), func(b *testing.B) {
+			db := openSQLite(b)
+			s := newStore(b, db)
+			createOrders(b, db)
+			e := idem.New(idem.Config{Store: s, Logger: discardLogger})
+			benchSides(b, conns, []string{"insert", "tx", "separate"}, []http.Handler{
+				orderHandler(db),
+				TxMiddleware(idemhttp.Middleware(e)(txOrderHandler(db))),
+				idemhttp.Middleware(e)(orderHandler(db)),
+			})
+		})
+	}
+}
+
+// txOrderHandler is orderHandler writing its INSERT in the request's
+// transaction (Tx).
+func txOrderHandler(db *gorm.DB) http.Handler {
+	var seq atomic.Int64
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var o benchOrder
+		if err := json.NewDecoder(r.Body).Decode(&o); err != nil {
+			http.Error(w, "bad JSON", http.StatusBadRequest)
+			return
+		}
+		now := time.Now().Unix()
+		tx, err := Tx(r.Context(), db)
+		if err == nil {
+			err = tx.Exec("INSERT INTO orders (item, quantity, customer, note, created) VALUES (?, ?, ?, ?, ?)",
+				o.Item, o.Quantity, o.Customer, o.Note, now).Error
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		_ = json.NewEncoder(w).Encode(map[string]any{"id": "ord_" + strconv.FormatInt(1e12+seq.Add(1), 10),
+			"item": o.Item, "quantity": o.Quantity, "customer": o.Customer, "amount": 1999 * o.Quantity,
+			"currency": "usd", "created": now})
+	})
+}
+
+func createOrders(b *testing.B, db *gorm.DB) {
+	if err := db.Exec(`CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, item TEXT NOT NULL,
+		quantity INTEGER NOT NULL, customer TEXT NOT NULL, note TEXT NOT NULL, created INTEGER NOT NULL)`).Error; err != nil {
+		b.Fatal(err)
+	}
+}
+
 // benchOrder is the request's body, about 100 bytes of JSON, decoded.
 type benchOrder struct {
 	Item     string `json:"item"`
@@ -105,13 +164,18 @@ func invoke(h http.Handler, key string) int {
 func benchFirst(b *testing.B, conns int) {
 	db := openSQLite(b)
 	s := newStore(b, db)
-	if err := db.Exec(`CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, item TEXT NOT NULL,
-		quantity INTEGER NOT NULL, customer TEXT NOT NULL, note TEXT NOT NULL, created INTEGER NOT NULL)`).Error; err != nil {
-		b.Fatal(err)
-	}
+	createOrders(b, db)
 	e := idem.New(idem.Config{Store: s, Logger: discardLogger})
-	sides := []http.Handler{idemhttp.Middleware(e)(orderHandler(nil)), orderHandler(db)}
-	var took [2]time.Duration
+	took := benchSides(b, conns, []string{"first", "insert"}, []http.Handler{idemhttp.Middleware(e)(orderHandler(nil)), orderHandler(db)})
+	b.ReportMetric(float64(took[1])/float64(took[0]), "first/insert")
+}
+
+// benchSides sends requests with new keys to each of sides in turn, in
+// chunks, from conns goroutines at a time, and reports each one's time
+// per request (name-ns/op) and, after the first, its throughput over the
+// first's (name/first's name); it returns the time each took.
+func benchSides(b *testing.B, conns int, names []string, sides []http.Handler) []time.Duration {
+	took := make([]time.Duration, len(sides))
 	var next atomic.Int64
 	// chunk runs n requests through h from conns goroutines and returns
 	// how long they took.
@@ -138,7 +202,7 @@ func benchFirst(b *testing.B, conns int) {
 	for i, h := range sides {
 		took[i] = chunk(h, 200)
 	}
-	took = [2]time.Duration{}
+	clear(took)
 	const size = 250
 	b.ResetTimer()
 	for done := 0; done < b.N; done += size {
@@ -148,7 +212,11 @@ func benchFirst(b *testing.B, conns int) {
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(took[0].Nanoseconds())/float64(b.N), "first-ns/op")
-	b.ReportMetric(float64(took[1].Nanoseconds())/float64(b.N), "insert-ns/op")
-	b.ReportMetric(float64(took[1])/float64(took[0]), "first/insert")
+	for i, name := range names {
+		b.ReportMetric(float64(took[i].Nanoseconds())/float64(b.N), name+"-ns/op")
+		if i > 0 && names[0] != "first" {
+			b.ReportMetric(float64(took[0])/float64(took[i]), name+"/"+names[0])
+		}
+	}
+	return took
 }
