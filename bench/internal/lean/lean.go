@@ -2,8 +2,9 @@
 // net/http kept as the benchmark's floor, never as a product. It has
 // idemkit's replay, 409 and 422 behaviour for one process and nothing
 // else: no leases, no expiry, no events, no canonical JSON. Its store is
-// pointer-free (fixed-size keys in a map to record numbers, responses in
-// 64 KiB chunks of bytes per shard, never copied), so the garbage
+// pointer-free (a map from a seeded 64-bit hash of the key to a record
+// number, the key itself in its fixed-size record, responses in 64 KiB
+// chunks of bytes per shard, never copied), so the garbage
 // collector scans a pointer per chunk at most, and its
 // buffers are pooled: it allocates little beyond the handler.
 package lean
@@ -11,6 +12,7 @@ package lean
 import (
 	"bytes"
 	"crypto/sha256"
+	"hash/maphash"
 	"net/http"
 	"sync"
 )
@@ -24,7 +26,9 @@ const (
 )
 
 type record struct {
+	key      [maxKey]byte
 	fp       [sha256.Size]byte
+	free     bool // released by a 5xx: the next request with the key takes it
 	done     bool
 	status   uint16
 	ct       uint8 // index into shard.types
@@ -33,8 +37,10 @@ type record struct {
 }
 
 type shard struct {
-	mu     sync.Mutex
-	index  map[[maxKey]byte]uint32
+	mu sync.Mutex
+	// index maps the key's hash to its record; a key whose hash is taken
+	// by another key's record probes the next hash values.
+	index  map[uint64]uint32
 	recs   [][]record // record n is recs[n/perBlock][n%perBlock]: never copied
 	n      uint32
 	chunks [][]byte // the responses' bodies
@@ -64,8 +70,9 @@ var replayed = []string{"true"}
 func Middleware(next http.Handler) http.Handler {
 	var st [shards]shard
 	for i := range st {
-		st[i].index = map[[maxKey]byte]uint32{}
+		st[i].index = map[uint64]uint32{}
 	}
+	seed := maphash.MakeSeed()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		k := r.Header["Idempotency-Key"]
 		if len(k) != 1 || k[0] == "" || len(k[0]) > maxKey {
@@ -87,14 +94,19 @@ func Middleware(next http.Handler) http.Handler {
 			return
 		}
 		fp := sha256.Sum256(b.in.Bytes())
-		h := uint32(2166136261)
-		for _, c := range []byte(k[0]) {
-			h = (h ^ uint32(c)) * 16777619
-		}
+		h := maphash.String(seed, k[0])
 		sh := &st[h%shards]
 		sh.mu.Lock()
-		if i, ok := sh.index[key]; ok {
-			rec := sh.recs[i/perBlock][i%perBlock]
+		n, found := uint32(0), false
+		for ; ; h++ {
+			var ok bool
+			if n, ok = sh.index[h]; !ok || sh.recs[n/perBlock][n%perBlock].key == key {
+				found = ok
+				break
+			}
+		}
+		if found && !sh.recs[n/perBlock][n%perBlock].free {
+			rec := sh.recs[n/perBlock][n%perBlock]
 			switch {
 			case rec.fp != fp:
 				sh.mu.Unlock()
@@ -117,13 +129,15 @@ func Middleware(next http.Handler) http.Handler {
 			}
 			return
 		}
-		n := sh.n
-		sh.n++
-		if n%perBlock == 0 {
-			sh.recs = append(sh.recs, make([]record, perBlock))
+		if !found { // a new key; a freed one keeps its record
+			n = sh.n
+			sh.n++
+			if n%perBlock == 0 {
+				sh.recs = append(sh.recs, make([]record, perBlock))
+			}
+			sh.index[h] = n
 		}
-		sh.index[key] = n
-		sh.recs[n/perBlock][n%perBlock] = record{fp: fp}
+		sh.recs[n/perBlock][n%perBlock] = record{key: key, fp: fp}
 		sh.mu.Unlock()
 
 		b.rd.Reset(b.in.Bytes()[head:])
@@ -144,7 +158,7 @@ func Middleware(next http.Handler) http.Handler {
 			t++
 		}
 		if status >= 500 || t == 256 { // not stored: the key is free again
-			delete(sh.index, key)
+			sh.recs[n/perBlock][n%perBlock].free = true
 			return
 		}
 		if t == len(sh.types) {
