@@ -163,7 +163,7 @@ func writeSummary(b *strings.Builder, d *Data) {
 			"10% retries; Conflict: all connections on one key at a time. A replay skips the handler, so it may " +
 			"beat the bare handler.")
 		if len(ix[cell{"nethttp", "lean", "First", c}]) > 0 {
-			b.WriteString(" minimal-lean is a hand-written middleware of about a hundred lines (`bench/internal/lean`), " +
+			b.WriteString(" minimal-lean is a hand-written middleware of some 160 lines of code (`bench/internal/lean`), " +
 				"measured as the practical floor and never offered as a product: the same replay, 409 and 422 answers " +
 				"for one process, on a store the garbage collector never scans, with no leases, expiry, events or " +
 				"canonical JSON.")
