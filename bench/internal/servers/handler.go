@@ -55,8 +55,8 @@ type orders struct {
 	insert string
 	// tx: the INSERT runs in the request's transaction (gormstore.Tx),
 	// which the store commits with the stored response.
-	tx bool
-	rdb    redis.UniversalClient // nil: no SET NX
+	tx  bool
+	rdb redis.UniversalClient // nil: no SET NX
 	// prefix begins the baseline's Redis keys; ttl is their expiry.
 	prefix string
 	ttl    time.Duration
