@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"sync/atomic"
@@ -23,7 +24,7 @@ type Engine struct {
 	cfg           Config
 	clock         Clock
 	realClock     bool      // the system clock, so one reading serves both the record and the latency
-	epoch         time.Time // time.Now at New: the reference of elapsed (see elapsed)
+	epoch         time.Time // time.Now at New: the reference of readClock on a LocalStore
 	local         bool      // the store is a LocalStore: its calls need no deadline
 	leaseless     bool      // the store is local or used by one process: it takes no leases
 	replayHeaders []string
@@ -93,7 +94,9 @@ func (e *Engine) begin(ctx context.Context, r *exchange.Request) exchange.Decisi
 	if !e.guards(r.Method) {
 		return exchange.Decision{}
 	}
-	began := elapsed(e.epoch)
+	// One reading of the clock serves the request's duration, the record's
+	// times and the store call's start.
+	began := e.readClock()
 	key, keyErr := ParseKey(r.KeyLines, e.cfg.StrictKeys)
 	if keyErr == nil && e.cfg.ValidateKey != nil {
 		if err := e.cfg.ValidateKey(key); err != nil {
@@ -106,10 +109,10 @@ func (e *Engine) begin(ctx context.Context, r *exchange.Request) exchange.Decisi
 		read, bodyErr = e.takeBody(r)
 	}
 	if v, final := decideRequest(keyErr, bodyErr, e.cfg.KeyOptional); final {
-		return e.carryOut(ctx, r, key, v, keyErr, nil, &outcomeOf{}, began, elapsed(began))
+		return e.carryOut(ctx, r, key, v, keyErr, nil, &outcomeOf{}, began, time.Time{})
 	}
-	a, start := e.acquisition(r.Scope, key, e.cfg.Fingerprint(*r))
-	got := e.acquire(ctx, &a, start)
+	a := e.acquisition(r.Scope, key, e.cfg.Fingerprint(*r), began)
+	got := e.acquire(ctx, &a, began)
 	v := decide(&got.rec, got.outcome, got.err, a.Fingerprint, e.cfg.FailOpen)
 	d := e.carryOut(ctx, r, key, v, nil, &a, &got, began, got.done)
 	d.Body = read
@@ -130,12 +133,11 @@ func (e *Engine) takeBody(r *exchange.Request) (read []byte, err error) {
 	return nil, nil
 }
 
-// acquisition is the Acquire for a request, as of now on the Engine's
-// clock. start is the same moment on the monotonic clock: it starts both
-// the store call's latency and, with the reading after it, the event's
-// duration, so that one reading of the time serves all three.
-func (e *Engine) acquisition(scope, key string, fp Fingerprint) (a Acquire, start time.Time) {
-	start = time.Now()
+// acquisition is the Acquire for a request, as of start (readClock's) on
+// the Engine's clock: with the system clock, start itself,
+// so that one reading of the time serves the record, the store call's
+// latency and the request's duration.
+func (e *Engine) acquisition(scope, key string, fp Fingerprint, start time.Time) Acquire {
 	now := start
 	if !e.realClock {
 		now = e.clock.Now()
@@ -151,7 +153,7 @@ func (e *Engine) acquisition(scope, key string, fp Fingerprint) (a Acquire, star
 		Now:         now,
 		LeaseUntil:  now.Add(lease),
 		ExpiresAt:   now.Add(e.cfg.TTL),
-	}, start
+	}
 }
 
 // outcomeOf is what came of the Acquire call for a request.
@@ -160,7 +162,7 @@ type outcomeOf struct {
 	outcome     AcquireOutcome
 	err         error
 	called      bool      // Acquire was called
-	start, done time.Time // the call's, on the monotonic clock (done: and any release after it)
+	start, done time.Time // the call's, on the monotonic clock (done: and any release after it; zero if not read)
 	latency     time.Duration
 }
 
@@ -175,7 +177,7 @@ type outcomeOf struct {
 // after its client left gives the key it took back, and the request is
 // client-gone.
 func (e *Engine) acquire(ctx context.Context, a *Acquire, start time.Time) outcomeOf {
-	o := outcomeOf{start: start, done: start}
+	o := outcomeOf{start: start}
 	if ctx.Err() != nil { // a client already gone is not worth a store call
 		o.err = errClientGone
 		return o
@@ -188,8 +190,13 @@ func (e *Engine) acquire(ctx context.Context, a *Acquire, start time.Time) outco
 	o.rec, o.outcome, o.err = e.cfg.Store.Acquire(actx, *a)
 	timedOut := context.Cause(actx) == context.DeadlineExceeded
 	cancel()
-	o.done, o.called = elapsed(start), true
-	o.latency = o.done.Sub(start)
+	o.called = true
+	// The clock is read again only for what reads it: the lease check of a
+	// store that takes leases, and the events of errors or of a listener.
+	if !e.leaseless || o.err != nil || e.listens(ctx, slog.LevelDebug) {
+		o.done = elapsed(start)
+		o.latency = o.done.Sub(start)
+	}
 	if o.err != nil && timedOut && !errors.Is(o.err, context.DeadlineExceeded) {
 		o.err = fmt.Errorf("%w (no answer within StoreTimeout: %w)", o.err, context.DeadlineExceeded)
 	}
@@ -231,8 +238,11 @@ func (e *Engine) carryOut(ctx context.Context, r *exchange.Request, key string, 
 	case v.status != 0:
 		d.Response = exchange.Response{Status: v.status, Body: []byte{}}
 	}
-	if v.event == 0 {
+	if v.event == 0 || v.level < slog.LevelWarn && !e.listens(ctx, v.level) {
 		return d
+	}
+	if at.IsZero() {
+		at = elapsed(began)
 	}
 	ev := e.event(v.event, r.Method, r.Path, key, began, at)
 	ev.Status = d.Response.Status
@@ -272,6 +282,19 @@ func (e *Engine) releaseOrphan(ctx context.Context, a Acquire) {
 // one too; its wall reading is ref's plus the elapsed time, so it is not
 // written to stores, which may reckon by the wall clock.
 func elapsed(ref time.Time) time.Time { return ref.Add(time.Since(ref)) }
+
+// readClock reads the time for a request's start or its completion: with
+// the system clock and a LocalStore, one monotonic reading from the
+// Engine's start (elapsed), since such a store lives in this process and
+// reckons its records' times against each other, never against another
+// process's wall clock (see LocalStore); otherwise time.Now, whose wall
+// reading a store may write and compare across processes.
+func (e *Engine) readClock() time.Time {
+	if e.local && e.realClock {
+		return elapsed(e.epoch)
+	}
+	return time.Now()
+}
 
 // clockAt is the Engine's clock reading for the moment time.Now read as
 // wall: the same reading with the default clock, saving a call to it.

@@ -22,6 +22,13 @@ func (e *Engine) event(kind idemevent.Kind, method, path, key string, began, at 
 	return ev
 }
 
+// listens reports whether an event at level would be read, by the
+// OnEvent hook or the logger: the events of decisions and outcomes that
+// go well (DEBUG) are not built, nor their times read, for nobody.
+func (e *Engine) listens(ctx context.Context, level slog.Level) bool {
+	return e.cfg.OnEvent != nil || e.cfg.Logger.Enabled(ctx, level)
+}
+
 // emit hands ev to the OnEvent hook and the logger, if they listen.
 func (e *Engine) emit(ctx context.Context, ev *idemevent.Event, level slog.Level) {
 	if e.cfg.OnEvent != nil {

@@ -120,9 +120,9 @@ func (e *Engine) Do(ctx context.Context, j Job, f func(ctx context.Context) ([]b
 	}
 	id := JobID(j.Scope, j.Key)
 	r := exchange.Request{Method: jobMethod, Path: j.Name, Scope: id.Scope, Body: j.Payload}
-	began := elapsed(e.epoch)
-	a, start := e.acquisition(id.Scope, id.Key, e.cfg.Fingerprint(r))
-	got := e.acquire(ctx, &a, start)
+	began := e.readClock()
+	a := e.acquisition(id.Scope, id.Key, e.cfg.Fingerprint(r), began)
+	got := e.acquire(ctx, &a, began)
 	v := decide(&got.rec, got.outcome, got.err, a.Fingerprint, e.cfg.FailOpen)
 	d := e.carryOut(ctx, &r, id.Key, v, nil, &a, &got, began, got.done)
 	switch {

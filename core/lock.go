@@ -162,7 +162,7 @@ func (l *lock) complete(ctx, detached context.Context, status int, header exchan
 	if resp.Body == nil {
 		resp.Body = []byte{}
 	}
-	start := time.Now()
+	start := l.e.readClock()
 	now := l.e.clockAt(start)
 	err := l.e.cfg.Store.Complete(ctx, l.id, l.token, Completion{
 		Response:    resp,
@@ -171,8 +171,11 @@ func (l *lock) complete(ctx, detached context.Context, status int, header exchan
 	})
 	l.recycleBody()
 	hs.recycle()
-	done := elapsed(start)
 	f := finished(err, "", true)
+	if f.Outcome == exchange.Recorded && !l.e.listens(ctx, slog.LevelDebug) {
+		return f // nobody reads the event: neither it nor its times are made
+	}
+	done := elapsed(start)
 	ev := l.e.event(idemevent.Stored, l.method, l.path, l.id.Key, l.began, done)
 	ev.Status, ev.StoreCall, ev.StoreLatency = status, "complete", done.Sub(start)
 	switch {
@@ -249,8 +252,9 @@ func (l *lock) LeaveRunning(ctx context.Context, status int, middleware string) 
 	}
 	l.stopTimeout()
 	l.recycleBody()
-	l.e.renewer.remove(l)
-	if l.e.leaseless {
+	if !l.e.leaseless {
+		l.e.renewer.remove(l)
+	} else {
 		id, token, detached := l.id, l.token, context.WithoutCancel(ctx)
 		l.e.clock.AfterFunc(l.e.cfg.Lease, func() {
 			sctx, cancel := l.e.storeContext(detached)
@@ -305,13 +309,19 @@ func (l *lock) release(ctx context.Context, reason exchange.Reason, status int) 
 	l.recycleBody()
 	start := time.Now()
 	err := l.e.cfg.Store.Release(ctx, l.id, l.token)
-	done := elapsed(start)
 	f := finished(err, reason, false)
-	ev := l.e.event(idemevent.NotStored, l.method, l.path, l.id.Key, l.began, done)
-	ev.Status, ev.Reason, ev.StoreCall, ev.StoreLatency = status, reason, "release", done.Sub(start)
 	level := slog.LevelDebug
 	if err != nil && !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrRolledBack) {
-		ev.Err, level = err, slog.LevelError
+		level = slog.LevelError
+	}
+	if level < slog.LevelWarn && !l.e.listens(ctx, level) {
+		return f
+	}
+	done := elapsed(start)
+	ev := l.e.event(idemevent.NotStored, l.method, l.path, l.id.Key, l.began, done)
+	ev.Status, ev.Reason, ev.StoreCall, ev.StoreLatency = status, reason, "release", done.Sub(start)
+	if level == slog.LevelError {
+		ev.Err = err
 	}
 	l.e.emit(ctx, &ev, level)
 	return f
@@ -355,7 +365,9 @@ func (l *lock) stopTimeout() {
 // completion).
 func (l *lock) end() {
 	l.move(lockRecorded)
-	l.e.renewer.remove(l)
+	if !l.e.leaseless { // a leaseless store's lock was never registered: see newLock
+		l.e.renewer.remove(l)
+	}
 	l.ctx.stop(context.Canceled)
 }
 

@@ -115,7 +115,12 @@ type PartialRenewal interface {
 // the handler ends (or Config.HandlerTimeout stops it), with no renewal
 // and no lease timer. A wrapper that can wait (a decorator adding latency
 // or a network hop) must not pass the capability on, as embedding the
-// concrete store type would.
+// concrete store type would. With the system clock, the times the Engine
+// hands such a store (Acquire.Now, Completion.CompletedAt, ...) are read
+// from the monotonic clock, as the Engine's start plus the time elapsed
+// since: compare them with each other or with time.Now (which uses the
+// monotonic readings), not by their wall readings, which drift from the
+// wall clock if it is stepped while the process runs.
 type LocalStore interface {
 	// Local marks the capability; it is never called.
 	Local()

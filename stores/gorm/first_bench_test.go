@@ -34,6 +34,37 @@ func BenchmarkSQLiteFirst(b *testing.B) {
 	}
 }
 
+// BenchmarkSQLiteTxFirst is BenchmarkSQLiteFirst for the transactional
+// completion: the handler INSERTs its order through Tx, and the completion
+// commits in that transaction (tx), beside the same handler INSERTing alone
+// with no idemkit (insert) and beside it behind idemkit with its INSERT in
+// a statement of its own (separate). It reports tx/insert and
+// separate/insert, the throughput of each over the INSERT alone's:
+//
+//	go test -run '^$' -bench SQLiteTxFirst -count 10 -cpu 1 .
+func BenchmarkSQLiteTxFirst(b *testing.B) {
+	for _, conns := range []int{1, 16} {
+		b.Run("c="+strconv.Itoa(conns), func(b *testing.B) {
+			db := openSQLite(b)
+			s := newStore(b, db)
+			createOrders(b, db)
+			e := idem.New(idem.Config{Store: s, Logger: discardLogger})
+			benchSides(b, conns, []string{"insert", "tx", "separate"}, []http.Handler{
+				orderHandler(db, alone),
+				TxMiddleware(idemhttp.Middleware(e)(orderHandler(db, inTx))),
+				idemhttp.Middleware(e)(orderHandler(db, alone)),
+			})
+		})
+	}
+}
+
+func createOrders(b *testing.B, db *gorm.DB) {
+	if err := db.Exec(`CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, item TEXT NOT NULL,
+		quantity INTEGER NOT NULL, customer TEXT NOT NULL, note TEXT NOT NULL, created INTEGER NOT NULL)`).Error; err != nil {
+		b.Fatal(err)
+	}
+}
+
 // benchOrder is the request's body, about 100 bytes of JSON, decoded.
 type benchOrder struct {
 	Item     string `json:"item"`
@@ -44,9 +75,17 @@ type benchOrder struct {
 
 var benchOrderBody = []byte(`{"item":"paperback-0042","quantity":3,"customer":"cus_8f14e45fceea167a","note":"leave it at the door"}`)
 
+// How orderHandler writes its INSERT: in a statement of its own, or in
+// the request's transaction (Tx).
+const (
+	alone = false
+	inTx  = true
+)
+
 // orderHandler decodes the order and answers 201 with about 150 bytes of
-// JSON; with db set it first INSERTs the order, as the baseline does.
-func orderHandler(db *gorm.DB) http.Handler {
+// JSON; with db set it first INSERTs the order, as the baseline does, in
+// the request's transaction if inTx.
+func orderHandler(db *gorm.DB, inTx bool) http.Handler {
 	var seq atomic.Int64
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var o benchOrder
@@ -56,8 +95,15 @@ func orderHandler(db *gorm.DB) http.Handler {
 		}
 		now := time.Now().Unix()
 		if db != nil {
-			if err := db.WithContext(r.Context()).Exec("INSERT INTO orders (item, quantity, customer, note, created) VALUES (?, ?, ?, ?, ?)",
-				o.Item, o.Quantity, o.Customer, o.Note, now).Error; err != nil {
+			x, err := db.WithContext(r.Context()), error(nil)
+			if inTx {
+				x, err = Tx(r.Context(), db)
+			}
+			if err == nil {
+				err = x.Exec("INSERT INTO orders (item, quantity, customer, note, created) VALUES (?, ?, ?, ?, ?)",
+					o.Item, o.Quantity, o.Customer, o.Note, now).Error
+			}
+			if err != nil {
 				http.Error(w, err.Error(), http.StatusInternalServerError)
 				return
 			}
@@ -105,13 +151,18 @@ func invoke(h http.Handler, key string) int {
 func benchFirst(b *testing.B, conns int) {
 	db := openSQLite(b)
 	s := newStore(b, db)
-	if err := db.Exec(`CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, item TEXT NOT NULL,
-		quantity INTEGER NOT NULL, customer TEXT NOT NULL, note TEXT NOT NULL, created INTEGER NOT NULL)`).Error; err != nil {
-		b.Fatal(err)
-	}
+	createOrders(b, db)
 	e := idem.New(idem.Config{Store: s, Logger: discardLogger})
-	sides := []http.Handler{idemhttp.Middleware(e)(orderHandler(nil)), orderHandler(db)}
-	var took [2]time.Duration
+	took := benchSides(b, conns, []string{"first", "insert"}, []http.Handler{idemhttp.Middleware(e)(orderHandler(nil, alone)), orderHandler(db, alone)})
+	b.ReportMetric(float64(took[1])/float64(took[0]), "first/insert")
+}
+
+// benchSides sends requests with new keys to each of sides in turn, in
+// chunks, from conns goroutines at a time, and reports each one's time
+// per request (name-ns/op) and, after the first, its throughput over the
+// first's (name/first's name); it returns the time each took.
+func benchSides(b *testing.B, conns int, names []string, sides []http.Handler) []time.Duration {
+	took := make([]time.Duration, len(sides))
 	var next atomic.Int64
 	// chunk runs n requests through h from conns goroutines and returns
 	// how long they took.
@@ -138,7 +189,7 @@ func benchFirst(b *testing.B, conns int) {
 	for i, h := range sides {
 		took[i] = chunk(h, 200)
 	}
-	took = [2]time.Duration{}
+	clear(took)
 	const size = 250
 	b.ResetTimer()
 	for done := 0; done < b.N; done += size {
@@ -148,7 +199,11 @@ func benchFirst(b *testing.B, conns int) {
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(took[0].Nanoseconds())/float64(b.N), "first-ns/op")
-	b.ReportMetric(float64(took[1].Nanoseconds())/float64(b.N), "insert-ns/op")
-	b.ReportMetric(float64(took[1])/float64(took[0]), "first/insert")
+	for i, name := range names {
+		b.ReportMetric(float64(took[i].Nanoseconds())/float64(b.N), name+"-ns/op")
+		if i > 0 && names[0] != "first" {
+			b.ReportMetric(float64(took[0])/float64(took[i]), name+"/"+names[0])
+		}
+	}
+	return took
 }

@@ -139,11 +139,16 @@ func (s *Store) completeLocal(ctx context.Context, scope, key blob, token string
 	var err error
 	if tx != nil {
 		err = s.completeInTx(ctx, tx, func(db *gorm.DB) (int64, error) {
-			res := db.Exec(s.sql.insertCompleted, args[:len(args)-1]...)
-			if s.isDuplicate(res.Error) {
-				res = db.Exec(s.sql.completeRow, args...)
+			n, ok, err := s.execInTx(db, s.sql.native.insertCompleted, args[:len(args)-1]...)
+			if !ok {
+				res := db.Exec(s.sql.insertCompleted, args[:len(args)-1]...)
+				n, err = res.RowsAffected, res.Error
 			}
-			return res.RowsAffected, res.Error
+			if s.isDuplicate(err) {
+				res := db.Exec(s.sql.completeRow, args...)
+				n, err = res.RowsAffected, res.Error
+			}
+			return n, err
 		})
 	} else {
 		err = s.write(ctx, func(x session) error {

@@ -55,6 +55,11 @@ type Store struct {
 	calls        *calls
 	closeTimeout time.Duration
 
+	// txStmts holds, per connection pool a request's transaction ran on
+	// (*sql.DB), the completion statement prepared there (*sql.Stmt): see
+	// execInTx.
+	txStmts sync.Map
+
 	// beforeCommit, if set, runs between the completion's UPDATE and the
 	// COMMIT of a request's transaction. Tests use it to crash there.
 	beforeCommit func(tx *gorm.DB)
@@ -602,6 +607,50 @@ func (s *Store) completeInTx(ctx context.Context, tx *gorm.DB, exec func(db *gor
 		return fmt.Errorf("gormstore: complete: commit: %w: %w", idem.ErrRolledBack, err)
 	}
 	return nil
+}
+
+// execInTx runs query, in its native form, in the request's transaction
+// db (a session on a *sql.Tx) as a statement prepared once per connection
+// pool: where the statement would otherwise be parsed and planned at every
+// completion, as GORM's Exec does, it is the dearer part of the completion
+// on SQLite. ok is false when db is not a plain database/sql transaction
+// (GORM's PrepareStmt mode, say) or the statement cannot be prepared: the
+// caller then runs it through GORM.
+func (s *Store) execInTx(db *gorm.DB, query string, args ...any) (n int64, ok bool, err error) {
+	tx, isTx := db.Statement.ConnPool.(*sql.Tx)
+	pool, isPool := db.Config.ConnPool.(*sql.DB)
+	if !isTx || !isPool {
+		return 0, false, nil
+	}
+	stmt, err := s.txStmt(pool, query)
+	if err != nil {
+		return 0, false, nil
+	}
+	ctx := db.Statement.Context
+	res, err := tx.StmtContext(ctx, stmt).ExecContext(ctx, args...)
+	if err != nil {
+		return 0, true, err
+	}
+	n, err = res.RowsAffected()
+	return n, true, err
+}
+
+// txStmt returns query prepared on pool, preparing it at the first call.
+// Only the completion's statement is prepared so, once per pool: the
+// statements live as long as the pool.
+func (s *Store) txStmt(pool *sql.DB, query string) (*sql.Stmt, error) {
+	if st, ok := s.txStmts.Load(pool); ok {
+		return st.(*sql.Stmt), nil
+	}
+	st, err := pool.Prepare(query)
+	if err != nil {
+		return nil, err
+	}
+	if prev, loaded := s.txStmts.LoadOrStore(pool, st); loaded {
+		st.Close()
+		return prev.(*sql.Stmt), nil
+	}
+	return st, nil
 }
 
 // Release implements idem.Store with one conditional DELETE; on SQLite it

@@ -127,7 +127,7 @@ func serveChild(o childOptions) error {
 		case "mem":
 			var m runtime.MemStats
 			runtime.ReadMemStats(&m)
-			reply(out, memReply{Mallocs: m.Mallocs, Bytes: m.TotalAlloc, Heap: m.HeapAlloc, GC: m.NumGC})
+			reply(out, memReply{Mallocs: m.Mallocs, Bytes: m.TotalAlloc, Heap: m.HeapAlloc, GC: m.NumGC, CPU: cpuTime()})
 		case "heap":
 			runtime.GC()
 			runtime.GC() // the second collection frees what the first finalised
@@ -187,6 +187,9 @@ func serveChild(o childOptions) error {
 type memReply struct {
 	Mallocs, Bytes, Heap uint64
 	GC                   uint32
+	// CPU is the CPU time the process has used (user and system; 0 where
+	// the platform does not say).
+	CPU time.Duration
 }
 
 type tookReply struct {

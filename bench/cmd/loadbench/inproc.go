@@ -17,7 +17,7 @@ func inprocWorkloads(fw, kind string) []string {
 		return nil
 	}
 	switch kind {
-	case "sqlite", "insert":
+	case "sqlite", "sqlitetx", "insert":
 		if fw == "nethttp" { // the SQLite figures are about the store, not the framework
 			return []string{"First"}
 		}

@@ -109,8 +109,8 @@ func (b *bench) loopback() error {
 						}
 						r.Framework, r.Kind, r.Rep = fw, k, rep
 						b.data.Runs = append(b.data.Runs, r)
-						b.logf("[%d/%d] rep %d %-7s %-7s %-8s c=%-2d %8.0f req/s p50 %-9s p99 %-9s %5.1f allocs %6.0f B %v",
-							done, total, rep+1, fw, k, w, n, r.RPS, r.P50, r.P99, r.AllocsPerOp, r.BytesPerOp, r.Status)
+						b.logf("[%d/%d] rep %d %-7s %-7s %-8s c=%-2d %8.0f req/s p50 %-9s p99 %-9s %5.1f allocs %6.0f B %5.1f µs CPU %v",
+							done, total, rep+1, fw, k, w, n, r.RPS, r.P50, r.P99, r.AllocsPerOp, r.BytesPerOp, r.CPUPerOp/1e3, r.Status)
 					}
 				}
 			}
@@ -162,6 +162,7 @@ func (b *bench) loopbackRun(ch *child, wl loadgen.Workload, conns int) (report.R
 		Workload: wl.String(), Conns: conns,
 		RPS: res.RPS, P50: res.Latency.P50, P99: res.Latency.P99,
 		AllocsPerOp: float64(after.Mallocs-before.Mallocs) / n,
+		CPUPerOp:    float64(after.CPU-before.CPU) / n,
 		BytesPerOp:  float64(after.Bytes-before.Bytes) / n,
 		Status:      res.Status, Replayed: res.Replayed, Errors: res.Errors,
 	}, nil

@@ -80,7 +80,7 @@ func TestLastLines(t *testing.T) {
 func TestFleetKindsNeedTheirServers(t *testing.T) {
 	c := config{kinds: servers.Kinds, frameworks: []string{"nethttp", "gin"}, sections: set("loopback,inproc"),
 		workloads: []string{"First", "Conflict"}, conns: []int{16}, fleetWorkloads: []string{"First", "Replay"}, fleetConns: []int{16, 64}}
-	if got := c.fleetKinds(); !slices.Equal(got, []string{"postgres", "pginsert", "redis", "setnx"}) {
+	if got := c.fleetKinds(); !slices.Equal(got, []string{"postgres", "pgtx", "pginsert", "redis", "setnx"}) {
 		t.Errorf("fleet kinds %v", got)
 	}
 	b := &bench{cfg: c}

@@ -7,9 +7,10 @@ import (
 	"strings"
 )
 
-// chartKinds are the configurations drawn, with their colours.
-var chartKinds = []struct{ kind, color string }{
+// allChartKinds are the configurations drawn, with their colours.
+var allChartKinds = []struct{ kind, color string }{
 	{"mem", "#2b6cb0"},
+	{"lean", "#805ad5"},
 	{"sqlite", "#dd6b20"},
 	{"insert", "#a0aec0"},
 	{"builtin", "#38a169"},
@@ -22,6 +23,13 @@ var chartKinds = []struct{ kind, color string }{
 func SVG(d *Data) string {
 	ix := indexRuns(d.Runs)
 	c := d.Setup.TargetConns
+	// Only the configurations the run measured get a bar's place.
+	var chartKinds []struct{ kind, color string }
+	for _, k := range allChartKinds {
+		if hasKind(ix, k.kind) {
+			chartKinds = append(chartKinds, k)
+		}
+	}
 	type group struct {
 		fw, workload string
 		bars         []float64 // per chartKinds, NaN: not measured

@@ -86,8 +86,12 @@ type Run struct {
 	RPS                       float64
 	P50, P99                  time.Duration
 	AllocsPerOp, BytesPerOp   float64
-	Status                    map[int]int
-	Replayed, Errors          int
+	// CPUPerOp is the server process's CPU time per request, in ns: on a
+	// machine shared with other work it moves far less than RPS (0 in
+	// runs before it was measured, or where the platform does not say).
+	CPUPerOp         float64 `json:",omitempty"`
+	Status           map[int]int
+	Replayed, Errors int
 }
 
 // InProcRun is one in-process measurement.

@@ -28,6 +28,7 @@ import (
 	idemfiber "github.com/idemkit/idemkit/adapters/fiber"
 	idemfiberv3 "github.com/idemkit/idemkit/adapters/fiberv3"
 	idemgin "github.com/idemkit/idemkit/adapters/gin"
+	"github.com/idemkit/idemkit/bench/internal/lean"
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/idemhttp"
 	"github.com/idemkit/idemkit/core/memstore"
@@ -51,10 +52,24 @@ const (
 	Redis    = "redis"    // idemkit, Redis store (net/http only)
 	SetNX    = "setnx"    // the handler plus one SET NX with an expiry on Redis (net/http only)
 	Builtin  = "builtin"  // Fiber's own middleware/idempotency (Fiber v2 and v3 only)
+	// Lean is minimal-lean (bench/internal/lean), the hand-written floor
+	// idemkit is compared with (net/http only).
+	Lean = "lean"
+	// SQLiteTx and PGTx are idemkit with the GORM store's transactional
+	// completion (gormstore.Tx): the handler INSERTs its order in the
+	// request's transaction, which the completion commits with the record.
+	// Their baselines are Insert and PGInsert, the same handler with its
+	// INSERT alone (net/http only).
+	SQLiteTx = "sqlitetx"
+	PGTx     = "pgtx"
 )
 
 // Kinds are the kinds of server, in report order.
-var Kinds = []string{Bare, Mem, SQLite, Insert, Postgres, PGInsert, Redis, SetNX, Builtin}
+var Kinds = []string{Bare, Mem, Lean, SQLite, SQLiteTx, Insert, Postgres, PGTx, PGInsert, Redis, SetNX, Builtin}
+
+// InTx reports whether kind's handler writes in the transaction
+// gormstore.Tx gives it.
+func InTx(kind string) bool { return kind == SQLiteTx || kind == PGTx }
 
 // Valid reports whether the framework has that kind of server. The kinds
 // on a database server are built on net/http alone: their figures are
@@ -65,7 +80,7 @@ func Valid(framework, kind string) bool {
 		return false
 	case kind == Builtin:
 		return framework == "fiber" || framework == "fiberv3"
-	case Fleet(kind):
+	case Fleet(kind) || kind == Lean || kind == SQLiteTx:
 		return framework == "nethttp"
 	}
 	return true
@@ -120,7 +135,7 @@ func Build(o Options) (*Server, error) {
 	}
 	s := &Server{Framework: o.Framework, Kind: o.Kind}
 	ords := &orders{}
-	if o.Kind == SQLite || o.Kind == Insert {
+	if o.Kind == SQLite || o.Kind == Insert || o.Kind == SQLiteTx {
 		db, err := sqlitedb.Open(filepath.Join(o.Dir, o.Framework+"-"+o.Kind+".db"), &gorm.Config{Logger: logger.Discard})
 		if err != nil {
 			return nil, err
@@ -142,13 +157,19 @@ func Build(o Options) (*Server, error) {
 			s.Close()
 			return nil, err
 		}
-	case Insert:
+	case Insert, SQLiteTx:
 		if err := s.DB.Exec(OrdersTable).Error; err != nil {
 			s.Close()
 			return nil, err
 		}
-		ords.db, ords.insert = s.DB, "INSERT INTO orders "+ordersColumns
-	case Postgres, PGInsert:
+		ords.db, ords.insert, ords.tx = s.DB, "INSERT INTO orders "+ordersColumns, o.Kind == SQLiteTx
+		if ords.tx {
+			if err := s.buildGORM(o); err != nil {
+				s.Close()
+				return nil, err
+			}
+		}
+	case Postgres, PGInsert, PGTx:
 		if err := s.buildPostgres(o, ords); err != nil {
 			s.Close()
 			return nil, err
@@ -162,6 +183,12 @@ func Build(o Options) (*Server, error) {
 	switch o.Framework {
 	case "nethttp":
 		s.Handler = netHTTP(ords, s.Engine)
+		if o.Kind == Lean {
+			s.Handler = lean.Middleware(netHTTP(ords, nil))
+		}
+		if ords.tx {
+			s.Handler = gormstore.TxMiddleware(s.Handler)
+		}
 	case "gin":
 		s.Handler = ginEngine(ords, s.Engine)
 	case "echo":

@@ -40,7 +40,7 @@ func Fleet(kind string) bool { return FleetEnv(kind) != "" }
 // or "" for a kind that needs none.
 func FleetEnv(kind string) string {
 	switch kind {
-	case Postgres, PGInsert:
+	case Postgres, PGInsert, PGTx:
 		return PostgresEnv
 	case Redis, SetNX:
 		return RedisEnv
@@ -62,7 +62,8 @@ func namespace() string {
 
 // buildPostgres connects to o.PostgresDSN and, in a table of the server's
 // own, puts idemkit's GORM store in front of the handler (Postgres) or has
-// the handler INSERT each order (PGInsert). Close drops the table.
+// the handler INSERT each order (PGInsert), or both, the INSERT in the
+// request's transaction (PGTx), in a second table. Close drops the tables.
 func (s *Server) buildPostgres(o Options, ords *orders) error {
 	if o.PostgresDSN == "" {
 		return fmt.Errorf("servers: %s needs PostgreSQL: no DSN (%s)", o.Kind, PostgresEnv)
@@ -90,17 +91,24 @@ func (s *Server) buildPostgres(o Options, ords *orders) error {
 		ctx, cancel := context.WithTimeout(context.Background(), fleetTimeout)
 		defer cancel()
 		db.WithContext(ctx).Exec(`DROP TABLE IF EXISTS "` + s.Namespace + `"`)
+		db.WithContext(ctx).Exec(`DROP TABLE IF EXISTS "` + s.Namespace + `_orders"`)
 	})
-	if o.Kind == Postgres {
-		return s.buildGORM(o, gormstore.WithTable(s.Namespace))
+	if o.Kind != PGInsert {
+		if err := s.buildGORM(o, gormstore.WithTable(s.Namespace)); err != nil || o.Kind == Postgres {
+			return err
+		}
 	}
-	err = db.WithContext(ctx).Exec(`CREATE TABLE "` + s.Namespace + `" (
+	orders := s.Namespace
+	if o.Kind == PGTx {
+		orders += "_orders"
+	}
+	err = db.WithContext(ctx).Exec(`CREATE TABLE "` + orders + `" (
 		id BIGSERIAL PRIMARY KEY, item TEXT NOT NULL, quantity INTEGER NOT NULL,
 		customer TEXT NOT NULL, note TEXT NOT NULL, created BIGINT NOT NULL)`).Error
 	if err != nil {
 		return err
 	}
-	ords.db, ords.insert = db, `INSERT INTO "`+s.Namespace+`" `+ordersColumns
+	ords.db, ords.insert, ords.tx = db, `INSERT INTO "`+orders+`" `+ordersColumns, o.Kind == PGTx
 	return nil
 }
 

@@ -17,6 +17,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"gorm.io/gorm"
+
+	gormstore "github.com/idemkit/idemkit/stores/gorm"
 )
 
 // Path is the endpoint every server serves.
@@ -51,7 +53,10 @@ type orders struct {
 	db  *gorm.DB // nil: no INSERT
 	// insert is the INSERT on db, into the baseline's own table.
 	insert string
-	rdb    redis.UniversalClient // nil: no SET NX
+	// tx: the INSERT runs in the request's transaction (gormstore.Tx),
+	// which the store commits with the stored response.
+	tx  bool
+	rdb redis.UniversalClient // nil: no SET NX
 	// prefix begins the baseline's Redis keys; ttl is their expiry.
 	prefix string
 	ttl    time.Duration
@@ -74,7 +79,15 @@ var errKeyTaken = errors.New("servers: SET NX found the order's key taken")
 func (s *orders) create(ctx context.Context, o *order) (created, error) {
 	now := time.Now().Unix()
 	id := "ord_" + strconv.FormatInt(1e12+s.seq.Add(1), 10)
-	if s.db != nil {
+	if s.tx {
+		tx, err := gormstore.Tx(ctx, s.db)
+		if err != nil {
+			return created{}, err
+		}
+		if err := tx.Exec(s.insert, o.Item, o.Quantity, o.Customer, o.Note, now).Error; err != nil {
+			return created{}, err
+		}
+	} else if s.db != nil {
 		if err := s.db.WithContext(ctx).Exec(s.insert, o.Item, o.Quantity, o.Customer, o.Note, now).Error; err != nil {
 			return created{}, err
 		}

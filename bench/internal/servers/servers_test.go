@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/bench/internal/httpwire"
+	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/internal/costfloor"
 )
 
@@ -72,8 +73,8 @@ func TestEveryServerAnswersAlike(t *testing.T) {
 			t.Errorf("same key again: %d, want 201 (a replay, or the bare handler again)", got)
 		}
 		want := http.StatusCreated
-		if s.Engine != nil {
-			want = http.StatusBadRequest // idemkit requires the key
+		if s.Engine != nil || kind == Lean {
+			want = http.StatusBadRequest // idemkit and minimal-lean require the key
 		}
 		if got := inv.Do(nil); got != want {
 			t.Errorf("no key: %d, want %d", got, want)
@@ -238,7 +239,7 @@ func TestFillAndCopy(t *testing.T) {
 // keys, one write per new order for the baselines and a record per key for
 // idemkit, and Close removes what it wrote.
 func TestFleetServersStartEmptyAndCleanUp(t *testing.T) {
-	for _, kind := range []string{Postgres, PGInsert, Redis, SetNX} {
+	for _, kind := range []string{Postgres, PGInsert, PGTx, Redis, SetNX} {
 		t.Run(kind, func(t *testing.T) {
 			a, b := build(t, "nethttp", kind), build(t, "nethttp", kind)
 			if a.Namespace == "" || a.Namespace == b.Namespace {
@@ -268,12 +269,63 @@ func TestFleetServersStartEmptyAndCleanUp(t *testing.T) {
 					t.Errorf("the baseline's key expires in %v (%v), want about %v, as the store's records", ttl, err, want)
 				}
 			}
+			if kind == PGTx {
+				if n := written(t, b, a.Namespace+"_orders"); n != 3 {
+					t.Errorf("%d orders after 3 requests, want 3", n)
+				}
+			}
 			a.Close()
+			if kind == PGTx {
+				if n := written(t, b, a.Namespace+"_orders"); n != 0 {
+					t.Errorf("%d orders left after Close, want none", n)
+				}
+			}
 			if n := written(t, b, a.Namespace); n != 0 {
 				t.Errorf("%d rows or keys left after Close, want none", n)
 			}
 			if n := written(t, b, b.Namespace); n != 1 {
 				t.Errorf("closing one server left the other %d rows or keys, want its 1", n)
+			}
+		})
+	}
+}
+
+// TestTxServersCommitTheOrderWithTheRecord: the transactional
+// configurations' handlers INSERT in the request's transaction, committed
+// with the stored response: a new key leaves one order and a completed
+// record, its retry neither runs the handler nor writes again, and the
+// same handler with its INSERT alone writes once per request.
+func TestTxServersCommitTheOrderWithTheRecord(t *testing.T) {
+	for _, kind := range []string{SQLiteTx, PGTx} {
+		t.Run(kind, func(t *testing.T) {
+			s := build(t, "nethttp", kind)
+			orders := "orders"
+			if kind == PGTx {
+				orders = s.Namespace + "_orders"
+			}
+			count := func() (n int64) {
+				if err := s.DB.Raw(`SELECT count(*) FROM "` + orders + `"`).Scan(&n).Error; err != nil {
+					t.Fatal(err)
+				}
+				return n
+			}
+			key := make([]byte, httpwire.KeyLen)
+			httpwire.FormatKey(key, 7, 0, 0)
+			for i := range 2 {
+				if got := s.Invoker().Do(key); got != http.StatusCreated {
+					t.Fatalf("request %d: %d, want 201", i, got)
+				}
+			}
+			if n := count(); n != 1 {
+				t.Errorf("%d orders after a request and its retry, want 1", n)
+			}
+			k, err := idem.ParseKey([]string{string(key)}, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec, err := s.GORM.Get(t.Context(), idem.ID{Key: k})
+			if err != nil || rec.State != idem.Completed {
+				t.Errorf("the key's record: %+v, %v; want it completed", rec, err)
 			}
 		})
 	}
