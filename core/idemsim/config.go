@@ -33,6 +33,10 @@ type leaseInfo struct {
 	// slowAcquire: the Acquire that took it was slow to answer, or
 	// failed, so the lease may have been nearly over when it did.
 	slowAcquire bool
+	// retryBy: a renewal of this lease came back failed at failedAt (but
+	// for idem.ErrLockLost), and the Engine must try again at its next
+	// renewal pass, by then (a tick later; see checkRetried).
+	failedAt, retryBy time.Time
 }
 
 type grant struct{ at, until time.Time }
@@ -173,7 +177,20 @@ func (m *model) leaseEnds(token string, until time.Time) {
 func (m *model) renewalCall(n *node) func(err error) {
 	start := m.w.s.now
 	n.renewals = append(n.renewals, start)
+	if len(n.renewals) >= renewWorkers {
+		n.workersBusy = start
+	}
 	return func(err error) {
+		now := m.w.s.now
+		if len(n.renewals) >= renewWorkers {
+			n.workersBusy = now
+		}
+		if now.Sub(start) >= m.w.p.tick()/2 {
+			n.longRenewals = append(n.longRenewals, span{start, now})
+			if k := len(n.longRenewals); k > 64 {
+				n.longRenewals = slices.Delete(n.longRenewals, 0, k-64)
+			}
+		}
 		if i := slices.Index(n.renewals, start); i >= 0 {
 			n.renewals = slices.Delete(n.renewals, i, i+1)
 		}
@@ -181,6 +198,83 @@ func (m *model) renewalCall(n *node) func(err error) {
 			n.slowRenewal = m.w.s.now
 		}
 	}
+}
+
+// renewWorkers is how many renewal calls an Engine makes at once (its
+// renewal workers, as docs/concepts.md says): a renewal due while they are
+// all busy waits for one of them.
+const renewWorkers = 32
+
+// renewalFailed notes that a renewal call of n for token's lease came back
+// failed (but for idem.ErrLockLost, after which the Engine stops renewing
+// it), now that the call has ended (see renewalCall). The documented
+// schedule tries it again at the Engine's next renewal pass, a tick
+// (RenewEvery/4) at most away, for as long as the run holds the key: the
+// renewals a lease's span leaves room for are what keep a run's lease
+// through a store's short outage (checkRetried).
+func (m *model) renewalFailed(n *node, token string) {
+	if t := m.tokens[token]; t == nil || t.recorded || t.released {
+		return // its Engine is recording the outcome: the lock ends
+	}
+	l := m.lease(token)
+	if !l.retryBy.IsZero() {
+		return // the earlier failure is still to be retried
+	}
+	now := m.w.s.now
+	l.failedAt, l.retryBy = now, now.Add(m.w.p.tick())
+}
+
+// span is a stretch of virtual time.
+type span struct{ from, to time.Time }
+
+// workersHeld reports whether n's renewal workers may have been held up
+// between from and to, so that a renewal due at a pass then waited for
+// one: every worker was busy, or a renewal call of n that took half a
+// tick or more was under way. A due renewal waits at a pass only while a
+// call started before it is under way; a call that short but so late
+// was taken from the queue, which only a slower call fills.
+func (m *model) workersHeld(n *node, from, to time.Time) bool {
+	if !n.workersBusy.Before(from) {
+		return true
+	}
+	half := m.w.p.tick() / 2
+	for _, c := range n.longRenewals {
+		if c.from.Before(to) && !c.to.Before(from) {
+			return true
+		}
+	}
+	for _, start := range n.renewals {
+		if start.Before(to) && m.w.s.now.Sub(start) >= half {
+			return true
+		}
+	}
+	return false
+}
+
+// checkRetried checks, when n's Engine next calls the store for token's
+// lease (a renewal, or the completion or release that ends its lock),
+// that a renewal of it that failed was tried again by the next renewal
+// pass, as docs/concepts.md promises ("a renewal that fails is tried again
+// at the next pass"): an Engine that waited longer loses the lease of a
+// healthy run to an outage shorter than its lease leaves room for. Exempt:
+// a process that crashed or froze since the failure (its passes stood
+// still), or whose renewal workers may have been held up (workersHeld).
+func (m *model) checkRetried(n *node, token, what string) {
+	l := m.leases[token]
+	if l == nil || l.retryBy.IsZero() {
+		return
+	}
+	failed, by := l.failedAt, l.retryBy
+	l.failedAt, l.retryBy = time.Time{}, time.Time{}
+	w := m.w
+	if !w.s.now.After(by) || n.dead || !n.pausedUntil.Before(failed) || m.workersHeld(n, failed.Add(-w.p.tick()), by) {
+		return
+	}
+	w.violate(invAnswered, "%s's renewal of %s (%s) failed at %s, and its Engine called the store for it again only at "+
+		"%s (%s), %s later: a renewal that fails is tried again at the next pass, within a tick (%s), while the run "+
+		"holds the key; a store down for less than the lease leaves room for would cost a run its lease",
+		n.name(), idName(m.tokens[token].id), m.label(token), w.at(failed), w.at(w.s.now), what,
+		ms(w.s.now.Sub(failed)), ms(w.p.tick()))
 }
 
 // checkLeaseLost judges a handler's or a job's run x that stopped because

@@ -227,7 +227,15 @@
 //     renewal call of its process was slow or failed within the last
 //     lease and renewal interval (or is still under way). The crowd
 //     (above) holds the renewer to it beyond one batch: a lease left out
-//     of every batch runs out on a store that answers at once.
+//     of every batch runs out on a store that answers at once. And a
+//     renewal that failed is tried again at the Engine's next pass, within
+//     a tick, while the run holds the key, as the documented schedule
+//     says: its next store call for that lease (a renewal, or the
+//     completion or release that ends it) comes no later, unless its
+//     process crashed or froze since, or its renewal workers may have been
+//     held up (all of them busy, or a call of half a tick or more under
+//     way): an Engine that waited longer would lose a healthy run's lease
+//     to a store's outage shorter than the lease leaves room for.
 //  6. After the run: no proc left and no timer pending (every Engine's
 //     renewer idle), at most one record per key used, and none once every
 //     record has expired and been purged.

@@ -157,6 +157,7 @@ func (f *faultStore) Acquire(ctx context.Context, a idem.Acquire) (idem.Record, 
 // Renew implements idem.Store.
 func (f *faultStore) Renew(ctx context.Context, id idem.ID, token string, until time.Time) error {
 	m := f.w.m
+	m.checkRetried(f.n, token, "a renewal")
 	m.leaseAsked(token, until)
 	m.checkRenewAsked(f.n, id, token, until)
 	apply := func(ctx context.Context) error {
@@ -170,6 +171,9 @@ func (f *faultStore) Renew(ctx context.Context, id idem.ID, token string, until 
 	ended := m.renewalCall(f.n)
 	err := f.call(ctx, "renew "+idName(id)+" "+m.label(token), apply, ghost)
 	ended(err)
+	if err != nil && !errors.Is(err, idem.ErrLockLost) {
+		m.renewalFailed(f.n, token)
+	}
 	m.answered(f.n, token, err == nil, until, errors.Is(err, idem.ErrLockLost))
 	return err
 }
@@ -183,6 +187,7 @@ func (f batchFaultStore) RenewBatch(ctx context.Context, held []idem.Held, until
 	w, m := f.w, f.w.m
 	what := "renew batch"
 	for _, h := range held {
+		m.checkRetried(f.n, h.Token, "a batch renewal")
 		m.leaseAsked(h.Token, until)
 		m.checkRenewAsked(f.n, h.ID, h.Token, until)
 		what += " " + m.label(h.Token)
@@ -240,6 +245,9 @@ func (f batchFaultStore) RenewBatch(ctx context.Context, held []idem.Held, until
 	isPartial := errors.As(err, &partial)
 	for i, h := range held {
 		ok := err == nil || isPartial && !partial.Unrenewed(i)
+		if !ok && !errors.Is(err, idem.ErrLockLost) {
+			m.renewalFailed(f.n, h.Token)
+		}
 		m.answered(f.n, h.Token, ok && !lost[i], until, ok && lost[i])
 	}
 	return err
@@ -249,6 +257,7 @@ func (f batchFaultStore) RenewBatch(ctx context.Context, held []idem.Held, until
 func (f *faultStore) Complete(ctx context.Context, id idem.ID, token string, c idem.Completion) error {
 	m := f.w.m
 	f.fromRequest("Complete")
+	m.checkRetried(f.n, token, "its completion")
 	m.checkCompleteAsked(f.n, id, token, c)
 	if t := m.tokens[token]; t != nil {
 		t.recorded = true
@@ -295,6 +304,7 @@ func (f *faultStore) Complete(ctx context.Context, id idem.ID, token string, c i
 func (f *faultStore) Release(ctx context.Context, id idem.ID, token string) error {
 	m := f.w.m
 	f.fromRequest("Release")
+	m.checkRetried(f.n, token, "its release")
 	// A release after a completion that failed is the Engine's cleanup,
 	// whose answer it ignores; any other ends the lock, and its answer
 	// decides what the Engine does with the response (see

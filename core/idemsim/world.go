@@ -73,6 +73,11 @@ type node struct {
 	// under way started.
 	slowRenewal time.Time
 	renewals    []time.Time
+	// workersBusy: the last time renewWorkers of its renewal calls were
+	// under way at once; longRenewals: its last renewal calls that took
+	// half a tick or more (see model.workersHeld).
+	workersBusy  time.Time
+	longRenewals []span
 }
 
 func (n *node) isDead() bool { return n != nil && n.dead }
