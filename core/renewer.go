@@ -39,6 +39,7 @@ type renewer struct {
 	timer   Timer     // the next pass; nil when idle
 	queue   []renewal // due renewals waiting for a worker
 	workers int       // workers making renewal calls
+	busy    int       // of them, those in a store call
 	due     []*lock
 }
 
@@ -145,7 +146,9 @@ func (r *renewer) pass() {
 			r.queue = append(r.queue, renewal{l: l, start: now, leaseUntil: leaseUntil})
 		}
 	}
-	for r.workers < maxRenewCalls && r.workers < len(r.queue) {
+	// A worker in a call (one the store is slow to answer) takes nothing
+	// queued until the call ends, so the queue gets workers of its own.
+	for r.workers < maxRenewCalls && r.workers-r.busy < len(r.queue) {
 		r.workers++
 		r.start(r.work)
 	}
@@ -200,9 +203,11 @@ func (r *renewer) work() {
 				q.l.renewing = false
 				continue
 			}
+			r.busy++
 			r.mu.Unlock()
 			r.renewOne(q.l, q.start, q.leaseUntil)
 			r.mu.Lock()
+			r.busy--
 			continue
 		}
 		locks := q.batch[:0]
@@ -214,9 +219,11 @@ func (r *renewer) work() {
 			}
 		}
 		if len(locks) > 0 {
+			r.busy++
 			r.mu.Unlock()
 			r.renewBatch(locks, q.start, q.leaseUntil)
 			r.mu.Lock()
+			r.busy--
 		}
 	}
 	r.queue = r.queue[:0:0] // let the backing array go once drained

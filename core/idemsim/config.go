@@ -181,15 +181,8 @@ func (m *model) renewalCall(n *node) func(err error) {
 		n.workersBusy = start
 	}
 	return func(err error) {
-		now := m.w.s.now
 		if len(n.renewals) >= renewWorkers {
-			n.workersBusy = now
-		}
-		if now.Sub(start) >= m.w.p.tick()/2 {
-			n.longRenewals = append(n.longRenewals, span{start, now})
-			if k := len(n.longRenewals); k > 64 {
-				n.longRenewals = slices.Delete(n.longRenewals, 0, k-64)
-			}
+			n.workersBusy = m.w.s.now
 		}
 		if i := slices.Index(n.renewals, start); i >= 0 {
 			n.renewals = slices.Delete(n.renewals, i, i+1)
@@ -224,31 +217,11 @@ func (m *model) renewalFailed(n *node, token string) {
 	l.failedAt, l.retryBy = now, now.Add(m.w.p.tick())
 }
 
-// span is a stretch of virtual time.
-type span struct{ from, to time.Time }
-
-// workersHeld reports whether n's renewal workers may have been held up
-// between from and to, so that a renewal due at a pass then waited for
-// one: every worker was busy, or a renewal call of n that took half a
-// tick or more was under way. A due renewal waits at a pass only while a
-// call started before it is under way; a call that short but so late
-// was taken from the queue, which only a slower call fills.
+// workersHeld reports whether every one of n's renewal workers may have
+// been busy between from and to, so that a renewal due at a pass then
+// waited for one of them.
 func (m *model) workersHeld(n *node, from, to time.Time) bool {
-	if !n.workersBusy.Before(from) {
-		return true
-	}
-	half := m.w.p.tick() / 2
-	for _, c := range n.longRenewals {
-		if c.from.Before(to) && !c.to.Before(from) {
-			return true
-		}
-	}
-	for _, start := range n.renewals {
-		if start.Before(to) && m.w.s.now.Sub(start) >= half {
-			return true
-		}
-	}
-	return false
+	return !n.workersBusy.Before(from)
 }
 
 // checkRetried checks, when n's Engine next calls the store for token's

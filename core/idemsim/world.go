@@ -74,10 +74,8 @@ type node struct {
 	slowRenewal time.Time
 	renewals    []time.Time
 	// workersBusy: the last time renewWorkers of its renewal calls were
-	// under way at once; longRenewals: its last renewal calls that took
-	// half a tick or more (see model.workersHeld).
-	workersBusy  time.Time
-	longRenewals []span
+	// under way at once (see model.workersHeld).
+	workersBusy time.Time
 }
 
 func (n *node) isDead() bool { return n != nil && n.dead }
