@@ -232,10 +232,11 @@
 //     a tick, while the run holds the key, as the documented schedule
 //     says: its next store call for that lease (a renewal, or the
 //     completion or release that ends it) comes no later, unless its
-//     process crashed or froze since, or its renewal workers may have been
-//     held up (all of them busy, or a call of half a tick or more under
-//     way): an Engine that waited longer would lose a healthy run's lease
-//     to a store's outage shorter than the lease leaves room for.
+//     process crashed or froze since, or all 32 of its renewal workers
+//     were busy (a renewal queued while a slow call is under way gets a
+//     worker of its own): an Engine that waited longer would lose a
+//     healthy run's lease to a store's outage shorter than the lease
+//     leaves room for.
 //  6. After the run: no proc left and no timer pending (every Engine's
 //     renewer idle), at most one record per key used, and none once every
 //     record has expired and been purged.
