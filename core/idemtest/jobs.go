@@ -329,13 +329,6 @@ func smallResults(c *idem.Config) { c.MaxResponseBody = 64 }
 
 // failCompletions configures a store whose Complete always fails, as a
 // store that goes down while the work runs.
-func failCompletions(c *idem.Config) { c.Store = failingCompletions{Store: c.Store} }
+func failCompletions(c *idem.Config) { c.Store = CompletionsFail(c.Store, errCompleteFails) }
 
 var errCompleteFails = errors.New("idemtest: the store went away before the completion")
-
-// failingCompletions fails every Complete.
-type failingCompletions struct{ idem.Store }
-
-func (failingCompletions) Complete(context.Context, idem.ID, string, idem.Completion) error {
-	return errCompleteFails
-}

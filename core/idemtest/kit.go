@@ -31,6 +31,22 @@ func NewEngine(tb testing.TB, configure ...func(*idem.Config)) *idem.Engine {
 	return idem.New(cfg)
 }
 
+// CompletionsFail returns s with every Complete failing with err, for a
+// test of what an entry point does with an outcome that was not recorded:
+// a store that went away while the work ran (any error), another run that
+// holds the key (idem.ErrLockLost), or work undone with its record
+// (idem.ErrRolledBack). Every other call reaches s.
+func CompletionsFail(s idem.Store, err error) idem.Store { return failingCompletions{s, err} }
+
+type failingCompletions struct {
+	idem.Store
+	err error
+}
+
+func (s failingCompletions) Complete(context.Context, idem.ID, string, idem.Completion) error {
+	return s.err
+}
+
 // Outcomes returns a configuration for NewEngine that reports the end of
 // every lock (EventStored and EventNotStored), so a test can wait for a
 // key's release instead of racing it: a hijacked or streamed response

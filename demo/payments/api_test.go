@@ -2,13 +2,11 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"path/filepath"
 	"regexp"
@@ -21,6 +19,7 @@ import (
 	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
 	"github.com/idemkit/idemkit/demo/payments/internal/app"
+	"github.com/idemkit/idemkit/demo/payments/internal/demotest"
 	"github.com/idemkit/idemkit/demo/payments/internal/server"
 	"github.com/idemkit/idemkit/internal/testservers"
 )
@@ -55,29 +54,8 @@ func start(t *testing.T, cfg app.Config) *demo {
 // startLogged is start with the demo logging to log.
 func startLogged(t *testing.T, cfg app.Config, log *slog.Logger) *demo {
 	t.Helper()
-	cfg.Addr = "127.0.0.1:0"
-	a, err := app.Open(context.Background(), cfg, log)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- a.Server.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := a.Server.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-served; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-		a.Close()
-	})
-	return &demo{url: "http://" + ln.Addr().String(), app: a}
+	a, url := demotest.Start(t, cfg, log)
+	return &demo{url: url, app: a}
 }
 
 type reply struct {

@@ -1,13 +1,11 @@
 package main
 
 import (
-	"context"
 	"crypto/rand"
 	"fmt"
 	"io"
 	"log/slog"
 	"maps"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,6 +17,7 @@ import (
 	"time"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/app"
+	"github.com/idemkit/idemkit/demo/payments/internal/demotest"
 	"github.com/idemkit/idemkit/demo/payments/internal/testdb"
 )
 
@@ -131,24 +130,8 @@ func testStripeSDK(t *testing.T, s sdk) {
 func startDemo(t *testing.T, db string) string {
 	cfg := app.DefaultConfig()
 	cfg.DB, cfg.ProviderLatency = db, 20*time.Millisecond
-	a, err := app.Open(t.Context(), cfg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan error, 1)
-	go func() { served <- a.Server.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		a.Server.Shutdown(ctx)
-		<-served
-		a.Close()
-	})
-	return "http://" + ln.Addr().String()
+	_, url := demotest.Start(t, cfg, slog.New(slog.DiscardHandler))
+	return url
 }
 
 // sdkStorm runs the demo on db, with the storm's flaky proxy before it

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -13,24 +12,12 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemtest"
 	"github.com/idemkit/idemkit/core/memstore"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/payments"
 	"github.com/idemkit/idemkit/demo/payments/internal/webhook"
 )
-
-// completionFails is an in-memory store whose every completion fails with
-// err: the store failed to keep the outcome (a Redis down), another run
-// holds the key (idem.ErrLockLost), or the work was undone with its record
-// (idem.ErrRolledBack).
-type completionFails struct {
-	*memstore.Store
-	err error
-}
-
-func (s completionFails) Complete(context.Context, idem.ID, string, idem.Completion) error {
-	return s.err
-}
 
 // TestEventOutcomes: the stream's consumer and the webhook receiver map
 // every outcome of applying an event: an event applied whose record could
@@ -54,7 +41,7 @@ func TestEventOutcomes(t *testing.T) {
 		{"rolled-back", idem.ErrRolledBack, false, http.StatusServiceUnavailable, ProblemDatabaseUnavailable},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			engine := idem.New(idem.Config{Store: completionFails{memstore.New(), c.err}, ProblemBase: DocsPath + "/",
+			engine := idem.New(idem.Config{Store: idemtest.CompletionsFail(memstore.New(), c.err), ProblemBase: DocsPath + "/",
 				Logger: slog.New(slog.DiscardHandler)})
 			a := &API{DB: db, Provider: &payments.Provider{}, Now: time.Now, TTL: 24 * time.Hour, Logger: slog.New(slog.DiscardHandler),
 				ProblemBase: DocsPath + "/", KeyedRows: true, Engine: engine, WebhookSecret: secret}

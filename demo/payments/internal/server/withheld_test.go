@@ -12,22 +12,13 @@ import (
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/idemtest"
 	gormstore "github.com/idemkit/idemkit/stores/gorm"
 
 	"github.com/idemkit/idemkit/demo/payments/internal/api"
 	"github.com/idemkit/idemkit/demo/payments/internal/payments"
 	"github.com/idemkit/idemkit/demo/payments/internal/testdb"
 )
-
-// completionFails is a GORM store whose every completion fails with err.
-type completionFails struct {
-	*gormstore.Store
-	err error
-}
-
-func (s completionFails) Complete(context.Context, idem.ID, string, idem.Completion) error {
-	return s.err
-}
 
 // TestStripeAnswerWithheld: a charge whose outcome idemkit must withhold
 // (its work was rolled back with its failed completion, or another run
@@ -60,7 +51,7 @@ func TestStripeAnswerWithheld(t *testing.T) {
 				if err := gs.AutoMigrate(t.Context()); err != nil {
 					t.Fatal(err)
 				}
-				engine := idem.New(idem.Config{Store: completionFails{gs, c.cause}, ProblemBase: api.DocsPath + "/", Logger: quiet})
+				engine := idem.New(idem.Config{Store: idemtest.CompletionsFail(gs, c.cause), ProblemBase: api.DocsPath + "/", Logger: quiet})
 				a := &api.API{DB: db, Provider: &payments.Provider{}, Now: time.Now, TTL: time.Hour, Logger: quiet,
 					ProblemBase: api.DocsPath + "/", Engine: engine}
 				none := http.NotFoundHandler()
