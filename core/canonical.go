@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"cmp"
 	"encoding/binary"
 	"slices"
 	"sync"
@@ -484,6 +485,45 @@ func canonHex4(h []byte) (rune, bool) {
 // Other members are ordered by their folded names, so that otherwise the
 // order of members in a request does not matter.
 func canonCompareNames(a, b []byte) int {
+	// Names are mostly plain ASCII: while both are, a byte is a rune and
+	// its fold is its upper case, so they are compared a byte at a time
+	// here, and by canonNameReader from the first byte that is not.
+	n := min(len(a), len(b))
+	i := 0
+	for ; i < n; i++ {
+		ca, cb := a[i], b[i]
+		if ca >= utf8.RuneSelf || cb >= utf8.RuneSelf || ca == '\\' || cb == '\\' {
+			break
+		}
+		if ca == cb {
+			continue
+		}
+		ca, cb = canonUpper(ca), canonUpper(cb)
+		switch {
+		case ca < cb:
+			return -1
+		case ca > cb:
+			return 1
+		}
+	}
+	if i == n {
+		return cmp.Compare(len(a), len(b))
+	}
+	return canonCompareNamesSlow(a[i:], b[i:])
+}
+
+// canonUpper is the upper case of an ASCII letter, any other byte itself:
+// the fold canonNameReader gives an ASCII byte.
+func canonUpper(c byte) byte {
+	if 'a' <= c && c <= 'z' {
+		return c - ('a' - 'A')
+	}
+	return c
+}
+
+// canonCompareNamesSlow is canonCompareNames rune by rune, as decoded and
+// folded by canonNameReader, for names with escapes or non-ASCII bytes.
+func canonCompareNamesSlow(a, b []byte) int {
 	ra, rb := canonNameReader{rest: a}, canonNameReader{rest: b}
 	for {
 		ca, oka := ra.next()
@@ -532,10 +572,7 @@ func (r *canonNameReader) next() (rune, bool) {
 		return u, true
 	case c < utf8.RuneSelf:
 		r.rest = r.rest[1:]
-		if 'a' <= c && c <= 'z' {
-			c -= 'a' - 'A'
-		}
-		return rune(c), true
+		return rune(canonUpper(c)), true
 	}
 	u, n := utf8.DecodeRune(r.rest) // an invalid byte is U+FFFD, one byte long
 	r.rest = r.rest[n:]

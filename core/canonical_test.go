@@ -306,3 +306,49 @@ func BenchmarkCanonicalJSON(b *testing.B) {
 		}
 	}
 }
+
+// TestCanonicalCompareNamesFast holds the byte-at-a-time comparison of
+// ASCII names to the rune-by-rune one (canonCompareNamesSlow on the whole
+// names) on names that mix ASCII letters of both cases, digits, escapes,
+// the Kelvin sign and long s (which fold with k and s), other non-ASCII
+// runes and invalid bytes, at every position. The two must agree on every
+// pair, or the fingerprint of a body would change.
+func TestCanonicalCompareNamesFast(t *testing.T) {
+	parts := []string{"", "a", "A", "b", "k", "K", "s", "S", "z", "Z", "0", "_", "@", "[", "`", "{",
+		"\u212a", "\u017f", "é", "É", "\\n", "\\\"", "\\\\", "\\u0001", "\\ud800", "\xff", "\xed\xa0\x80", "~"}
+	var names []string
+	for _, p := range parts {
+		for _, q := range parts {
+			names = append(names, p+q, "ab"+p+q, p+"x"+q)
+		}
+	}
+	for _, a := range names {
+		for _, b := range names {
+			got := canonCompareNames([]byte(a), []byte(b))
+			want := canonCompareNamesSlow([]byte(a), []byte(b))
+			if got != want {
+				t.Fatalf("canonCompareNames(%q, %q) = %d, rune by rune %d", a, b, got, want)
+			}
+		}
+	}
+}
+
+// FuzzCanonicalCompareNames is TestCanonicalCompareNamesFast on any two
+// JSON strings, as canonicalJSON writes them: the fast comparison agrees
+// with the rune-by-rune one.
+func FuzzCanonicalCompareNames(f *testing.F) {
+	f.Add([]byte(`"amount"`), []byte(`"Amount"`))
+	f.Add([]byte("\"k\u212a\""), []byte(`"kk"`))
+	f.Add([]byte(`"a\nb"`), []byte(`"a\u0001\ud800"`))
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		ca, okA := canonicalJSON(nil, a)
+		cb, okB := canonicalJSON(nil, b)
+		if !okA || !okB || ca[0] != '"' || cb[0] != '"' {
+			return
+		}
+		na, nb := ca[1:len(ca)-1], cb[1:len(cb)-1]
+		if got, want := canonCompareNames(na, nb), canonCompareNamesSlow(na, nb); got != want {
+			t.Fatalf("canonCompareNames(%q, %q) = %d, rune by rune %d", na, nb, got, want)
+		}
+	})
+}
