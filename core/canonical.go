@@ -296,7 +296,21 @@ func (s *canonScanner) object(depth int) bool {
 // bounded by the payload size times the nesting depth of unsorted objects,
 // which canonMaxDepth caps; sorted objects, the common case, move nothing.
 func (s *canonScanner) reorder(body int, members []canonSpan) {
-	slices.SortStableFunc(members, s.compareSpans)
+	if len(members) <= canonInsertionSort {
+		// The few members of a usual object: an insertion sort, stable
+		// since a member moves only past those greater than it, and
+		// without the generic sort's indirect calls.
+		for i := 1; i < len(members); i++ {
+			m := members[i]
+			j := i
+			for ; j > 0 && s.compareSpans(members[j-1], m) > 0; j-- {
+				members[j] = members[j-1]
+			}
+			members[j] = m
+		}
+	} else {
+		slices.SortStableFunc(members, s.compareSpans)
+	}
 	end := len(s.dst)
 	s.dst = append(s.dst, s.dst[body:end]...)
 	shift := end - body
@@ -310,6 +324,11 @@ func (s *canonScanner) reorder(body int, members []canonSpan) {
 	}
 	s.dst = s.dst[:end]
 }
+
+// canonInsertionSort is the most members reorder sorts by insertion; more
+// go to slices.SortStableFunc, whose cost grows as n log n, not n squared,
+// whatever a hostile payload holds.
+const canonInsertionSort = 12
 
 // compareSpans orders two members by the names a decoder matches them by
 // (see canonCompareNames); members it finds equal keep their input order.

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -351,4 +353,49 @@ func FuzzCanonicalCompareNames(f *testing.F) {
 			t.Fatalf("canonCompareNames(%q, %q) = %d, rune by rune %d", na, nb, got, want)
 		}
 	})
+}
+
+// TestCanonicalReorderStable holds canonicalJSON's member order, for
+// objects of every size around the switch from insertion sort to the
+// library's stable sort, to a stable sort by canonCompareNames: names a
+// decoder takes for one ("amount", "Amount", "AMOUNT") keep their order,
+// which the values, numbered in input order, show.
+func TestCanonicalReorderStable(t *testing.T) {
+	names := []string{"amount", "Amount", "AMOUNT", "currency", "k", "\u212a", "K", "a", "b", "note", "s", "\u017f"}
+	rng := rand.New(rand.NewPCG(40, 2))
+	for n := 1; n <= 2*canonInsertionSort+3; n++ {
+		for range 50 {
+			type member struct {
+				name string
+				n    int
+			}
+			ms := make([]member, n)
+			var doc strings.Builder
+			doc.WriteByte('{')
+			for i := range ms {
+				ms[i] = member{names[rng.IntN(len(names))], i}
+				if i > 0 {
+					doc.WriteByte(',')
+				}
+				fmt.Fprintf(&doc, "%q:%d", ms[i].name, i)
+			}
+			doc.WriteByte('}')
+			slices.SortStableFunc(ms, func(a, b member) int {
+				return canonCompareNamesSlow([]byte(a.name), []byte(b.name))
+			})
+			var want strings.Builder
+			want.WriteByte('{')
+			for i, m := range ms {
+				if i > 0 {
+					want.WriteByte(',')
+				}
+				fmt.Fprintf(&want, `"%s":%d`, m.name, m.n)
+			}
+			want.WriteByte('}')
+			got, ok := canonicalJSON(nil, []byte(doc.String()))
+			if !ok || string(got) != want.String() {
+				t.Fatalf("%s: got %s (ok %v), want %s", doc.String(), got, ok, want.String())
+			}
+		}
+	}
 }
