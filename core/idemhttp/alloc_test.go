@@ -38,7 +38,7 @@ func TestReplayAllocs(t *testing.T) {
 	body := new(reusableBody)
 	r := &http.Request{Method: http.MethodPost, URL: &url.URL{Path: "/orders"}, RequestURI: "/orders",
 		Header: http.Header{"Content-Type": {"application/json"}, "Idempotency-Key": {"replayed-key"}},
-		Body: body, ContentLength: int64(len(payload))}
+		Body:   body, ContentLength: int64(len(payload))}
 	w := &sink{header: http.Header{}}
 	serve := func() {
 		body.Reset(payload)
