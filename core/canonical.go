@@ -1,6 +1,7 @@
 package idem
 
 import (
+	"cmp"
 	"encoding/binary"
 	"slices"
 	"sync"
@@ -295,7 +296,21 @@ func (s *canonScanner) object(depth int) bool {
 // bounded by the payload size times the nesting depth of unsorted objects,
 // which canonMaxDepth caps; sorted objects, the common case, move nothing.
 func (s *canonScanner) reorder(body int, members []canonSpan) {
-	slices.SortStableFunc(members, s.compareSpans)
+	if len(members) <= canonInsertionSort {
+		// The few members of a usual object: an insertion sort, stable
+		// since a member moves only past those greater than it, and
+		// without the generic sort's indirect calls.
+		for i := 1; i < len(members); i++ {
+			m := members[i]
+			j := i
+			for ; j > 0 && s.compareSpans(members[j-1], m) > 0; j-- {
+				members[j] = members[j-1]
+			}
+			members[j] = m
+		}
+	} else {
+		slices.SortStableFunc(members, s.compareSpans)
+	}
 	end := len(s.dst)
 	s.dst = append(s.dst, s.dst[body:end]...)
 	shift := end - body
@@ -309,6 +324,11 @@ func (s *canonScanner) reorder(body int, members []canonSpan) {
 	}
 	s.dst = s.dst[:end]
 }
+
+// canonInsertionSort is the most members reorder sorts by insertion; more
+// go to slices.SortStableFunc, whose cost grows as n log n, not n squared,
+// whatever a hostile payload holds.
+const canonInsertionSort = 12
 
 // compareSpans orders two members by the names a decoder matches them by
 // (see canonCompareNames); members it finds equal keep their input order.
@@ -484,6 +504,45 @@ func canonHex4(h []byte) (rune, bool) {
 // Other members are ordered by their folded names, so that otherwise the
 // order of members in a request does not matter.
 func canonCompareNames(a, b []byte) int {
+	// Names are mostly plain ASCII: while both are, a byte is a rune and
+	// its fold is its upper case, so they are compared a byte at a time
+	// here, and by canonNameReader from the first byte that is not.
+	n := min(len(a), len(b))
+	i := 0
+	for ; i < n; i++ {
+		ca, cb := a[i], b[i]
+		if ca >= utf8.RuneSelf || cb >= utf8.RuneSelf || ca == '\\' || cb == '\\' {
+			break
+		}
+		if ca == cb {
+			continue
+		}
+		ca, cb = canonUpper(ca), canonUpper(cb)
+		switch {
+		case ca < cb:
+			return -1
+		case ca > cb:
+			return 1
+		}
+	}
+	if i == n {
+		return cmp.Compare(len(a), len(b))
+	}
+	return canonCompareNamesSlow(a[i:], b[i:])
+}
+
+// canonUpper is the upper case of an ASCII letter, any other byte itself:
+// the fold canonNameReader gives an ASCII byte.
+func canonUpper(c byte) byte {
+	if 'a' <= c && c <= 'z' {
+		return c - ('a' - 'A')
+	}
+	return c
+}
+
+// canonCompareNamesSlow is canonCompareNames rune by rune, as decoded and
+// folded by canonNameReader, for names with escapes or non-ASCII bytes.
+func canonCompareNamesSlow(a, b []byte) int {
 	ra, rb := canonNameReader{rest: a}, canonNameReader{rest: b}
 	for {
 		ca, oka := ra.next()
@@ -532,10 +591,7 @@ func (r *canonNameReader) next() (rune, bool) {
 		return u, true
 	case c < utf8.RuneSelf:
 		r.rest = r.rest[1:]
-		if 'a' <= c && c <= 'z' {
-			c -= 'a' - 'A'
-		}
-		return rune(c), true
+		return rune(canonUpper(c)), true
 	}
 	u, n := utf8.DecodeRune(r.rest) // an invalid byte is U+FFFD, one byte long
 	r.rest = r.rest[n:]

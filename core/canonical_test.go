@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -303,6 +305,97 @@ func BenchmarkCanonicalJSON(b *testing.B) {
 		dst, ok = canonicalJSON(dst[:0], src)
 		if !ok {
 			b.Fatal("not ok")
+		}
+	}
+}
+
+// TestCanonicalCompareNamesFast holds the byte-at-a-time comparison of
+// ASCII names to the rune-by-rune one (canonCompareNamesSlow on the whole
+// names) on names that mix ASCII letters of both cases, digits, escapes,
+// the Kelvin sign and long s (which fold with k and s), other non-ASCII
+// runes and invalid bytes, at every position. The two must agree on every
+// pair, or the fingerprint of a body would change.
+func TestCanonicalCompareNamesFast(t *testing.T) {
+	parts := []string{"", "a", "A", "b", "k", "K", "s", "S", "z", "Z", "0", "_", "@", "[", "`", "{",
+		"\u212a", "\u017f", "é", "É", "\\n", "\\\"", "\\\\", "\\u0001", "\\ud800", "\xff", "\xed\xa0\x80", "~"}
+	var names []string
+	for _, p := range parts {
+		for _, q := range parts {
+			names = append(names, p+q, "ab"+p+q, p+"x"+q)
+		}
+	}
+	for _, a := range names {
+		for _, b := range names {
+			got := canonCompareNames([]byte(a), []byte(b))
+			want := canonCompareNamesSlow([]byte(a), []byte(b))
+			if got != want {
+				t.Fatalf("canonCompareNames(%q, %q) = %d, rune by rune %d", a, b, got, want)
+			}
+		}
+	}
+}
+
+// FuzzCanonicalCompareNames is TestCanonicalCompareNamesFast on any two
+// JSON strings, as canonicalJSON writes them: the fast comparison agrees
+// with the rune-by-rune one.
+func FuzzCanonicalCompareNames(f *testing.F) {
+	f.Add([]byte(`"amount"`), []byte(`"Amount"`))
+	f.Add([]byte("\"k\u212a\""), []byte(`"kk"`))
+	f.Add([]byte(`"a\nb"`), []byte(`"a\u0001\ud800"`))
+	f.Fuzz(func(t *testing.T, a, b []byte) {
+		ca, okA := canonicalJSON(nil, a)
+		cb, okB := canonicalJSON(nil, b)
+		if !okA || !okB || ca[0] != '"' || cb[0] != '"' {
+			return
+		}
+		na, nb := ca[1:len(ca)-1], cb[1:len(cb)-1]
+		if got, want := canonCompareNames(na, nb), canonCompareNamesSlow(na, nb); got != want {
+			t.Fatalf("canonCompareNames(%q, %q) = %d, rune by rune %d", na, nb, got, want)
+		}
+	})
+}
+
+// TestCanonicalReorderStable holds canonicalJSON's member order, for
+// objects of every size around the switch from insertion sort to the
+// library's stable sort, to a stable sort by canonCompareNames: names a
+// decoder takes for one ("amount", "Amount", "AMOUNT") keep their order,
+// which the values, numbered in input order, show.
+func TestCanonicalReorderStable(t *testing.T) {
+	names := []string{"amount", "Amount", "AMOUNT", "currency", "k", "\u212a", "K", "a", "b", "note", "s", "\u017f"}
+	rng := rand.New(rand.NewPCG(40, 2))
+	for n := 1; n <= 2*canonInsertionSort+3; n++ {
+		for range 50 {
+			type member struct {
+				name string
+				n    int
+			}
+			ms := make([]member, n)
+			var doc strings.Builder
+			doc.WriteByte('{')
+			for i := range ms {
+				ms[i] = member{names[rng.IntN(len(names))], i}
+				if i > 0 {
+					doc.WriteByte(',')
+				}
+				fmt.Fprintf(&doc, "%q:%d", ms[i].name, i)
+			}
+			doc.WriteByte('}')
+			slices.SortStableFunc(ms, func(a, b member) int {
+				return canonCompareNamesSlow([]byte(a.name), []byte(b.name))
+			})
+			var want strings.Builder
+			want.WriteByte('{')
+			for i, m := range ms {
+				if i > 0 {
+					want.WriteByte(',')
+				}
+				fmt.Fprintf(&want, `"%s":%d`, m.name, m.n)
+			}
+			want.WriteByte('}')
+			got, ok := canonicalJSON(nil, []byte(doc.String()))
+			if !ok || string(got) != want.String() {
+				t.Fatalf("%s: got %s (ok %v), want %s", doc.String(), got, ok, want.String())
+			}
 		}
 	}
 }

@@ -36,7 +36,7 @@ func HTTPRequest(r *http.Request, keyHeader string) Request {
 		Method:        r.Method,
 		Path:          requestTarget(r),
 		KeyLines:      r.Header[keyHeader],
-		ContentType:   r.Header.Get("Content-Type"),
+		ContentType:   first(r.Header["Content-Type"]), // the name is canonical: no need for Header.Get
 		BodyReader:    r.Body,
 		ContentLength: r.ContentLength,
 	}
@@ -51,6 +51,14 @@ func HTTPRequest(r *http.Request, keyHeader string) Request {
 		req.Body, req.BodyReader = []byte{}, nil
 	}
 	return req
+}
+
+// first is the first of a header's values, or "".
+func first(values []string) string {
+	if len(values) == 0 {
+		return ""
+	}
+	return values[0]
 }
 
 // requestTarget is the path and query as the client sent them.

@@ -51,6 +51,7 @@ import (
 	"unsafe"
 
 	idem "github.com/idemkit/idemkit/core"
+	"github.com/idemkit/idemkit/core/exchange"
 	"github.com/idemkit/idemkit/internal/purge"
 )
 
@@ -86,6 +87,9 @@ type shard struct {
 	// shrinks, so one that grew for a burst is made afresh once empty.
 	peak    int
 	scratch []byte // where Complete packs a record
+	// shared holds the headers made of common strings its replays share,
+	// by their packed bytes (see commonHeader).
+	shared map[uint64][]exchange.HeaderField
 }
 
 // flight is an in-flight record, by value in its shard's map. Times are
@@ -149,7 +153,8 @@ func (s *Store) flightRecord(id idem.ID, f *flight) idem.Record {
 	}
 }
 
-func (s *Store) completedRecord(id idem.ID, c *completed) idem.Record {
+// completedRecord is the record of c; the caller holds sh's lock.
+func (s *Store) completedRecord(sh *shard, id idem.ID, c *completed) idem.Record {
 	token := ""
 	if len(c.token) > 0 {
 		// A view of the arena, whose packed bytes never change.
@@ -164,7 +169,7 @@ func (s *Store) completedRecord(id idem.ID, c *completed) idem.Record {
 		ExpiresAt:   s.timeAt(c.expiresAt),
 		CreatedAt:   s.timeAt(c.createdAt),
 		CompletedAt: s.timeAt(c.completedAt),
-		Response:    unpackResponse(c.status, c.resp),
+		Response:    sh.response(c.status, c.resp),
 	}
 }
 
@@ -285,7 +290,7 @@ func (s *Store) acquire(sh *shard, a idem.Acquire, d *digest, tag uint32, now in
 		case done:
 			c := unpackRecord(sh.arena.record(loc))
 			if now < c.expiresAt {
-				return s.completedRecord(a.ID, &c), idem.AcquireExisting, true
+				return s.completedRecord(sh, a.ID, &c), idem.AcquireExisting, true
 			}
 			// Replaced: the new record takes the expired one's count.
 			f.scope = c.scope
@@ -398,7 +403,7 @@ func (s *Store) Get(ctx context.Context, id idem.ID) (idem.Record, error) {
 	}
 	if _, loc, ok := sh.find(tag, &d); ok {
 		c := unpackRecord(sh.arena.record(loc))
-		return s.completedRecord(id, &c), nil
+		return s.completedRecord(sh, id, &c), nil
 	}
 	return idem.Record{}, idem.ErrNotFound
 }

@@ -104,6 +104,63 @@ func unpackResponse(status int, b []byte) exchange.Response {
 	return r
 }
 
+// maxShared is the most headers of common strings a shard keeps to share
+// (see sharedHeader): a few dozen cover an application's responses.
+const maxShared = 64
+
+// response is unpackResponse under sh's lock, with the header shared
+// (sharedHeader) when it is made of common strings only.
+func (sh *shard) response(status int, b []byte) exchange.Response {
+	n, key := commonHeader(b)
+	if n == 0 {
+		return unpackResponse(status, b)
+	}
+	h, ok := sh.shared[key]
+	if !ok {
+		h = unpackResponse(status, b[:n]).Header
+		if len(sh.shared) < maxShared {
+			if sh.shared == nil {
+				sh.shared = make(map[uint64][]exchange.HeaderField)
+			}
+			sh.shared[key] = h
+		}
+	}
+	b = b[n:]
+	return exchange.Response{Status: status, Header: h, Body: b[:len(b):len(b)]}
+}
+
+// commonHeader returns the length n of the packed header at the start of b
+// and, as a key, its bytes, when it has at least one field, takes at most
+// seven bytes and names only common strings (the usual Content-Type alone
+// takes four); otherwise n is 0. Such a header is the same for every
+// record that packs the same bytes, so a shard unpacks it once and its
+// replays share it: records a store returns are read-only (idem.Store),
+// and a header's arrays are clipped, so that appending to them copies.
+func commonHeader(b []byte) (n int, key uint64) {
+	const most = 7
+	if len(b) < 2 || b[0] == 0 || b[0] >= 0x80 || b[1] >= 0x80 {
+		return 0, 0
+	}
+	fields, i := int(b[0]), 2
+	for range fields {
+		if i+1 >= len(b) || i+1 >= most || b[i]&1 == 0 || b[i] >= 0x80 || b[i+1] >= 0x80 {
+			return 0, 0
+		}
+		values := int(b[i+1])
+		i += 2
+		for range values {
+			if i >= len(b) || i >= most || b[i]&1 == 0 || b[i] >= 0x80 {
+				return 0, 0
+			}
+			i++
+		}
+	}
+	for j := range i {
+		key |= uint64(b[j]) << (8 * j)
+	}
+	return i, key | uint64(i)<<56
+}
+
 // str reads what appendStr wrote.
 func str(b []byte) (string, []byte) {
 	n, b := uvarint(b)

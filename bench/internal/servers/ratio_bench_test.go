@@ -83,3 +83,45 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// BenchmarkInProcFirstRatio is BenchmarkInProcRatio's First on every
+// framework: idemkit (memory store) beside the same framework's bare
+// handler, taking turns in chunks of requests timed by the process's CPU
+// time, so that a machine shared with other work moves the ratio far less
+// than it moves separate benchmarks. It reports mem/bare:
+//
+//	GOMAXPROCS=1 go test -run '^$' -bench InProcFirstRatio -count 8 ./bench/internal/servers/
+func BenchmarkInProcFirstRatio(b *testing.B) {
+	for _, fw := range Frameworks {
+		b.Run(fw, func(b *testing.B) {
+			var invs [2]Invoker
+			var cpu [2]time.Duration
+			for i, kind := range []string{Bare, Mem} {
+				s, err := Build(Options{Framework: fw, Kind: kind, MaxRecords: 1 << 30})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer s.Close()
+				invs[i] = s.Invoker()
+			}
+			key := make([]byte, httpwire.KeyLen)
+			var seq uint64
+			const chunk = 200
+			b.ResetTimer()
+			for done := 0; done < b.N; done += chunk {
+				for i, inv := range invs {
+					t := cpuTime()
+					for range chunk {
+						seq++
+						httpwire.FormatKey(key, uint32(0xbe41), uint16(i), seq)
+						if st := inv.Do(key); st != http.StatusCreated {
+							b.Fatalf("%s: status %d", fw, st)
+						}
+					}
+					cpu[i] += cpuTime() - t
+				}
+			}
+			b.ReportMetric(float64(cpu[1])/float64(cpu[0]), "mem/bare")
+		})
+	}
+}
