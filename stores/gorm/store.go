@@ -465,7 +465,11 @@ func (s *Store) isDuplicate(err error) bool {
 // and tells the request's transaction slot, if any, which lock it serves.
 func (s *Store) acquired(ctx context.Context, a idem.Acquire) idem.Record {
 	if sl := slotFrom(ctx); sl != nil {
-		sl.arm(a.Token)
+		var turn chan struct{}
+		if s.local != nil {
+			turn = s.local.file.turn
+		}
+		sl.arm(a.Token, turn)
 	}
 	return idem.Record{
 		ID:          a.ID,
@@ -529,8 +533,9 @@ func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.C
 	if err := s.calls.begin(); err != nil {
 		// The request's transaction would wait for a commit that never
 		// comes: its writes go with the completion.
-		if tx, _ := takeTx(ctx, token); tx != nil {
+		if tx, turn, _ := takeTx(ctx, token); tx != nil {
 			tx.Rollback()
+			leave(turn)
 			return fmt.Errorf("gormstore: complete: %w: %w", idem.ErrRolledBack, err)
 		}
 		return err
@@ -542,10 +547,11 @@ func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.C
 	scope, key := hashID(id)
 	args := []any{c.Response.Status, appendHeader(nil, c.Response.Header), c.Response.Body,
 		nanos(c.CompletedAt), nanos(c.ExpiresAt), scope, key, token}
-	tx, err := takeTx(ctx, token)
+	tx, turn, err := takeTx(ctx, token)
 	if err != nil {
 		return err
 	}
+	defer leave(turn)
 	if s.local != nil {
 		return s.completeLocal(ctx, scope, key, token, tx, args)
 	}
@@ -605,6 +611,12 @@ func (s *Store) completeInTx(ctx context.Context, tx *gorm.DB, exec func(db *gor
 	}
 	if err := tx.Commit().Error; err != nil {
 		return fmt.Errorf("gormstore: complete: commit: %w: %w", idem.ErrRolledBack, err)
+	}
+	if s.local != nil {
+		// The commit took the write-ahead log further: the writer's
+		// checkpointer copies it back in its time, not the commit of a
+		// later request. The caller holds the file's turn (see Tx).
+		s.local.writer.committed()
 	}
 	return nil
 }
@@ -674,9 +686,10 @@ func (s *Store) Release(ctx context.Context, id idem.ID, token string) error {
 // holds, if any, and returns an error wrapping idem.ErrRolledBack if the
 // handler's writes were undone, now or by the slot's cleanup before.
 func undoTx(ctx context.Context, token string) error {
-	tx, err := takeTx(ctx, token)
+	tx, turn, err := takeTx(ctx, token)
 	if tx != nil {
 		tx.Rollback()
+		leave(turn)
 		return errTxUndone
 	}
 	return err // ErrTxAborted, or nil
