@@ -55,6 +55,10 @@ type Store struct {
 	calls        *calls
 	closeTimeout time.Duration
 
+	// oneTrip: on PostgreSQL, the store ends a request's transaction in
+	// one round trip (see pgtx.go).
+	oneTrip bool
+
 	// txStmts holds, per connection pool a request's transaction ran on
 	// (*sql.DB), the completion statement prepared there (*sql.Stmt): see
 	// execInTx.
@@ -116,6 +120,11 @@ func New(db *gorm.DB, opts ...Option) (*Store, error) {
 		if err := s.openSQLite(); err != nil {
 			return nil, err
 		}
+	}
+	if s.dialect == dialectPostgres {
+		ctx, cancel := context.WithTimeout(context.Background(), newTimeout)
+		s.oneTrip = probeOneTrip(ctx, s.pool)
+		cancel()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopPurge = cancel
@@ -465,11 +474,17 @@ func (s *Store) isDuplicate(err error) bool {
 // and tells the request's transaction slot, if any, which lock it serves.
 func (s *Store) acquired(ctx context.Context, a idem.Acquire) idem.Record {
 	if sl := slotFrom(ctx); sl != nil {
-		var turn chan struct{}
+		var (
+			turn chan struct{}
+			pool *sql.DB
+		)
 		if s.local != nil {
 			turn = s.local.file.turn
 		}
-		sl.arm(a.Token, turn)
+		if s.oneTrip {
+			pool = s.pool
+		}
+		sl.arm(a.Token, turn, pool)
 	}
 	return idem.Record{
 		ID:          a.ID,
@@ -554,6 +569,15 @@ func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.C
 	defer leave(turn)
 	if s.local != nil {
 		return s.completeLocal(ctx, scope, key, token, tx, args)
+	}
+	if ct, ok := connTxOf(tx); ok && s.beforeCommit == nil {
+		q, err := completeCommitQuery(s.sql.completeParts, args)
+		if err != nil {
+			tx.Rollback()
+			return fmt.Errorf("gormstore: complete: %w: %w", idem.ErrRolledBack, err)
+		}
+		// Not cancelled with ctx, as a COMMIT is not: see completeInTx.
+		return ct.completeAndCommit(context.WithoutCancel(ctx), q)
 	}
 	if tx != nil {
 		return s.completeInTx(ctx, tx, func(db *gorm.DB) (int64, error) {

@@ -2,6 +2,7 @@ package gormstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/http"
@@ -57,6 +58,10 @@ type txSlot struct {
 	turn chan struct{}
 	// holds: tx holds turn.
 	holds bool
+	// pool is, on PostgreSQL, the store's connection pool when the store
+	// ends a transaction in one round trip (see pgtx.go), set by Acquire:
+	// Tx then begins one on it itself.
+	pool *sql.DB
 	// aborted: the cleanup rolled back a transaction the handler had begun
 	// before the response was recorded. Its writes are gone, so the
 	// response must not be stored as if they had happened.
@@ -72,10 +77,10 @@ func slotFrom(ctx context.Context) *txSlot {
 
 // arm records which lock the request holds: Complete and Release with this
 // token end the transaction.
-func (sl *txSlot) arm(token string, turn chan struct{}) {
+func (sl *txSlot) arm(token string, turn chan struct{}, pool *sql.DB) {
 	sl.mu.Lock()
 	if sl.tx == nil && !sl.ended {
-		sl.token, sl.turn = token, turn
+		sl.token, sl.turn, sl.pool = token, turn, pool
 	}
 	sl.mu.Unlock()
 }
@@ -216,8 +221,15 @@ func Tx(ctx context.Context, db *gorm.DB) (*gorm.DB, error) {
 			return nil, fmt.Errorf("gormstore: begin the request's transaction: %w", err)
 		}
 	}
-	tx := db.WithContext(context.WithoutCancel(ctx)).Begin()
-	if tx.Error != nil {
+	var tx *gorm.DB
+	if pool, ok := db.Statement.ConnPool.(*sql.DB); ok && pool == sl.pool && sl.pool != nil {
+		ct, err := beginConnTx(context.WithoutCancel(ctx), pool)
+		if err != nil {
+			return nil, err
+		}
+		tx = db.WithContext(context.WithoutCancel(ctx))
+		tx.Statement.ConnPool = ct
+	} else if tx = db.WithContext(context.WithoutCancel(ctx)).Begin(); tx.Error != nil {
 		if sl.turn != nil {
 			leave(sl.turn)
 		}
