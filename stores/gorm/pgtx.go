@@ -29,20 +29,46 @@ import (
 // by the request's token fails (division by zero), and the server skips
 // the COMMIT that follows it in the string; the store then rolls back.
 //
-// New asks the server once whether the driver sends a statement without
-// arguments as one query string of several statements (pgx and lib/pq
-// do): if not, the transaction is begun and ended through GORM as on the
-// other databases.
+// The store asks the server once, at the first request that has a
+// transaction slot, whether the driver sends a statement without arguments
+// as one query string of several statements (pgx and lib/pq do): if the
+// server refuses it, transactions are begun and ended through GORM as on
+// the other databases.
 
 // sqlStateDivisionByZero is PostgreSQL's error code for a division by
 // zero: the completion's UPDATE found no record held by the token.
 const sqlStateDivisionByZero = "22012"
 
-// probeOneTrip reports whether a statement without arguments on pool can
-// hold several statements, as the completion's query string does.
-func probeOneTrip(ctx context.Context, pool *sql.DB) bool {
-	_, err := pool.ExecContext(ctx, "SELECT 1; SELECT 2")
-	return err == nil
+// Values of Store.oneTrip.
+const (
+	tripUnknown int32 = iota
+	tripYes
+	tripNo
+)
+
+// canOneTrip reports whether s ends a request's transaction in one round
+// trip, asking the server the first time: whether a statement without
+// arguments on its pool can hold several statements, as the completion's
+// query string does. A failure that is not the server's answer (ctx ended,
+// the connection failed) leaves the question open for a later request,
+// which this one leaves to GORM.
+func (s *Store) canOneTrip(ctx context.Context) bool {
+	switch s.oneTrip.Load() {
+	case tripYes:
+		return true
+	case tripNo:
+		return false
+	}
+	_, err := s.pool.ExecContext(ctx, "SELECT 1; SELECT 2")
+	var coded interface{ SQLState() string }
+	switch {
+	case err == nil:
+		s.oneTrip.Store(tripYes)
+		return true
+	case errors.As(err, &coded):
+		s.oneTrip.Store(tripNo)
+	}
+	return false
 }
 
 // connTx is a request's transaction on PostgreSQL, begun by Tx with BEGIN

@@ -9,6 +9,7 @@ import (
 
 	idem "github.com/idemkit/idemkit/core"
 	"github.com/idemkit/idemkit/core/exchange"
+	"gorm.io/gorm"
 )
 
 // On PostgreSQL the store ends a request's transaction in one round trip,
@@ -19,9 +20,6 @@ import (
 func TestTxOneTripPostgres(t *testing.T) {
 	db := openPostgres(t)
 	s := newStore(t, db)
-	if !s.oneTrip {
-		t.Fatal("the store does not end transactions in one round trip on pgx")
-	}
 	charges := createCharges(t, db)
 	// begin acquires id for token and begins its transaction, which
 	// inserts a charge.
@@ -34,7 +32,7 @@ func TestTxOneTripPostgres(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, ok := connTxOf(tx); !ok {
+		if _, ok := connTxOf(tx); !ok || s.oneTrip.Load() != tripYes {
 			t.Fatalf("Tx began a %T, want the store's own transaction", tx.Statement.ConnPool)
 		}
 		if err := tx.Exec("INSERT INTO "+charges+" (charge_key, amount) VALUES (?, 1)", id.Key).Error; err != nil {
@@ -102,6 +100,41 @@ func TestTxOneTripPostgres(t *testing.T) {
 		}
 		if rec, err := s.Get(testCtx(t), id); err != nil || rec.State != idem.InFlight || rec.Token != "successor" {
 			t.Fatalf("record %+v (%v), want the successor's in flight", rec, err)
+		}
+	})
+	t.Run("savepoints and nested transactions", func(t *testing.T) {
+		id := idem.ID{Key: "nested"}
+		ctx, done := begin(id, "tok", t0)
+		defer done()
+		tx, _ := Tx(ctx, db)
+		if err := tx.SavePoint("before").Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Exec("INSERT INTO "+charges+" (charge_key, amount) VALUES ('undone', 1)").Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.RollbackTo("before").Error; err != nil {
+			t.Fatal(err)
+		}
+		inner := errors.New("inner failed")
+		if err := tx.Transaction(func(tx2 *gorm.DB) error {
+			if err := tx2.Exec("INSERT INTO "+charges+" (charge_key, amount) VALUES ('inner', 1)").Error; err != nil {
+				return err
+			}
+			return inner
+		}); !errors.Is(err, inner) {
+			t.Fatalf("nested Transaction: %v", err)
+		}
+		if err := s.Complete(ctx, id, "tok", idem.Completion{Response: exchange.Response{Status: 201},
+			CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		if err := db.Raw("SELECT charge_key FROM " + charges + " WHERE charge_key IN ('nested', 'undone', 'inner')").Scan(&keys).Error; err != nil {
+			t.Fatal(err)
+		}
+		if len(keys) != 1 || keys[0] != "nested" {
+			t.Fatalf("charges %q committed, want the one outside the rolled-back savepoints", keys)
 		}
 	})
 	t.Run("a failed statement rolls back", func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
@@ -55,9 +56,10 @@ type Store struct {
 	calls        *calls
 	closeTimeout time.Duration
 
-	// oneTrip: on PostgreSQL, the store ends a request's transaction in
-	// one round trip (see pgtx.go).
-	oneTrip bool
+	// oneTrip says whether, on PostgreSQL, the store ends a request's
+	// transaction in one round trip (see pgtx.go): tripUnknown until the
+	// first request with a transaction slot asks the server.
+	oneTrip atomic.Int32
 
 	// txStmts holds, per connection pool a request's transaction ran on
 	// (*sql.DB), the completion statement prepared there (*sql.Stmt): see
@@ -120,11 +122,6 @@ func New(db *gorm.DB, opts ...Option) (*Store, error) {
 		if err := s.openSQLite(); err != nil {
 			return nil, err
 		}
-	}
-	if s.dialect == dialectPostgres {
-		ctx, cancel := context.WithTimeout(context.Background(), newTimeout)
-		s.oneTrip = probeOneTrip(ctx, s.pool)
-		cancel()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.stopPurge = cancel
@@ -481,7 +478,7 @@ func (s *Store) acquired(ctx context.Context, a idem.Acquire) idem.Record {
 		if s.local != nil {
 			turn = s.local.file.turn
 		}
-		if s.oneTrip {
+		if s.dialect == dialectPostgres && s.canOneTrip(ctx) {
 			pool = s.pool
 		}
 		sl.arm(a.Token, turn, pool)

@@ -195,6 +195,12 @@ func TxMiddleware(next http.Handler) http.Handler {
 // transaction commits or rolls back. A handler holding the turn must not
 // wait for another request's transaction.
 //
+// On PostgreSQL Tx begins the transaction itself, with BEGIN on a
+// connection of db's pool (when db is the store's *gorm.DB on a plain
+// pool), so that the completion and the COMMIT go to the server in one
+// round trip (see the README); GORM sees it as a transaction, savepoints
+// included, though not a *sql.Tx.
+//
 // Tx returns ErrNoTxSlot, ErrNotGuarded or ErrTxDone when there is no
 // transaction to give, and the error of BEGIN (or of the wait for the
 // turn) if it fails.
