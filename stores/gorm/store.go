@@ -577,8 +577,8 @@ func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.C
 		return ct.completeAndCommit(context.WithoutCancel(ctx), q)
 	}
 	if tx != nil {
-		return s.completeInTx(ctx, tx, func(db *gorm.DB) (int64, error) {
-			res := db.Exec(s.sql.complete, args...)
+		return s.completeInTx(ctx, tx, func(ctx context.Context) (int64, error) {
+			res := quietTx(ctx, tx).Exec(s.sql.complete, args...)
 			return res.RowsAffected, res.Error
 		})
 	}
@@ -604,8 +604,8 @@ func (s *Store) fenced(ctx context.Context, op, stmt string, args ...any) error 
 }
 
 // completeInTx runs exec, the completion, in the request's transaction tx
-// and commits it; exec returns the number of rows it wrote.
-func (s *Store) completeInTx(ctx context.Context, tx *gorm.DB, exec func(db *gorm.DB) (int64, error)) error {
+// with ctx, and commits it; exec returns the number of rows it wrote.
+func (s *Store) completeInTx(ctx context.Context, tx *gorm.DB, exec func(ctx context.Context) (int64, error)) error {
 	// Every failure here rolls the handler's writes back with the
 	// completion: the error says so (idem.ErrRolledBack), so that the
 	// adapter withholds the response that describes them.
@@ -616,7 +616,7 @@ func (s *Store) completeInTx(ctx context.Context, tx *gorm.DB, exec func(db *gor
 	if s.dialect == dialectSQLite {
 		ctx = context.WithoutCancel(ctx)
 	}
-	n, err := exec(tx.Session(&gorm.Session{Logger: silent{}, Context: ctx}))
+	n, err := exec(ctx)
 	if err != nil {
 		tx.Rollback()
 		return fmt.Errorf("gormstore: complete: %w: %w", idem.ErrRolledBack, err)
@@ -642,14 +642,21 @@ func (s *Store) completeInTx(ctx context.Context, tx *gorm.DB, exec func(db *gor
 	return nil
 }
 
+// quietTx is the request's transaction tx as the store's statements run
+// in it through GORM: with ctx, and a silent logger (the transaction is
+// the user's, with the user's logger).
+func quietTx(ctx context.Context, tx *gorm.DB) *gorm.DB {
+	return tx.Session(&gorm.Session{Logger: silent{}, Context: ctx})
+}
+
 // execInTx runs query, in its native form, in the request's transaction
-// db (a session on a *sql.Tx) as a statement prepared once per connection
+// db (a session on a *sql.Tx) with ctx as a statement prepared once per connection
 // pool: where the statement would otherwise be parsed and planned at every
 // completion, as GORM's Exec does, it is the dearer part of the completion
 // on SQLite. ok is false when db is not a plain database/sql transaction
 // (GORM's PrepareStmt mode, say) or the statement cannot be prepared: the
 // caller then runs it through GORM.
-func (s *Store) execInTx(db *gorm.DB, query string, args ...any) (n int64, ok bool, err error) {
+func (s *Store) execInTx(ctx context.Context, db *gorm.DB, query string, args ...any) (n int64, ok bool, err error) {
 	tx, isTx := db.Statement.ConnPool.(*sql.Tx)
 	pool, isPool := db.Config.ConnPool.(*sql.DB)
 	if !isTx || !isPool {
@@ -659,7 +666,6 @@ func (s *Store) execInTx(db *gorm.DB, query string, args ...any) (n int64, ok bo
 	if err != nil {
 		return 0, false, nil
 	}
-	ctx := db.Statement.Context
 	res, err := tx.StmtContext(ctx, stmt).ExecContext(ctx, args...)
 	if err != nil {
 		return 0, true, err

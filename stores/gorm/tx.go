@@ -228,13 +228,29 @@ func Tx(ctx context.Context, db *gorm.DB) (*gorm.DB, error) {
 		}
 	}
 	var tx *gorm.DB
-	if pool, ok := db.Statement.ConnPool.(*sql.DB); ok && pool == sl.pool && sl.pool != nil {
+	// On a plain pool Tx begins the transaction itself; GORM does, with
+	// its DefaultTransactionTimeout, on anything else.
+	pool, ok := db.Statement.ConnPool.(*sql.DB)
+	ok = ok && db.DefaultTransactionTimeout == 0
+	if ok && pool == sl.pool && sl.pool != nil {
 		ct, err := beginConnTx(context.WithoutCancel(ctx), pool)
 		if err != nil {
 			return nil, err
 		}
 		tx = db.WithContext(context.WithoutCancel(ctx))
 		tx.Statement.ConnPool = ct
+	} else if ok {
+		// As GORM's Begin does, with one session where it makes two.
+		bg := context.WithoutCancel(ctx)
+		sqlTx, err := pool.BeginTx(bg, nil)
+		if err != nil {
+			if sl.turn != nil {
+				leave(sl.turn)
+			}
+			return nil, err
+		}
+		tx = db.WithContext(bg)
+		tx.Statement.ConnPool = sqlTx
 	} else if tx = db.WithContext(context.WithoutCancel(ctx)).Begin(); tx.Error != nil {
 		if sl.turn != nil {
 			leave(sl.turn)
