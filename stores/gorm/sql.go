@@ -90,10 +90,6 @@ type statements struct {
 	// then ")" (see Store.purgeMySQL).
 	purgeFind, purgeHead, byKey string
 
-	// completeParts (PostgreSQL) is complete cut at its placeholders, for
-	// the completion that commits in the same round trip (see pgtx.go).
-	completeParts []string
-
 	// native holds the statements of the hot path with the dialect's own
 	// placeholders, for database/sql (see session).
 	native hotStatements
@@ -277,9 +273,6 @@ func buildStatements(db *gorm.DB, d dialect, table string) statements {
 		id(colCompletedAt).s(" = ?, ").id(colExpiresAt).s(" = ?")
 	owned()
 	st.complete = w.done()
-	if d == dialectPostgres {
-		st.completeParts = strings.Split(st.complete, "?")
-	}
 
 	w.s("DELETE FROM " + t)
 	owned()

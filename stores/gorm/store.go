@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	idem "github.com/idemkit/idemkit/core"
@@ -55,11 +54,6 @@ type Store struct {
 	// refuses new ones once Close has begun.
 	calls        *calls
 	closeTimeout time.Duration
-
-	// oneTrip says whether, on PostgreSQL, the store ends a request's
-	// transaction in one round trip (see pgtx.go): tripUnknown until the
-	// first request with a transaction slot asks the server.
-	oneTrip atomic.Int32
 
 	// txStmts holds, per connection pool a request's transaction ran on
 	// (*sql.DB), the completion statement prepared there (*sql.Stmt): see
@@ -471,17 +465,11 @@ func (s *Store) isDuplicate(err error) bool {
 // and tells the request's transaction slot, if any, which lock it serves.
 func (s *Store) acquired(ctx context.Context, a idem.Acquire) idem.Record {
 	if sl := slotFrom(ctx); sl != nil {
-		var (
-			turn chan struct{}
-			pool *sql.DB
-		)
+		var turn chan struct{}
 		if s.local != nil {
 			turn = s.local.file.turn
 		}
-		if s.dialect == dialectPostgres && s.canOneTrip(ctx) {
-			pool = s.pool
-		}
-		sl.arm(a.Token, turn, pool)
+		sl.arm(a.Token, turn)
 	}
 	return idem.Record{
 		ID:          a.ID,
@@ -566,15 +554,6 @@ func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.C
 	defer leave(turn)
 	if s.local != nil {
 		return s.completeLocal(ctx, scope, key, token, tx, args)
-	}
-	if ct, ok := connTxOf(tx); ok && s.beforeCommit == nil {
-		q, err := completeCommitQuery(s.sql.completeParts, args)
-		if err != nil {
-			tx.Rollback()
-			return fmt.Errorf("gormstore: complete: %w: %w", idem.ErrRolledBack, err)
-		}
-		// Not cancelled with ctx, as a COMMIT is not: see completeInTx.
-		return ct.completeAndCommit(context.WithoutCancel(ctx), q)
 	}
 	if tx != nil {
 		return s.completeInTx(ctx, tx, func(ctx context.Context) (int64, error) {

@@ -58,10 +58,6 @@ type txSlot struct {
 	turn chan struct{}
 	// holds: tx holds turn.
 	holds bool
-	// pool is, on PostgreSQL, the store's connection pool when the store
-	// ends a transaction in one round trip (see pgtx.go), set by Acquire:
-	// Tx then begins one on it itself.
-	pool *sql.DB
 	// aborted: the cleanup rolled back a transaction the handler had begun
 	// before the response was recorded. Its writes are gone, so the
 	// response must not be stored as if they had happened.
@@ -77,10 +73,10 @@ func slotFrom(ctx context.Context) *txSlot {
 
 // arm records which lock the request holds: Complete and Release with this
 // token end the transaction.
-func (sl *txSlot) arm(token string, turn chan struct{}, pool *sql.DB) {
+func (sl *txSlot) arm(token string, turn chan struct{}) {
 	sl.mu.Lock()
 	if sl.tx == nil && !sl.ended {
-		sl.token, sl.turn, sl.pool = token, turn, pool
+		sl.token, sl.turn = token, turn
 	}
 	sl.mu.Unlock()
 }
@@ -195,12 +191,6 @@ func TxMiddleware(next http.Handler) http.Handler {
 // transaction commits or rolls back. A handler holding the turn must not
 // wait for another request's transaction.
 //
-// On PostgreSQL Tx begins the transaction itself, with BEGIN on a
-// connection of db's pool (when db is the store's *gorm.DB on a plain
-// pool), so that the completion and the COMMIT go to the server in one
-// round trip (see the README); GORM sees it as a transaction, savepoints
-// included, though not a *sql.Tx.
-//
 // Tx returns ErrNoTxSlot, ErrNotGuarded or ErrTxDone when there is no
 // transaction to give, and the error of BEGIN (or of the wait for the
 // turn) if it fails.
@@ -231,15 +221,7 @@ func Tx(ctx context.Context, db *gorm.DB) (*gorm.DB, error) {
 	// On a plain pool Tx begins the transaction itself; GORM does, with
 	// its DefaultTransactionTimeout, on anything else.
 	pool, ok := db.Statement.ConnPool.(*sql.DB)
-	ok = ok && db.DefaultTransactionTimeout == 0
-	if ok && pool == sl.pool && sl.pool != nil {
-		ct, err := beginConnTx(context.WithoutCancel(ctx), pool)
-		if err != nil {
-			return nil, err
-		}
-		tx = db.WithContext(context.WithoutCancel(ctx))
-		tx.Statement.ConnPool = ct
-	} else if ok {
+	if ok && db.DefaultTransactionTimeout == 0 {
 		// As GORM's Begin does, with one session where it makes two.
 		bg := context.WithoutCancel(ctx)
 		sqlTx, err := pool.BeginTx(bg, nil)
