@@ -557,6 +557,15 @@ func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.C
 	}
 	if tx != nil {
 		return s.completeInTx(ctx, tx, func(ctx context.Context) (int64, error) {
+			// On a plain database/sql transaction, past GORM's statement
+			// building, as the store's other statements run.
+			if sqlTx, ok := tx.Statement.ConnPool.(*sql.Tx); ok {
+				res, err := sqlTx.ExecContext(ctx, s.sql.native.complete, args...)
+				if err != nil {
+					return 0, err
+				}
+				return res.RowsAffected()
+			}
 			res := quietTx(ctx, tx).Exec(s.sql.complete, args...)
 			return res.RowsAffected, res.Error
 		})
