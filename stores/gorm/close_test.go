@@ -143,7 +143,7 @@ func TestCloseUnderTraffic(t *testing.T) {
 			// rolled back, and the error says so.
 			txCtx, done := WithTxSlot(ctx)
 			defer done()
-			slotFrom(txCtx).arm("tok")
+			slotFrom(txCtx).arm("tok", nil)
 			tx, err := Tx(txCtx, b.open(t))
 			if err != nil {
 				t.Fatal(err)

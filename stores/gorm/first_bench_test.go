@@ -44,23 +44,38 @@ func BenchmarkSQLiteFirst(b *testing.B) {
 //	go test -run '^$' -bench SQLiteTxFirst -count 10 -cpu 1 .
 func BenchmarkSQLiteTxFirst(b *testing.B) {
 	for _, conns := range []int{1, 16} {
-		b.Run("c="+strconv.Itoa(conns), func(b *testing.B) {
-			db := openSQLite(b)
-			s := newStore(b, db)
-			createOrders(b, db)
-			e := idem.New(idem.Config{Store: s, Logger: discardLogger})
-			benchSides(b, conns, []string{"insert", "tx", "separate"}, []http.Handler{
-				orderHandler(db, alone),
-				TxMiddleware(idemhttp.Middleware(e)(orderHandler(db, inTx))),
-				idemhttp.Middleware(e)(orderHandler(db, alone)),
-			})
-		})
+		b.Run("c="+strconv.Itoa(conns), func(b *testing.B) { benchTxFirst(b, openSQLite(b), conns) })
 	}
 }
 
+// BenchmarkPostgresTxFirst is BenchmarkSQLiteTxFirst on PostgreSQL
+// (IDEMKIT_TEST_POSTGRES_DSN), at 16 and 64 requests at a time:
+//
+//	go test -run '^$' -bench PostgresTxFirst -count 10 .
+func BenchmarkPostgresTxFirst(b *testing.B) {
+	for _, conns := range []int{16, 64} {
+		b.Run("c="+strconv.Itoa(conns), func(b *testing.B) { benchTxFirst(b, openPostgres(b), conns) })
+	}
+}
+
+func benchTxFirst(b *testing.B, db *gorm.DB, conns int) {
+	s := newStore(b, db)
+	createOrders(b, db)
+	e := idem.New(idem.Config{Store: s, Logger: discardLogger})
+	benchSides(b, conns, []string{"insert", "tx", "separate"}, []http.Handler{
+		orderHandler(db, alone),
+		TxMiddleware(idemhttp.Middleware(e)(orderHandler(db, inTx))),
+		idemhttp.Middleware(e)(orderHandler(db, alone)),
+	})
+}
+
 func createOrders(b *testing.B, db *gorm.DB) {
-	if err := db.Exec(`CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY, item TEXT NOT NULL,
-		quantity INTEGER NOT NULL, customer TEXT NOT NULL, note TEXT NOT NULL, created INTEGER NOT NULL)`).Error; err != nil {
+	id := "INTEGER PRIMARY KEY"
+	if db.Dialector.Name() != "sqlite" {
+		id = "BIGSERIAL PRIMARY KEY"
+	}
+	if err := db.Exec(`CREATE TABLE IF NOT EXISTS orders (id ` + id + `, item TEXT NOT NULL,
+		quantity INTEGER NOT NULL, customer TEXT NOT NULL, note TEXT NOT NULL, created BIGINT NOT NULL)`).Error; err != nil {
 		b.Fatal(err)
 	}
 }

@@ -366,8 +366,8 @@ func (s *Store) write(ctx context.Context, fn func(x session) error) error {
 		return err
 	}
 	l := s.local
-	if !take(ctx, l.file.turn) {
-		return fmt.Errorf("%w (waiting for the other writes of the process)", ctx.Err())
+	if err := takeTurn(ctx, l.file.turn); err != nil {
+		return err
 	}
 	defer func() { <-l.file.turn }()
 	if err := ctx.Err(); err != nil {
@@ -419,6 +419,32 @@ func (s *Store) read(ctx context.Context, fn func(x session) error) error {
 		return fn(s.session(ctx, s.pool))
 	}
 	return s.onConn(ctx, func(quiet context.Context, conn *sql.Conn) error { return fn(s.session(quiet, conn)) })
+}
+
+// takeTurn takes the file's write turn, waiting no longer than ctx lasts
+// nor, if ctx sets no deadline, than writerBudget: a request's transaction
+// holds the turn from its BEGIN to its COMMIT (see Tx), and with it
+// SQLite's write lock, for which a connection would wait that long.
+func takeTurn(ctx context.Context, turn chan struct{}) error {
+	select {
+	case turn <- struct{}{}:
+		return nil
+	default:
+	}
+	var budget <-chan time.Time
+	if _, ok := ctx.Deadline(); !ok {
+		t := time.NewTimer(writerBudget)
+		defer t.Stop()
+		budget = t.C
+	}
+	select {
+	case turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("%w (waiting for the other writes of the process)", ctx.Err())
+	case <-budget:
+		return fmt.Errorf("gormstore: the other writes of the process held SQLite's file for %s", writerBudget)
+	}
 }
 
 // take takes turn's slot, or gives up when ctx ends first.

@@ -138,14 +138,14 @@ func (s *Store) completeLocal(ctx context.Context, scope, key blob, token string
 	args = append(args, f.fingerprintArg(), f.lease, f.created, f.created)
 	var err error
 	if tx != nil {
-		err = s.completeInTx(ctx, tx, func(db *gorm.DB) (int64, error) {
-			n, ok, err := s.execInTx(db, s.sql.native.insertCompleted, args[:len(args)-1]...)
+		err = s.completeInTx(ctx, tx, func(ctx context.Context) (int64, error) {
+			n, ok, err := s.execInTx(ctx, tx, s.sql.native.insertCompleted, args[:len(args)-1]...)
 			if !ok {
-				res := db.Exec(s.sql.insertCompleted, args[:len(args)-1]...)
+				res := quietTx(ctx, tx).Exec(s.sql.insertCompleted, args[:len(args)-1]...)
 				n, err = res.RowsAffected, res.Error
 			}
 			if s.isDuplicate(err) {
-				res := db.Exec(s.sql.completeRow, args...)
+				res := quietTx(ctx, tx).Exec(s.sql.completeRow, args...)
 				n, err = res.RowsAffected, res.Error
 			}
 			return n, err

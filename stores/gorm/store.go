@@ -465,7 +465,11 @@ func (s *Store) isDuplicate(err error) bool {
 // and tells the request's transaction slot, if any, which lock it serves.
 func (s *Store) acquired(ctx context.Context, a idem.Acquire) idem.Record {
 	if sl := slotFrom(ctx); sl != nil {
-		sl.arm(a.Token)
+		var turn chan struct{}
+		if s.local != nil {
+			turn = s.local.file.turn
+		}
+		sl.arm(a.Token, turn)
 	}
 	return idem.Record{
 		ID:          a.ID,
@@ -529,8 +533,9 @@ func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.C
 	if err := s.calls.begin(); err != nil {
 		// The request's transaction would wait for a commit that never
 		// comes: its writes go with the completion.
-		if tx, _ := takeTx(ctx, token); tx != nil {
+		if tx, turn, _ := takeTx(ctx, token); tx != nil {
 			tx.Rollback()
+			leave(turn)
 			return fmt.Errorf("gormstore: complete: %w: %w", idem.ErrRolledBack, err)
 		}
 		return err
@@ -542,16 +547,26 @@ func (s *Store) Complete(ctx context.Context, id idem.ID, token string, c idem.C
 	scope, key := hashID(id)
 	args := []any{c.Response.Status, appendHeader(nil, c.Response.Header), c.Response.Body,
 		nanos(c.CompletedAt), nanos(c.ExpiresAt), scope, key, token}
-	tx, err := takeTx(ctx, token)
+	tx, turn, err := takeTx(ctx, token)
 	if err != nil {
 		return err
 	}
+	defer leave(turn)
 	if s.local != nil {
 		return s.completeLocal(ctx, scope, key, token, tx, args)
 	}
 	if tx != nil {
-		return s.completeInTx(ctx, tx, func(db *gorm.DB) (int64, error) {
-			res := db.Exec(s.sql.complete, args...)
+		return s.completeInTx(ctx, tx, func(ctx context.Context) (int64, error) {
+			// On a plain database/sql transaction, past GORM's statement
+			// building, as the store's other statements run.
+			if sqlTx, ok := tx.Statement.ConnPool.(*sql.Tx); ok {
+				res, err := sqlTx.ExecContext(ctx, s.sql.native.complete, args...)
+				if err != nil {
+					return 0, err
+				}
+				return res.RowsAffected()
+			}
+			res := quietTx(ctx, tx).Exec(s.sql.complete, args...)
 			return res.RowsAffected, res.Error
 		})
 	}
@@ -577,8 +592,8 @@ func (s *Store) fenced(ctx context.Context, op, stmt string, args ...any) error 
 }
 
 // completeInTx runs exec, the completion, in the request's transaction tx
-// and commits it; exec returns the number of rows it wrote.
-func (s *Store) completeInTx(ctx context.Context, tx *gorm.DB, exec func(db *gorm.DB) (int64, error)) error {
+// with ctx, and commits it; exec returns the number of rows it wrote.
+func (s *Store) completeInTx(ctx context.Context, tx *gorm.DB, exec func(ctx context.Context) (int64, error)) error {
 	// Every failure here rolls the handler's writes back with the
 	// completion: the error says so (idem.ErrRolledBack), so that the
 	// adapter withholds the response that describes them.
@@ -589,7 +604,7 @@ func (s *Store) completeInTx(ctx context.Context, tx *gorm.DB, exec func(db *gor
 	if s.dialect == dialectSQLite {
 		ctx = context.WithoutCancel(ctx)
 	}
-	n, err := exec(tx.Session(&gorm.Session{Logger: silent{}, Context: ctx}))
+	n, err := exec(ctx)
 	if err != nil {
 		tx.Rollback()
 		return fmt.Errorf("gormstore: complete: %w: %w", idem.ErrRolledBack, err)
@@ -606,17 +621,34 @@ func (s *Store) completeInTx(ctx context.Context, tx *gorm.DB, exec func(db *gor
 	if err := tx.Commit().Error; err != nil {
 		return fmt.Errorf("gormstore: complete: commit: %w: %w", idem.ErrRolledBack, err)
 	}
+	if s.local != nil {
+		// The commit took the write-ahead log further: the writer's
+		// checkpointer copies it back in its time, not the commit of a
+		// later request. The caller holds the file's turn (see Tx).
+		s.local.writer.committed()
+	}
 	return nil
 }
 
+// quietTx is the request's transaction tx as the store's statements run
+// in it through GORM: with ctx, and a silent logger (the transaction is
+// the user's, with the user's logger).
+func quietTx(ctx context.Context, tx *gorm.DB) *gorm.DB {
+	return tx.Session(&gorm.Session{Logger: silent{}, Context: ctx})
+}
+
 // execInTx runs query, in its native form, in the request's transaction
-// db (a session on a *sql.Tx) as a statement prepared once per connection
-// pool: where the statement would otherwise be parsed and planned at every
-// completion, as GORM's Exec does, it is the dearer part of the completion
-// on SQLite. ok is false when db is not a plain database/sql transaction
+// db (a session on a *sql.Tx) with ctx as a statement prepared once per
+// connection pool, past GORM's statement building. The SQLite driver
+// sqlitedb's pool uses compiles a statement again at every execution all
+// the same, prepared or not: at 16 requests at a time that compilation
+// (SQLite's parser, and the engine's allocator mapping and unmapping
+// memory for it) is about half the CPU time of a transactional request,
+// where the store's own connection compiles its statements once (see
+// local.go). ok is false when db is not a plain database/sql transaction
 // (GORM's PrepareStmt mode, say) or the statement cannot be prepared: the
 // caller then runs it through GORM.
-func (s *Store) execInTx(db *gorm.DB, query string, args ...any) (n int64, ok bool, err error) {
+func (s *Store) execInTx(ctx context.Context, db *gorm.DB, query string, args ...any) (n int64, ok bool, err error) {
 	tx, isTx := db.Statement.ConnPool.(*sql.Tx)
 	pool, isPool := db.Config.ConnPool.(*sql.DB)
 	if !isTx || !isPool {
@@ -626,7 +658,6 @@ func (s *Store) execInTx(db *gorm.DB, query string, args ...any) (n int64, ok bo
 	if err != nil {
 		return 0, false, nil
 	}
-	ctx := db.Statement.Context
 	res, err := tx.StmtContext(ctx, stmt).ExecContext(ctx, args...)
 	if err != nil {
 		return 0, true, err
@@ -674,9 +705,10 @@ func (s *Store) Release(ctx context.Context, id idem.ID, token string) error {
 // holds, if any, and returns an error wrapping idem.ErrRolledBack if the
 // handler's writes were undone, now or by the slot's cleanup before.
 func undoTx(ctx context.Context, token string) error {
-	tx, err := takeTx(ctx, token)
+	tx, turn, err := takeTx(ctx, token)
 	if tx != nil {
 		tx.Rollback()
+		leave(turn)
 		return errTxUndone
 	}
 	return err // ErrTxAborted, or nil

@@ -2,6 +2,7 @@ package gormstore
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"net/http"
@@ -48,6 +49,15 @@ type txSlot struct {
 	token string   // the idempotency lock the request holds; set by Acquire
 	tx    *gorm.DB // begun by Tx, ended by Complete, Release or the cleanup
 	ended bool
+	// turn is, on SQLite, the write turn of the store's file (see
+	// sqliteFile.turn), set by Acquire with token: Tx takes it before
+	// BEGIN, and whoever ends tx lets it go after the COMMIT or ROLLBACK.
+	// Requests' transactions then queue for SQLite's write lock in Go,
+	// handed on as soon as the last one commits, instead of sleeping in
+	// SQLite's busy handler (1, 2, 5, 10 ms ...) while nobody holds it.
+	turn chan struct{}
+	// holds: tx holds turn.
+	holds bool
 	// aborted: the cleanup rolled back a transaction the handler had begun
 	// before the response was recorded. Its writes are gone, so the
 	// response must not be stored as if they had happened.
@@ -63,37 +73,49 @@ func slotFrom(ctx context.Context) *txSlot {
 
 // arm records which lock the request holds: Complete and Release with this
 // token end the transaction.
-func (sl *txSlot) arm(token string) {
+func (sl *txSlot) arm(token string, turn chan struct{}) {
 	sl.mu.Lock()
 	if sl.tx == nil && !sl.ended {
-		sl.token = token
+		sl.token, sl.turn = token, turn
 	}
 	sl.mu.Unlock()
+}
+
+// leave lets turn go if a transaction held it (see takeTx).
+func leave(turn chan struct{}) {
+	if turn != nil {
+		<-turn
+	}
 }
 
 // takeTx hands the transaction begun for the lock held by token to the
 // store, which ends it, and closes the slot. It returns nil if ctx has no
 // slot, the slot serves another lock, or no transaction was begun; and
 // ErrTxAborted if the slot's cleanup already rolled that transaction back.
-func takeTx(ctx context.Context, token string) (*gorm.DB, error) {
+// turn is the write turn the transaction holds (nil if none): the caller
+// lets it go (leave) once it has ended the transaction.
+func takeTx(ctx context.Context, token string) (tx *gorm.DB, turn chan struct{}, err error) {
 	sl := slotFrom(ctx)
 	if sl == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	sl.mu.Lock()
 	defer sl.mu.Unlock()
 	if sl.token != token {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if sl.aborted {
-		return nil, ErrTxAborted
+		return nil, nil, ErrTxAborted
 	}
 	if sl.ended {
-		return nil, nil
+		return nil, nil, nil
 	}
-	tx := sl.tx
-	sl.tx, sl.ended = nil, true
-	return tx, nil
+	tx = sl.tx
+	if sl.holds {
+		turn = sl.turn
+	}
+	sl.tx, sl.ended, sl.holds = nil, true, false
+	return tx, turn, nil
 }
 
 // WithTxSlot returns a copy of ctx carrying an empty transaction slot, and a
@@ -111,12 +133,17 @@ func WithTxSlot(ctx context.Context) (context.Context, func()) {
 	return context.WithValue(ctx, slotKey{}, sl), func() {
 		sl.mu.Lock()
 		tx := sl.tx
-		sl.tx, sl.ended = nil, true
+		var turn chan struct{}
+		if sl.holds {
+			turn = sl.turn
+		}
+		sl.tx, sl.ended, sl.holds = nil, true, false
 		sl.aborted = sl.aborted || tx != nil
 		sl.mu.Unlock()
 		if tx != nil {
 			tx.Rollback()
 		}
+		leave(turn)
 	}
 }
 
@@ -157,8 +184,16 @@ func TxMiddleware(next http.Handler) http.Handler {
 // fails after the handler's response was written, and that response
 // describes work that was rolled back.
 //
+// On SQLite, which has one writer, the requests' transactions take turns
+// with each other and with the store's own writes, in Go: Tx waits for the
+// turn before its BEGIN (no longer than ctx lasts, nor than SQLite's busy
+// timeout, 10 s, if ctx sets no deadline), and the turn passes on when the
+// transaction commits or rolls back. A handler holding the turn must not
+// wait for another request's transaction.
+//
 // Tx returns ErrNoTxSlot, ErrNotGuarded or ErrTxDone when there is no
-// transaction to give, and the error of BEGIN if it fails.
+// transaction to give, and the error of BEGIN (or of the wait for the
+// turn) if it fails.
 func Tx(ctx context.Context, db *gorm.DB) (*gorm.DB, error) {
 	sl := slotFrom(ctx)
 	if sl == nil {
@@ -177,10 +212,33 @@ func Tx(ctx context.Context, db *gorm.DB) (*gorm.DB, error) {
 	case sl.tx != nil:
 		return sl.tx, nil
 	}
-	tx := db.WithContext(context.WithoutCancel(ctx)).Begin()
-	if tx.Error != nil {
+	if sl.turn != nil {
+		if err := takeTurn(ctx, sl.turn); err != nil {
+			return nil, fmt.Errorf("gormstore: begin the request's transaction: %w", err)
+		}
+	}
+	var tx *gorm.DB
+	// On a plain pool Tx begins the transaction itself; GORM does, with
+	// its DefaultTransactionTimeout, on anything else.
+	pool, ok := db.Statement.ConnPool.(*sql.DB)
+	if ok && db.DefaultTransactionTimeout == 0 {
+		// As GORM's Begin does, with one session where it makes two.
+		bg := context.WithoutCancel(ctx)
+		sqlTx, err := pool.BeginTx(bg, nil)
+		if err != nil {
+			if sl.turn != nil {
+				leave(sl.turn)
+			}
+			return nil, err
+		}
+		tx = db.WithContext(bg)
+		tx.Statement.ConnPool = sqlTx
+	} else if tx = db.WithContext(context.WithoutCancel(ctx)).Begin(); tx.Error != nil {
+		if sl.turn != nil {
+			leave(sl.turn)
+		}
 		return nil, tx.Error
 	}
-	sl.tx = tx
+	sl.tx, sl.holds = tx, sl.turn != nil
 	return tx, nil
 }

@@ -521,3 +521,61 @@ func TestTxSlotAfterMiddleware(t *testing.T) {
 		t.Fatalf("Tx with the slot after the middleware: %v, want ErrSlotAfterMiddleware saying to register it before", err)
 	}
 }
+
+// The request's transaction is one to GORM: savepoints and a nested
+// Transaction roll back their part alone, on every database.
+func TestTxSavepoints(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			db := b.open(t)
+			s := newStore(t, db)
+			charges := createCharges(t, db)
+			ctx, done := WithTxSlot(testCtx(t))
+			defer done()
+			id := idem.ID{Key: "nested"}
+			if _, o, err := s.Acquire(ctx, acquireAt(id, "tok", t0)); err != nil || o != idem.AcquireCreated {
+				t.Fatalf("Acquire = %v, %v", o, err)
+			}
+			tx, err := Tx(ctx, db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			insert := func(tx *gorm.DB, key string) error {
+				return tx.Exec("INSERT INTO "+charges+" (charge_key, amount) VALUES (?, 1)", key).Error
+			}
+			if err := insert(tx, "kept"); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.SavePoint("sp_before").Error; err != nil {
+				t.Fatal(err)
+			}
+			if err := insert(tx, "undone"); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.RollbackTo("sp_before").Error; err != nil {
+				t.Fatal(err)
+			}
+			inner := errors.New("inner failed")
+			if err := tx.Transaction(func(tx2 *gorm.DB) error {
+				if err := insert(tx2, "inner"); err != nil {
+					return err
+				}
+				return inner
+			}); !errors.Is(err, inner) {
+				t.Fatalf("nested Transaction: %v", err)
+			}
+			if err := s.Complete(ctx, id, "tok", idem.Completion{Response: exchange.Response{Status: 201},
+				CompletedAt: t0, ExpiresAt: t0.Add(time.Hour)}); err != nil {
+				t.Fatal(err)
+			}
+			var keys []string
+			if err := db.Raw("SELECT charge_key FROM " + charges).Scan(&keys).Error; err != nil {
+				t.Fatal(err)
+			}
+			if len(keys) != 1 || keys[0] != "kept" {
+				t.Fatalf("charges %q committed, want only the one outside the rolled-back savepoints", keys)
+			}
+		})
+	}
+}
